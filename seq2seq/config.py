@@ -1,0 +1,229 @@
+"""Typed configuration: dataclasses that round-trip to and from YAML/JSON.
+
+Every section of a config (model, data, tokenizer, training, decoding) is a plain dataclass.
+`from_dict` maps a nested dict onto one, refusing unknown keys (listing the valid ones and
+suggesting the closest) and values of the wrong type (naming the dotted key). `to_dict` is the
+inverse, so `from_dict(C, to_dict(c)) == c`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config problem a user can fix: the message names the key or file."""
+
+
+# --------------------------------------------------------------------------------------------
+# Generic dataclass <-> dict mapping
+# --------------------------------------------------------------------------------------------
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass (possibly nested) -> plain dict of YAML/JSON-safe values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`; convert only lossless cases (int -> float)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(
+            f"config key '{key}': expected {' or '.join(_type_name(a) for a in args)}, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"config key '{key}': {value!r} is not one of {list(choices)}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}': expected a list, got {type(value).__name__} {value!r}")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}': expected a mapping, got {type(value).__name__} {value!r}")
+        return from_dict(tp, value, prefix=f"{key}.")
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}': expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}': expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}': expected true/false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}': expected a string, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
+    """Build dataclass `cls` from `data`, validating keys and types recursively."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"unknown config key '{prefix}{key}'.{hint} Valid keys in "
+                f"'{prefix.rstrip('.') or '<root>'}': {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = _coerce(value, hints[key], f"{prefix}{key}")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}': {e}") from None
+
+
+def load_dict(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or JSON file into a dict, with a readable error on a bad or missing file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot parse config file {path}: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def save(obj: Any, path: str | Path) -> None:
+    """Write a dataclass as YAML (or JSON when the suffix is .json)."""
+    path = Path(path)
+    data = to_dict(obj)
+    text = json.dumps(data, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
+    path.write_text(text, encoding="utf-8")
+
+
+def load(cls: type[T], path: str | Path) -> T:
+    return from_dict(cls, load_dict(path))
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `section.key=value` strings (values parsed as YAML scalars) to a nested dict."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value")
+        dotted, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        *parents, leaf = dotted.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{p}' is not a section")
+        node[leaf] = value
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# The model's config
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    """Sizes and choices of the encoder-decoder Transformer.
+
+    `layers` sets both stacks; `encoder_layers` / `decoder_layers` override one side.
+    `share_embeddings` ties source and target embeddings (needs a shared vocabulary);
+    `tie_output` ties the target embedding with the output projection.
+    """
+
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    d_model: int = 256
+    heads: int = 4
+    ffn_dim: int = 1024
+    layers: int = 3
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: typing.Literal["relu", "gelu"] = "relu"
+    norm: typing.Literal["pre", "post"] = "pre"
+    positions: typing.Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = 1024
+    share_embeddings: bool = False
+    tie_output: bool = True
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.heads:
+            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError("model.share_embeddings needs src_vocab_size == tgt_vocab_size (a joint vocabulary)")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1)")
+
+    @property
+    def n_encoder_layers(self) -> int:
+        return self.layers if self.encoder_layers is None else self.encoder_layers
+
+    @property
+    def n_decoder_layers(self) -> int:
+        return self.layers if self.decoder_layers is None else self.decoder_layers

@@ -1,0 +1,33 @@
+"""The text encoder: token embedding + positions + a stack of self-attention layers."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..layers import Embedding, EncoderLayer
+from .base import Encoder
+
+
+class TextEncoder(Encoder):
+    """src token ids [B, S] (padded with pad_id) -> (memory [B, S, D], pad mask [B, S])."""
+
+    def __init__(self, cfg: ModelConfig, embedding: Embedding | None = None) -> None:
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.pad_id = cfg.pad_id
+        self.embed = embedding if embedding is not None else Embedding(cfg.src_vocab_size, cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+
+    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        pad_mask = src.eq(self.pad_id)
+        x = self.embed(src)
+        # Fully unpadded batches skip the mask, which lets SDPA take its fastest kernel.
+        mask = pad_mask if bool(pad_mask.any()) else None
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.final_norm(x), pad_mask
+
+    def source_lengths(self, src: Tensor) -> Tensor:
+        return src.ne(self.pad_id).sum(dim=1)
