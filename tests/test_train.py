@@ -1,0 +1,225 @@
+"""Training: schedules, non-finite steps, atomic checkpoints, exact resume, the CLI end to end."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from seq2seq import checkpoint as ckpt
+from seq2seq.batching import TokenBatchSampler, collate_text
+from seq2seq.cli import cli
+from seq2seq.config import ModelConfig
+from seq2seq.model import Seq2SeqTransformer
+from seq2seq.train import Trainer, TrainingAborted, TrainingConfig, lr_lambda
+
+
+def toy_data(n=48, seed=0):
+    """A copy-with-offset task: target = source ids + 1."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        length = int(torch.randint(2, 7, (1,), generator=g))
+        src = torch.randint(4, 20, (length,), generator=g).tolist()
+        rows.append({"src_ids": src + [3], "tgt_ids": [t + 1 for t in src], "index": i})
+    return rows
+
+
+def make_trainer(out_dir, rows, dropout=0.1, **overrides):
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(
+        ModelConfig(src_vocab_size=24, tgt_vocab_size=24, d_model=32, heads=2, ffn_dim=64, layers=1, dropout=dropout)
+    )
+    cfg = TrainingConfig(**{**dict(max_tokens=64, lr=3e-3, warmup_steps=5, max_steps=12, valid_every=4, valid_bleu=False,
+                                 log_every=2, device="cpu", seed=3, best_metric="loss"), **overrides})
+    sampler = TokenBatchSampler([len(r["src_ids"]) for r in rows], [len(r["tgt_ids"]) + 1 for r in rows],
+                                max_tokens=cfg.max_tokens, shuffle=True, seed=cfg.seed)
+    return Trainer(model, cfg, sampler, lambda idx: collate_text([rows[i] for i in idx]), None, out_dir)
+
+
+@pytest.mark.parametrize("schedule", ["inverse_sqrt", "linear", "cosine", "constant"])
+def test_schedules_warm_up_then_follow_their_shape(schedule):
+    f = lr_lambda(TrainingConfig(schedule=schedule, warmup_steps=10, max_steps=110))
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    expected_at_60 = {"inverse_sqrt": math.sqrt(10 / 61), "linear": 1 - 51 / 100, "constant": 1.0,
+                      "cosine": 0.5 * (1 + math.cos(math.pi * 51 / 100))}[schedule]
+    assert f(60) == pytest.approx(expected_at_60)
+
+
+def test_exact_resume_matches_uninterrupted_run(tmp_path):
+    rows = toy_data()
+    full = make_trainer(tmp_path / "full", rows)
+    full.train()
+    # interrupted: the process dies after step 8 (its last checkpoint); a new process resumes
+    part = make_trainer(tmp_path / "part", rows, max_steps=8)
+    part.train()
+    resumed = make_trainer(tmp_path / "part", rows)
+    torch.manual_seed(12345)  # a fresh process has another RNG state: resume must restore it
+    assert resumed.resume()
+    assert resumed.step == 8
+    resumed.train()
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    assert [r["step"] for r in full.history] == [r["step"] for r in resumed.history]
+
+
+def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    rows = toy_data()
+    trainer = make_trainer(tmp_path, rows, max_steps=4)
+    trainer.train()
+    good_weights = ckpt.load_weights(tmp_path / "model.safetensors")
+    good_state = json.loads((tmp_path / "train_state" / "state.json").read_text())
+
+    import seq2seq.checkpoint as module
+
+    def broken_save_file(tensors, path):
+        Path(path).write_bytes(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module, "save_file", broken_save_file)
+    trainer.step += 1
+    with pytest.raises(OSError, match="disk full"):
+        trainer.save(best=True)
+    monkeypatch.undo()
+    # the best weights and the resume state are the old ones, intact and loadable
+    for name, t in ckpt.load_weights(tmp_path / "model.safetensors").items():
+        assert torch.equal(t, good_weights[name])
+    assert ckpt.train_state_dir(tmp_path) is not None
+    assert json.loads((ckpt.train_state_dir(tmp_path) / "state.json").read_text())["step"] == good_state["step"]
+    assert not list(tmp_path.glob(".*.tmp")) and not list((tmp_path / "checkpoints").glob(".*.tmp"))
+
+
+def test_interrupted_state_swap_falls_back_to_old(tmp_path):
+    ckpt.save_train_state(tmp_path, {"state.json": {"step": 1}})
+    ckpt.save_train_state(tmp_path, {"state.json": {"step": 2}})
+    # simulate a kill between the two renames of the swap: train_state moved to .old, new not yet in place
+    (tmp_path / "train_state").rename(tmp_path / "train_state.old")
+    assert ckpt.read_json(ckpt.train_state_dir(tmp_path) / "state.json")["step"] == 2
+
+
+def test_non_finite_loss_skips_the_step_then_aborts(tmp_path, monkeypatch):
+    rows = toy_data()
+    trainer = make_trainer(tmp_path, rows, max_steps=6, max_bad_steps=2)
+    import seq2seq.train as train_module
+
+    real = train_module.token_loss
+    calls = {"n": 0}
+
+    def sometimes_nan(logits, target, pad_id, smoothing):
+        calls["n"] += 1
+        loss = real(logits, target, pad_id, smoothing)
+        return loss * float("nan") if calls["n"] == 2 else loss
+
+    monkeypatch.setattr(train_module, "token_loss", sometimes_nan)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train()
+    assert trainer.bad_steps == 1 and trainer.step == 6
+    assert all(torch.isfinite(v).all() for v in trainer.model.state_dict().values())
+    assert any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+
+    monkeypatch.setattr(train_module, "token_loss", lambda *a: real(*a) * float("inf"))
+    trainer2 = make_trainer(tmp_path / "b", rows, max_steps=6, max_bad_steps=2)
+    start = {k: v.clone() for k, v in trainer2.model.state_dict().items()}
+    with pytest.raises(TrainingAborted, match="non-finite"):
+        trainer2.train()
+    assert trainer2.step == 0
+    assert all(torch.equal(start[k], v) for k, v in trainer2.model.state_dict().items())
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    rows = toy_data(8)
+    a = make_trainer(tmp_path / "a", rows, dropout=0.0, max_tokens=1000, max_steps=1, accum_steps=1, clip_norm=None)
+    b = make_trainer(tmp_path / "b", rows, dropout=0.0, max_tokens=1000, max_steps=1, accum_steps=2, clip_norm=None)
+    batch = collate_text(rows)
+    halves = [collate_text(rows[:4]), collate_text(rows[4:])]
+    a._train_step([batch])
+    b._train_step(halves)
+    # Compare gradients, not Adam updates: Adam normalises the (theoretically zero) key-bias
+    # gradient, so float noise there would become a full-size step.
+    for (name, p), (_, q) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=name)
+    assert a.step == b.step == 1
+
+
+def write_config(tmp_path, files, **extra):
+    import yaml
+
+    cfg = {
+        "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
+                 "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"])},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "share_embeddings": True},
+        "training": {"output_dir": str(tmp_path / "model"), "max_steps": 30, "valid_every": 15, "max_tokens": 1500,
+                     "lr": 2e-3, "warmup_steps": 10, "device": "cpu", "log_every": 5},
+        "decoding": {"beam": 2, "max_len_b": 10},
+    }
+    for dotted, value in extra.items():
+        section, key = dotted.split("__")
+        cfg[section][key] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_cli_train_end_to_end_writes_a_loadable_model_dir(tmp_path, multi30k_small):
+    config = write_config(tmp_path, multi30k_small)
+    result = CliRunner().invoke(cli, ["train", str(config), "--set", "training.max_steps=30"])
+    assert result.exit_code == 0, result.output
+    model_dir = tmp_path / "model"
+    for name in ("model.safetensors", "config.yaml", "spm.model", "metadata.json", "log.csv", "curves.png"):
+        assert (model_dir / name).is_file(), name
+    meta = json.loads((model_dir / "metadata.json").read_text())
+    assert meta["step"] == 30 and meta["train_pairs"] > 350 and len(meta["data_fingerprint"]) >= 16
+    assert "valid_bleu" in meta["last_validation"]
+    from seq2seq.experiment import load_model_dir
+
+    loaded = load_model_dir(model_dir)
+    assert loaded.model.cfg.src_vocab_size == loaded.tokenizers.src.vocab_size
+    # a second run into the same directory is refused instead of overwriting it
+    again = CliRunner().invoke(cli, ["train", str(config)])
+    assert again.exit_code != 0 and "--resume" in again.output
+    # resume continues to a larger step budget
+    more = CliRunner().invoke(cli, ["train", str(config), "--resume", "--set", "training.max_steps=35"])
+    assert more.exit_code == 0, more.output
+    assert json.loads((model_dir / "metadata.json").read_text())["step"] == 35
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("mismatch", "line"),
+        ("bad_utf8", "line 2"),
+        ("missing", "not found"),
+        ("unknown_key", "Did you mean 'training.max_steps'"),
+        ("bad_type", "training.lr"),
+    ],
+)
+def test_cli_train_refuses_bad_input_with_one_clear_message(tmp_path, multi30k_small, setup, message):
+    files = dict(multi30k_small)
+    overrides = []
+    if setup == "mismatch":
+        p = tmp_path / "short.de"
+        p.write_text("eins\nzwei\n", encoding="utf-8")
+        files["train.de"] = p
+    elif setup == "bad_utf8":
+        p = tmp_path / "bad.en"
+        p.write_bytes(b"fine line\nbroken \xff\xfe line\n")
+        q = tmp_path / "ok.de"
+        q.write_text("gut\nauch gut\n", encoding="utf-8")
+        files["train.en"], files["train.de"] = p, q
+    elif setup == "missing":
+        files["train.en"] = tmp_path / "nope.en"
+    elif setup == "unknown_key":
+        overrides = ["--set", "training.max_stesp=3"]
+    elif setup == "bad_type":
+        overrides = ["--set", "training.lr=fast"]
+    config = write_config(tmp_path, files)
+    result = CliRunner().invoke(cli, ["train", str(config), *overrides])
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert message in result.output, result.output
+    if setup in ("mismatch", "bad_utf8", "missing"):
+        assert "Error:" in result.output and str(files["train.en" if setup != "mismatch" else "train.de"].name) in result.output
+    assert not (tmp_path / "model" / "model.safetensors").exists()
