@@ -77,5 +77,23 @@ def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str
                f"{result['best'] if result['best'] is not None else float('nan'):.2f} at step {result['best_step']})")
 
 
+@cli.command()
+@click.option("--output-dir", "-o", default="runs/quickstart", show_default=True, help="Where data and model go.")
+@click.option("--minutes", default=4.0, show_default=True, help="Training budget in wall-clock minutes.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, mps.")
+@click.option("--seed", default=1, show_default=True, help="Seed for the corpus and the training run.")
+@user_errors
+def quickstart(output_dir: str, minutes: float, device: str, seed: int) -> None:
+    """Generate a small English->German corpus, train on it, report held-out BLEU and chrF.
+
+    No download needed: the corpus comes from a seeded grammar with agreement, verb-final
+    subordinate clauses and numbers written as words. Leaves a model directory that
+    `seq2seq translate` loads.
+    """
+    from .quickstart import run_quickstart
+
+    run_quickstart(output_dir, minutes=minutes, device=device, seed=seed)
+
+
 def main() -> None:
     cli()
