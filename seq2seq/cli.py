@@ -7,9 +7,15 @@ line on stderr and exit code 1, never a traceback from deep inside torch.
 from __future__ import annotations
 
 import functools
+import gzip
+import io
+import itertools
+import json
 import logging
+import os
 import sys
-from typing import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
@@ -79,11 +85,12 @@ def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str
 
 @cli.command()
 @click.option("--output-dir", "-o", default="runs/quickstart", show_default=True, help="Where data and model go.")
-@click.option("--minutes", default=4.0, show_default=True, help="Training budget in wall-clock minutes.")
+@click.option("--minutes", default=3.5, show_default=True, help="Training budget in wall-clock minutes.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, mps.")
 @click.option("--seed", default=1, show_default=True, help="Seed for the corpus and the training run.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUTPUT_DIR/model.")
 @user_errors
-def quickstart(output_dir: str, minutes: float, device: str, seed: int) -> None:
+def quickstart(output_dir: str, minutes: float, device: str, seed: int, overwrite: bool) -> None:
     """Generate a small English->German corpus, train on it, report held-out BLEU and chrF.
 
     No download needed: the corpus comes from a seeded grammar with agreement, verb-final
@@ -92,7 +99,414 @@ def quickstart(output_dir: str, minutes: float, device: str, seed: int) -> None:
     """
     from .quickstart import run_quickstart
 
-    run_quickstart(output_dir, minutes=minutes, device=device, seed=seed)
+    run_quickstart(output_dir, minutes=minutes, device=device, seed=seed, overwrite=overwrite)
+
+
+# --------------------------------------------------------------------------------------------
+# translate, test, evaluate, average
+# --------------------------------------------------------------------------------------------
+
+PRECISION_CHOICES = ("fp32", "bf16", "int8")
+LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on
+_ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
+
+
+def _stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
+
+
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def _std_binary(name: str) -> BinaryIO:
+    stream = getattr(sys, name)
+    return getattr(stream, "buffer", stream)
+
+
+def _open_binary(path: str, mode: str) -> BinaryIO:
+    """'-' is stdin/stdout; a name ending in .gz is read/written through gzip."""
+    if path == "-":
+        return _std_binary("stdin" if mode == "rb" else "stdout")
+    if path.endswith(".gz"):
+        return gzip.open(path, mode)  # type: ignore[return-value]
+    return open(path, mode)  # noqa: SIM115 - closed by the caller
+
+
+def _decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = _warn) -> Iterator[str]:
+    """Lines of a byte stream, lazily: split on '\n' only (a lone '\r' or U+2028 stays inside its
+    line), one trailing '\r' dropped (CRLF files), invalid UTF-8 replaced by U+FFFD with a warning
+    that names the line."""
+    for number, raw in enumerate(stream, 1):
+        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            text = raw.decode("utf-8", errors="replace")
+            warn(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD")
+        yield text.removeprefix("\ufeff") if number == 1 else text
+
+
+def _read_lines(path: str) -> list[str]:
+    if path != "-" and not os.path.isfile(path):
+        raise click.ClickException(f"file not found: {path}")
+    with _open_binary(path, "rb") as f:
+        return list(_decoded_lines(f, path))
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_ONE_LINE)
+
+
+def _json_line(obj: Any) -> str:
+    text = json.dumps(obj, ensure_ascii=False)
+    for c in "\x85\u2028\u2029":  # legal raw in JSON strings, but line breaks to splitlines()
+        text = text.replace(c, f"\\u{ord(c):04x}")
+    return text
+
+
+def _empty_translation() -> Any:
+    from .translator import Translation
+
+    return Translation(text="", score=0.0, logprob=0.0, token_ids=[], pieces=[], token_logprobs=[], src_pieces=[])
+
+
+def _formatter(fmt: str, nbest: int) -> Callable[[int, list], str]:
+    """The output text (newline-terminated) of input line `index` (0-based) from its n-best list.
+
+    text: the best translation. scores: "score<TAB>text". nbest (nbest > 1): one line per
+    hypothesis, "index ||| text ||| score", best first. json: one object per input line.
+    """
+
+    def emit(index: int, hyps: list) -> str:
+        hyps = hyps or [_empty_translation()]
+        if fmt == "json":
+            obj = hyps[0].to_json()
+            obj["text"] = _one_line(obj["text"])
+            if nbest > 1:
+                obj["nbest"] = [{**h.to_json(), "text": _one_line(h.text)} for h in hyps]
+            return _json_line(obj) + "\n"
+        if nbest > 1:
+            return "".join(f"{index} ||| {_one_line(h.text)} ||| {h.score:.4f}\n" for h in hyps)
+        if fmt == "scores":
+            return f"{hyps[0].score:.4f}\t{_one_line(hyps[0].text)}\n"
+        return _one_line(hyps[0].text) + "\n"
+
+    return emit
+
+
+def _translate_stream(
+    translator: Any,
+    lines: Iterator[str],
+    out: BinaryIO,
+    emit: Callable[[int, list], str],
+    chunk_lines: int,
+    batch_tokens: int,
+    search: dict[str, Any],
+    warn: Callable[[str], None] = _warn,
+) -> int:
+    """Translate `lines` chunk by chunk (each chunk sorted into token-bounded batches by the
+    Translator), writing and flushing each chunk's output before reading the next. Returns the
+    number of lines."""
+    done = 0
+    while True:
+        chunk = list(itertools.islice(lines, chunk_lines))
+        if not chunk:
+            return done
+        results = translator.translate_nbest(chunk, batch_tokens=batch_tokens, first_line=done + 1, warn=warn, **search)
+        out.write("".join(emit(done + i, r) for i, r in enumerate(results)).encode("utf-8"))
+        out.flush()
+        done += len(chunk)
+
+
+def model_options(fn: Callable) -> Callable:
+    """Options that choose how the model is loaded and run."""
+    for option in reversed(
+        [
+            click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, mps."),
+            click.option("--precision", type=click.Choice(PRECISION_CHOICES), default="fp32", show_default=True,
+                         help="bf16: bfloat16 autocast; int8: dynamically quantized linear layers (CPU)."),
+            click.option("--weights", type=click.Path(dir_okay=False), default=None,
+                         help="Use these weights instead of MODEL_DIR/model.safetensors (e.g. from `seq2seq average`)."),
+            click.option("--batch-tokens", type=click.IntRange(min=1), default=4000, show_default=True,
+                         help="Padded source tokens per batch."),
+            click.option("--chunk-lines", type=click.IntRange(min=1), default=500, show_default=True,
+                         help="Lines read, translated and written at a time."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def search_options(fn: Callable) -> Callable:
+    """Decoding options; unset ones keep the model's `decoding` config."""
+    for option in reversed(
+        [
+            click.option("--beam", type=click.IntRange(min=1), default=None, help="Beam size (1 = greedy search)."),
+            click.option("--greedy", is_flag=True, help="Greedy search."),
+            click.option("--sample", is_flag=True, help="Sample (see --topk, --topp, --temperature, --seed)."),
+            click.option("--lenpen", type=float, default=None, help="Length penalty exponent (GNMT)."),
+            click.option("--max-len-a", type=float, default=None, help="Max output length = a * source length + b."),
+            click.option("--max-len-b", type=int, default=None, help="See --max-len-a."),
+            click.option("--topk", type=click.IntRange(min=0), default=None, help="Sample from the k most likely tokens."),
+            click.option("--topp", type=float, default=None, help="Sample from the smallest set with probability >= p."),
+            click.option("--temperature", type=float, default=None, help="Sampling temperature."),
+            click.option("--seed", type=int, default=None, help="Sampling seed."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _search_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
+    keys = ("beam", "greedy", "sample", "lenpen", "max_len_a", "max_len_b", "topk", "topp", "temperature", "seed", "nbest")
+    return {k: kw[k] for k in keys if kw.get(k) not in (None, False)}
+
+
+def _load_translator(model_dir: str, device: str, precision: str, weights: str | None, search: dict[str, Any]) -> Any:
+    """Load MODEL_DIR and check the search options once, as one-line errors."""
+    from .translator import Translator
+
+    try:
+        translator = Translator.load(model_dir, device=device, precision=precision, weights=weights)
+        translator.search_config(**search)
+    except ValueError as e:  # also CheckpointError and TokenizerError: missing files, vocab mismatch
+        raise click.ClickException(str(e)) from None
+    except RuntimeError as e:  # e.g. a device torch cannot use
+        raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
+    return translator
+
+
+@cli.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("-i", "--input", "input_path", default="-", show_default=True, help="Input file ('-': stdin; .gz read as gzip).")
+@click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
+@search_options
+@click.option("--nbest", type=click.IntRange(min=1), default=None,
+              help="Hypotheses per input; > 1 prints 'LINE ||| text ||| score' lines (LINE counts from 0).")
+@click.option("--scores", is_flag=True, help="Print 'score<TAB>translation' (score: length-penalised log-probability).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per input line: text, score, logprob, tokens.")
+@click.option("--alignment", is_flag=True, help="With --json: add the cross-attention matrix and the source tokens.")
+@click.option("--show-attention", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+              help="Plot the cross-attention of the (single) input sentence as a heatmap.")
+@click.option("--attention-layer", type=int, default=-1, show_default=True,
+              help="Decoder layer for --alignment / --show-attention (negative: from the last).")
+@model_options
+@user_errors
+def translate(model_dir: str, input_path: str, output_path: str, scores: bool, as_json: bool, alignment: bool,
+              show_attention: str | None, attention_layer: int, device: str, precision: str, weights: str | None,
+              batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
+    """Translate text with MODEL_DIR: one output line per input line, in order.
+
+    Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
+    time. With a terminal on stdin it is interactive: type a sentence after the "> " prompt.
+    """
+    search = _search_kwargs(kw)
+    if alignment and not as_json:
+        raise click.UsageError("--alignment adds the attention to --json output; add --json")
+    if scores and as_json:
+        raise click.UsageError("--json already holds the scores; use one of --scores and --json")
+    if alignment or show_attention:
+        search["attention_layer"] = attention_layer
+    if input_path != "-" and not os.path.isfile(input_path):
+        raise click.ClickException(f"input file not found: {input_path}")
+    if input_path != "-" and output_path != "-" and os.path.exists(output_path) \
+            and os.path.samefile(input_path, output_path):
+        raise click.ClickException(f"-o {output_path} is the input file; writing it would destroy the input")
+    interactive = input_path == "-" and _stdin_is_tty()
+    lines: list[str] | None = None  # --show-attention reads its one sentence up front
+    if show_attention and not interactive:
+        with _open_binary(input_path, "rb") as f:
+            lines = list(_decoded_lines(f, input_path))
+        if len(lines) != 1 or not lines[0].strip():
+            what = "an empty line" if len(lines) == 1 else f"{len(lines)} lines"
+            raise click.ClickException(
+                f"--show-attention plots one sentence, but the input has {what}; give exactly one non-empty line"
+            )
+    translator = _load_translator(model_dir, device, precision, weights, search)
+    nbest = translator.search_config(**search).nbest
+    emit = _formatter("json" if as_json else "scores" if scores else "text", nbest)
+
+    def plot(results: list) -> None:
+        from .plots import plot_attention
+
+        best = results[0][0]
+        plot_attention(best.attention, best.src_pieces, best.pieces + ["</s>"], show_attention)
+        click.echo(f"attention plot: {show_attention}", err=True)
+
+    out = _open_binary(output_path, "wb")
+    try:
+        _translate_to(out, translator, emit, interactive, show_attention, plot, lines, input_path, search,
+                      batch_tokens, chunk_lines)
+    except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+        sys.exit(1)
+    finally:
+        if output_path != "-":
+            out.close()
+
+
+def _translate_to(out: BinaryIO, translator: Any, emit: Callable[[int, list], str], interactive: bool,
+                  show_attention: str | None, plot: Callable[[list], None], lines: list[str] | None, input_path: str,
+                  search: dict[str, Any], batch_tokens: int, chunk_lines: int) -> None:
+    """Write the translations of the input to `out` (interactive, one plotted sentence, or streamed)."""
+    if interactive:
+
+        def prompted(stream: BinaryIO) -> Iterator[bytes]:
+            while True:
+                click.echo("> ", err=True, nl=False)
+                raw = stream.readline()
+                if not raw:
+                    click.echo("", err=True)
+                    return
+                yield raw
+
+        for number, line in enumerate(_decoded_lines(prompted(_std_binary("stdin")), "stdin"), 1):
+            results = translator.translate_nbest([line], batch_tokens=batch_tokens, first_line=number,
+                                                 warn=_warn, **search)
+            out.write(emit(number - 1, results[0]).encode("utf-8"))
+            out.flush()
+            if show_attention and results[0]:
+                plot(results)
+    elif lines is not None:
+        results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=_warn, **search)
+        out.write(emit(0, results[0]).encode("utf-8"))
+        out.flush()
+        plot(results)
+    else:
+        with _open_binary(input_path, "rb") as f:
+            _translate_stream(translator, _decoded_lines(f, "stdin" if input_path == "-" else input_path),
+                              out, emit, chunk_lines, batch_tokens, search)
+
+
+@cli.command()
+@click.option("--hyp", "hyp_path", required=True, help="Hypotheses, one per line (.gz read as gzip).")
+@click.option("--ref", "ref_paths", required=True, multiple=True, help="References, line-parallel (repeat for several).")
+@click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
+@user_errors
+def evaluate(hyp_path: str, ref_paths: tuple[str, ...], metrics: str, as_json: bool) -> None:
+    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER and their signatures)."""
+    hyps = _read_lines(hyp_path)
+    if not hyps:
+        raise click.ClickException(f"{hyp_path} is empty: nothing to score")
+    refs = _read_references(ref_paths, len(hyps), hyp_path, "hypotheses")
+    _print_scores(hyps, refs, metrics, as_json)
+
+
+def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) -> list[list[str]]:
+    refs = []
+    for path in ref_paths:
+        lines = _read_lines(path)
+        if len(lines) != n:
+            raise click.ClickException(
+                f"{other} has {n} lines but {path} has {len(lines)}: {what} and references must be line-parallel"
+            )
+        refs.append(lines)
+    return refs
+
+
+def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json: bool) -> dict[str, Any]:
+    from .metrics import METRICS, format_scores, score
+
+    names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METRICS]
+    if unknown or not names:
+        raise click.UsageError(f"--metrics: unknown {unknown}; choose from {', '.join(METRICS)}")
+    result = score(hyps, refs, names)
+    if as_json:
+        click.echo(json.dumps({k: {"score": v["score"], "signature": v["signature"]} for k, v in result.items()}, indent=2))
+    else:
+        click.echo(format_scores(result))
+    return result
+
+
+@cli.command("test")
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("--src", "src_path", required=True, help="Source sentences, one per line (.gz read as gzip).")
+@click.option("--ref", "ref_paths", required=True, multiple=True, help="References, line-parallel (repeat for several).")
+@click.option("-o", "--output", "output_path", default=None,
+              help="Where the hypotheses go (default: SRC's file name + .hyp, in the current directory).")
+@click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
+@search_options
+@model_options
+@user_errors
+def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
+                 as_json: bool, device: str, precision: str, weights: str | None, batch_tokens: int,
+                 chunk_lines: int, **kw: Any) -> None:
+    """Translate --src with MODEL_DIR, write the hypotheses, and score them against --ref."""
+    from .checkpoint import atomic_path
+
+    search = _search_kwargs(kw)
+    sources = _read_lines(src_path)
+    if not sources:
+        raise click.ClickException(f"{src_path} is empty: nothing to translate")
+    refs = _read_references(ref_paths, len(sources), src_path, "sources")
+    translator = _load_translator(model_dir, device, precision, weights, search)
+    output = Path(output_path or Path(src_path).name.removesuffix(".gz") + ".hyp")
+    hyps: list[str] = []
+    plain = _formatter("text", 1)
+
+    def emit(index: int, results: list) -> str:
+        line = plain(index, results)
+        hyps.append(line[:-1])
+        return line
+
+    with atomic_path(output) as tmp, open(tmp, "wb") as out:
+        _translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, search)
+    click.echo(f"hypotheses: {output} ({len(hyps)} lines)", err=True)
+    _print_scores(hyps, refs, metrics, as_json)
+
+
+@cli.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("--last", type=click.IntRange(min=1), default=None,
+              help="Average the last N checkpoints of MODEL_DIR/checkpoints (default: all there).")
+@click.option("-o", "--output", "output_path", default=None,
+              help="Output weights (default: MODEL_DIR/model.avg.safetensors).")
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@user_errors
+def average(model_dir: str, last: int | None, output_path: str | None, force: bool) -> None:
+    """Average the weights of MODEL_DIR's last checkpoints into one safetensors file.
+
+    Use the result with `seq2seq translate/test MODEL_DIR --weights FILE`.
+    """
+    from . import checkpoint as ckpt
+
+    directory = Path(model_dir)
+    ckpt_dir = directory / "checkpoints"
+
+    def step(p: Path) -> int:
+        tail = p.stem.removeprefix("step_")
+        return int(tail) if tail.isdigit() else -1
+
+    paths = sorted((p for p in ckpt_dir.glob("step_*.safetensors") if step(p) >= 0), key=step)
+    if not paths:
+        raise ckpt.CheckpointError(f"no checkpoints (step_N.safetensors) in {ckpt_dir}")
+    if last is not None:
+        if last > len(paths):
+            raise ckpt.CheckpointError(f"--last {last}: {ckpt_dir} holds only {len(paths)} checkpoint(s)")
+        paths = paths[-last:]
+    output = Path(output_path) if output_path else directory / "model.avg.safetensors"
+    if output.exists() and not force:
+        raise click.ClickException(f"{output} exists; pass --force to replace it, or -o to write elsewhere")
+    state = ckpt.average_checkpoints(paths)
+    if (directory / ckpt.CONFIG).is_file():  # refuse checkpoints that do not fit the model config
+        from .config import ConfigError, from_dict, load_dict
+        from .experiment import Config, build_model
+
+        try:
+            cfg = from_dict(Config, load_dict(directory / ckpt.CONFIG))
+        except ConfigError as e:
+            raise ckpt.CheckpointError(f"{directory / ckpt.CONFIG}: {e}") from None
+        ckpt.load_into(build_model(cfg), state, paths[-1])
+    ckpt.save_weights(state, output)
+    click.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {output}")
 
 
 def main() -> None:

@@ -169,7 +169,7 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
     search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
     trainer = Trainer(model, cfg.training, sampler, collate, valid, out_dir, search_cfg, pad_id=PAD_ID)
     log.info("resolved config:\n%s", config_yaml(cfg))
-    log.info("model: %s parameters; device: %s; precision: %s", f"{model.num_parameters():,}", trainer.device, cfg.training.precision)
+    log.info("model: %s parameters; device: %s; precision: %s", f"{model.num_parameters():,}", trainer.device, trainer.precision)
     sample = [idx for _, idx in zip(range(200), TokenBatchSampler(src_lens, tgt_lens, cfg.training.max_tokens, True, cfg.training.seed))]
     log.info(
         "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",

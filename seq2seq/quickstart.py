@@ -29,25 +29,27 @@ log = logging.getLogger(__name__)
 
 
 def quickstart_config(data: dict[str, tuple[Path, Path]], model_dir: Path, minutes: float, device: str, seed: int) -> Config:
-    """The settings: chosen on the validation split for BLEU within a few minutes on 2 CPU cores."""
+    """The settings, chosen on the validation split for BLEU within a few minutes on 2 CPU cores:
+    a 2+2-layer model learns faster per second here than 3+3, and small batches (more updates)
+    beat large ones in a short budget; bf16 where the CPU has native bf16 dot products."""
     return Config(
         data=DataConfig(
             train_src=str(data["train"][0]), train_tgt=str(data["train"][1]),
             valid_src=str(data["valid"][0]), valid_tgt=str(data["valid"][1]),
-            max_len=64,
+            max_len=64, valid_max_sentences=200,
         ),
         tokenizer=TokenizerConfig(joint=True, model_type="unigram", vocab_size=1000),
-        model=ModelConfig(d_model=256, heads=4, ffn_dim=1024, layers=3, dropout=0.1, share_embeddings=True, tie_output=True),
+        model=ModelConfig(d_model=256, heads=4, ffn_dim=1024, layers=2, dropout=0.1, share_embeddings=True, tie_output=True),
         training=TrainingConfig(
-            output_dir=str(model_dir), seed=seed, max_tokens=4096, lr=1e-3, warmup_steps=300,
-            max_steps=100_000, max_time_minutes=minutes, label_smoothing=0.1, valid_every=250,
-            device=device, log_every=25, keep_last=3,
+            output_dir=str(model_dir), seed=seed, max_tokens=2000, lr=1e-3, warmup_steps=200,
+            max_steps=100_000, max_time_minutes=minutes, label_smoothing=0.1, valid_every=150,
+            device=device, precision="auto", log_every=50, keep_last=3,
         ),
         decoding=SearchConfig(strategy="beam", beam=4, lenpen=1.0, max_len_a=1.5, max_len_b=10),
     )
 
 
-def run_quickstart(output_dir: str | Path, minutes: float = 4.0, device: str = "auto", seed: int = 1,
+def run_quickstart(output_dir: str | Path, minutes: float = 3.5, device: str = "auto", seed: int = 1,
                    overwrite: bool = False) -> dict[str, float]:
     out = Path(output_dir)
     model_dir = out / "model"

@@ -56,7 +56,7 @@ class TrainingConfig:
     max_time_minutes: float | None = None  # wall-clock budget for the training loop
     label_smoothing: float = 0.1
     clip_norm: float | None = 1.0
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where the hardware has it
     device: str = "auto"  # auto: cuda > mps > cpu
     threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
     valid_every: int = 500
@@ -116,6 +116,25 @@ def lr_lambda(cfg: TrainingConfig) -> Callable[[int], float]:
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Does the device compute bf16 natively (CUDA with bf16, or a CPU with AVX512-BF16/AMX)?"""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        try:
+            flags = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+    return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
 
 
 def autocast_context(device: torch.device, precision: str):
@@ -186,6 +205,7 @@ class Trainer:
         if cfg.threads and self.device.type == "cpu":
             torch.set_num_threads(cfg.threads)
         self.model = model.to(self.device)
+        self.precision = resolve_precision(cfg.precision, self.device)
         self.sampler, self.collate, self.valid = sampler, collate, valid
         self.out_dir = Path(out_dir)
         self.pad_id = pad_id
@@ -200,7 +220,7 @@ class Trainer:
             eps=cfg.adam_eps,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16" and self.device.type == "cuda")
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16" and self.device.type == "cuda")
         self.step = 0
         self.bad_steps = 0
         self.elapsed = 0.0  # seconds of training so far, across resumes
@@ -227,7 +247,9 @@ class Trainer:
         t0 = time.perf_counter()
         window_tokens, window_loss, window_time = 0, 0.0, time.perf_counter()
         stop_reason = "max_steps"
-        bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True, leave=False)
+        # The bar needs a terminal; elsewhere (CI, nohup, a pipe) the same figures go to the log.
+        bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+                   leave=False, disable=None)
         self.model.train()
         try:
             while self.step < cfg.max_steps:
@@ -245,6 +267,9 @@ class Trainer:
                     dt = time.perf_counter() - window_time
                     lr = self.optimizer.param_groups[0]["lr"]
                     bar.set_postfix(loss=f"{window_loss / window_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{window_tokens / dt:,.0f}")
+                    if bar.disable:
+                        log.info("step %d: loss %.3f, lr %.2e, %s tokens/s, %.1f min", self.step,
+                                 window_loss / window_tokens, lr, f"{window_tokens / dt:,.0f}", self.elapsed / 60)
                     self._log({"train_loss": window_loss / window_tokens, "lr": lr, "tokens_per_s": window_tokens / dt})
                     window_tokens, window_loss, window_time = 0, 0.0, time.perf_counter()
                 bar.update(1)
@@ -274,7 +299,7 @@ class Trainer:
         finite = True
         for batch in batches:
             batch = batch.to(self.device)
-            with autocast_context(self.device, self.cfg.precision):
+            with autocast_context(self.device, self.precision):
                 logits = self.model(batch.src, batch.tgt_in)
             loss = token_loss(logits, batch.tgt_out, self.pad_id, self.cfg.label_smoothing)
             if not torch.isfinite(loss):
@@ -317,12 +342,12 @@ class Trainer:
         hyps: dict[int, list[int]] = {}
         for batch in self.valid.batches:
             batch = batch.to(self.device)
-            with autocast_context(self.device, self.cfg.precision):
+            with autocast_context(self.device, self.precision):
                 logits = self.model(batch.src, batch.tgt_in)
             nll += token_loss(logits, batch.tgt_out, self.pad_id, 0.0).item()
             tokens += batch.n_tgt_tokens
             if self.cfg.valid_bleu:
-                with autocast_context(self.device, self.cfg.precision):
+                with autocast_context(self.device, self.precision):
                     results = search(self.model, batch.src, self.search_cfg)
                 for i, nbest in zip(batch.indices, results):
                     hyps[i] = nbest[0].tokens

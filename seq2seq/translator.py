@@ -5,30 +5,40 @@
     t.translate(["A man rides a bike."], beam=5)          # -> ["Ein Mann fährt Fahrrad."]
     t.translate_nbest(["..."], beam=5, nbest=3, attention_layer=-1)  # -> hypotheses with scores
 
+Search options are the fields of `SearchConfig` (beam, nbest, lenpen, max_len_a, max_len_b,
+max_len, min_len, no_repeat_ngram, topk, topp, temperature, seed, attention_layer, ...) plus two
+switches, `greedy=True` and `sample=True`; unset options keep the model's `decoding` config.
+`beam=1` means greedy search, `beam>1` beam search.
+
 Sources are sorted by length and grouped into token-bounded batches, then results are put back in
 input order. Every input gives exactly one result: an empty line translates to an empty string
-(no decoding), an overlong line is truncated to the model's limit with a warning.
+(no decoding), an overlong line is truncated to the model's limit with a warning that names the
+line. `seq2seq translate`, `seq2seq test` and `seq2seq quickstart` all translate through this class.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
+from torch import nn
 
 from .batching import pad_sequences
 from .experiment import LoadedModel, load_model_dir
-from .search import SearchConfig, search
-from .tokenizer import EOS_ID, PAD_ID
+from .search import Hypothesis, SearchConfig, search
+from .tokenizer import EOS_ID, PAD_ID, Tokenizer
 from .train import autocast_context
 
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "int8")
+SAMPLING_OPTIONS = ("topk", "topp", "temperature")
 
 
 @dataclass
@@ -36,12 +46,12 @@ class Translation:
     """One hypothesis for one source sentence."""
 
     text: str
-    score: float  # the search score (length-penalised log-probability for beam search)
+    score: float  # the search score (length-penalised log-probability, see seq2seq.search)
     logprob: float  # total log-probability
     token_ids: list[int]
     pieces: list[str]  # target subword pieces (without EOS)
     token_logprobs: list[float]  # per target token, EOS included
-    src_pieces: list[str]
+    src_pieces: list[str]  # source subword pieces the model saw (after truncation), EOS included
     attention: list[list[float]] | None = None  # [target pieces + EOS, source pieces + EOS]
 
     def to_json(self) -> dict[str, Any]:
@@ -53,69 +63,139 @@ class Translation:
 
 
 class Translator:
-    """Translates text with a loaded model; search options default to the model's `decoding` config."""
+    """Translates text with a loaded model; search options default to the model's `decoding` config.
+
+    precision: "fp32"; "bf16" (autocast to bfloat16: matmuls in bf16, log-softmax in fp32);
+    "int8" (CPU only: dynamic int8 quantization of the linear layers, the output projection
+    included; weights int8, activations quantized per call).
+    """
 
     def __init__(self, loaded: LoadedModel, precision: str = "fp32") -> None:
         if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.loaded = loaded
-        self.model = loaded.model.eval()
+        self.model: nn.Module = loaded.model.eval()
         self.device = next(self.model.parameters()).device
         self.precision = precision
         if precision == "int8":
             if self.device.type != "cpu":
-                raise ValueError("int8 dynamic quantization runs on CPU only")
-            self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+                raise ValueError(f"int8 precision runs on CPU only (the model is on {self.device})")
+            self.model = quantize_int8(self.model)
         self.tokenizers = loaded.tokenizers
         self.defaults = loaded.config.decoding
-        self.max_src_len = min(loaded.config.model.max_positions, loaded.config.data.max_len)
+        # The encoder sees ids + EOS, which must fit in the model's positions.
+        self.max_src_tokens = loaded.config.model.max_positions - 1
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32",
-             weights: str | Path | None = None) -> "Translator":
+    def load(
+        cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32", weights: str | Path | None = None
+    ) -> "Translator":
+        """Load a model directory (see `load_model_dir`); `weights` replaces its model.safetensors,
+        e.g. with averaged checkpoints from `seq2seq average`."""
+        if precision == "int8" and device == "auto":
+            device = "cpu"  # dynamic int8 quantization runs on CPU
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but CUDA is not available")
         return cls(load_model_dir(model_dir, device=device, weights=weights), precision)
 
-    def search_config(self, **options: Any) -> SearchConfig:
-        """The model's decoding defaults with `options` applied (e.g. beam=5, lenpen=0.6)."""
+    def search_config(self, *, greedy: bool = False, sample: bool = False, **options: Any) -> SearchConfig:
+        """The model's decoding defaults with `options` applied (e.g. beam=5, lenpen=0.6).
+
+        The strategy: `greedy=True`, `sample=True`, or an explicit `strategy=`; otherwise `beam`
+        decides (1: greedy, > 1: beam search); otherwise the model's default. Options left at
+        None keep their default. nbest is 1 for greedy search and must be <= beam for beam search
+        (left unset it is capped there); max_len is capped at model.max_positions - 1.
+        Raises ValueError with a readable message for unknown or conflicting options.
+        """
         valid = {f.name for f in dataclasses.fields(SearchConfig)}
         unknown = sorted(set(options) - valid)
         if unknown:
-            raise ValueError(f"unknown search option(s) {unknown}; valid: {sorted(valid)}")
-        if options.get("beam") is not None and "strategy" not in options and options["beam"] >= 1:
-            options.setdefault("strategy", "beam" if options["beam"] > 1 else "greedy")
-        cfg = dataclasses.replace(self.defaults, **{k: v for k, v in options.items() if v is not None})
-        max_len = self.loaded.config.model.max_positions - 1
-        return dataclasses.replace(cfg, nbest=min(cfg.nbest, max(cfg.beam, 1)), max_len=min(cfg.max_len or max_len, max_len))
+            raise ValueError(f"unknown search option(s) {unknown}; valid: {sorted(valid | {'greedy', 'sample'})}")
+        options = {k: v for k, v in options.items() if v is not None}
+        if greedy and sample:
+            raise ValueError("choose one of greedy and sample (--greedy, --sample)")
+        chosen = "greedy" if greedy else "sample" if sample else None
+        if chosen is not None:
+            if options.get("strategy", chosen) != chosen:
+                raise ValueError(f"{chosen} conflicts with strategy={options['strategy']!r}")
+            options["strategy"] = chosen
+        elif "strategy" not in options and "beam" in options:
+            options["strategy"] = "beam" if options["beam"] > 1 else "greedy"
+        if "beam" in options and options["beam"] < 1:
+            raise ValueError(f"beam must be >= 1, got {options['beam']}")
+        strategy = options.get("strategy", self.defaults.strategy)
+        if strategy == "greedy" and options.get("beam", 1) > 1:
+            raise ValueError(f"greedy search conflicts with beam={options['beam']}")
+        given = sorted(k for k in SAMPLING_OPTIONS if k in options)
+        if given and strategy != "sample":
+            raise ValueError(f"{', '.join(given)}: only for sampling; add sample=True (--sample)")
+
+        beam = options.get("beam", self.defaults.beam)
+        nbest = options.get("nbest")
+        if strategy == "greedy":
+            if nbest is not None and nbest > 1:
+                raise ValueError(f"greedy search gives one hypothesis; nbest={nbest} needs beam search (beam >= {nbest}) or sampling")
+            options["nbest"] = 1
+        elif strategy == "beam":
+            if nbest is not None and nbest > beam:
+                raise ValueError(f"nbest ({nbest}) must be <= beam ({beam}); pass a larger beam")
+            options["nbest"] = min(self.defaults.nbest if nbest is None else nbest, beam)
+        layer = options.get("attention_layer")
+        layers = self.loaded.config.model.n_decoder_layers
+        if layer is not None and not -layers <= layer < layers:
+            raise ValueError(f"attention_layer {layer} does not exist: the decoder has {layers} layer(s)")
+        cap = self.loaded.config.model.max_positions - 1  # BOS + max_len tokens must fit
+        max_len = options.get("max_len", self.defaults.max_len)
+        options["max_len"] = cap if max_len is None else min(max_len, cap)
+        try:
+            return dataclasses.replace(self.defaults, **options)
+        except ValueError as e:  # SearchConfig's own checks ("decoding.topp must be in (0, 1]")
+            raise ValueError(str(e).removeprefix("decoding.")) from None
 
     def translate(self, texts: list[str], **options: Any) -> list[str]:
-        """Best translation of each text, in input order."""
+        """Best translation of each text, in input order ("" for an empty or blank text)."""
         return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(texts, **options)]
 
-    def translate_nbest(self, texts: list[str], batch_tokens: int = 4000, **options: Any) -> list[list[Translation]]:
-        """n-best hypotheses (best first) of each text, in input order; [] for an empty text."""
+    def translate_nbest(
+        self,
+        texts: list[str],
+        batch_tokens: int = 4000,
+        first_line: int = 1,
+        warn: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> list[list[Translation]]:
+        """n-best hypotheses (best first) of each text, in input order; [] for an empty text.
+
+        batch_tokens: padded source tokens per batch. first_line: the line number of texts[0],
+        used in warnings (a caller streaming a file in chunks passes its position). warn: where
+        warnings go (default: this module's logger). options: see `search_config`.
+        """
         cfg = self.search_config(**options)
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+        warn = warn or log.warning
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
-        ids = src_tok.encode([t.strip() for t in texts])
+        texts = [t.strip() for t in texts]
         results: list[list[Translation]] = [[] for _ in texts]
-        for i, seq in enumerate(ids):
-            if len(seq) > self.max_src_len - 1:
-                log.warning("line %d: %d source tokens, truncated to %d", i + 1, len(seq), self.max_src_len - 1)
-                ids[i] = seq[: self.max_src_len - 1]
-        todo = [i for i, t in enumerate(texts) if t.strip()]
+        todo = [i for i, t in enumerate(texts) if t]
+        ids: dict[int, list[int]] = dict(zip(todo, src_tok.encode([texts[i] for i in todo])))
+        limit = self.max_src_tokens
+        for i in todo:
+            if len(ids[i]) > limit:
+                warn(f"line {first_line + i}: {len(ids[i])} source tokens, truncated to the model's limit of {limit}")
+                ids[i] = ids[i][:limit]
+        autocast = "bf16" if self.precision == "bf16" else "fp32"
         for batch in self._batches(todo, ids, batch_tokens):
             src = pad_sequences([ids[i] + [EOS_ID] for i in batch], PAD_ID).to(self.device)
-            with torch.inference_mode(), autocast_context(self.device, "bf16" if self.precision == "bf16" else "fp32"):
+            with torch.inference_mode(), autocast_context(self.device, autocast):
                 hyps = search(self.model, src, cfg)
             for i, nbest in zip(batch, hyps):
-                src_pieces = src_tok.pieces(texts[i].strip())[: len(ids[i])] + ["</s>"]
+                src_pieces = src_tok.pieces(texts[i])[: len(ids[i])] + ["</s>"]
                 results[i] = [self._translation(h, src_pieces, tgt_tok) for h in nbest]
         return results
 
     @staticmethod
-    def _translation(h, src_pieces: list[str], tgt_tok) -> Translation:
-        attention = None
-        if h.attention is not None:
-            attention = h.attention.float().tolist()
+    def _translation(h: Hypothesis, src_pieces: list[str], tgt_tok: Tokenizer) -> Translation:
         return Translation(
             text=tgt_tok.decode([h.tokens])[0],
             score=float(h.score),
@@ -124,12 +204,13 @@ class Translator:
             pieces=[tgt_tok.id_to_piece(t) for t in h.tokens],
             token_logprobs=[float(x) for x in h.token_logprobs],
             src_pieces=src_pieces,
-            attention=attention,
+            attention=None if h.attention is None else h.attention.float().tolist(),
         )
 
     @staticmethod
-    def _batches(order: list[int], ids: list[list[int]], batch_tokens: int) -> Iterator[list[int]]:
-        """Token-bounded batches of similar length: padded source tokens <= batch_tokens."""
+    def _batches(order: list[int], ids: dict[int, list[int]], batch_tokens: int) -> Iterator[list[int]]:
+        """Token-bounded batches of similar length: padded source tokens (EOS included) <= batch_tokens
+        (a longer single source is a batch of its own)."""
         order = sorted(order, key=lambda i: len(ids[i]))
         batch: list[int] = []
         longest = 0
@@ -142,3 +223,29 @@ class Translator:
             longest = max(longest, n)
         if batch:
             yield batch
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """A copy of `model` with dynamically int8-quantized linear layers (CPU inference).
+
+    A tied output projection (logits = x @ E^T) is given its own Linear holding a copy of the
+    embedding so that it is quantized too: at d_model 256 and 8000 words it is the largest matmul
+    of a decoding step. The cross-attention input projections stay fp32: the attention code reads
+    slices of their weight (queries per step, keys/values once per source).
+    """
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    model = copy.deepcopy(model).cpu().eval()
+    decoder = getattr(model, "decoder", None)
+    if decoder is not None and getattr(decoder, "output", 1) is None:
+        weight = decoder.embed.tokens.weight
+        decoder.output = nn.Linear(weight.size(1), weight.size(0), bias=False)
+        decoder.output.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
+    names = {
+        name: default_dynamic_qconfig
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not name.endswith("cross_attn.in_proj")
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+        return quantize_dynamic(model, names, dtype=torch.qint8, inplace=True)

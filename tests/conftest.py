@@ -27,3 +27,32 @@ def multi30k_small(tmp_path_factory) -> dict[str, Path]:
             p.write_text("\n".join(head_gz(MULTI30K / f"{split}.{lang}.gz", n)) + "\n", encoding="utf-8")
             files[f"{split}.{lang}"] = p
     return files
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(multi30k_small, tmp_path_factory) -> Path:
+    """One tiny trained model directory per session (d_model 64, 1 layer, 60 steps, ~20 s):
+    checkpoints at steps 30 and 60, max_positions 256. Tests must not modify it (copy it first)."""
+    import yaml
+    from click.testing import CliRunner
+
+    from seq2seq.cli import cli
+
+    root = tmp_path_factory.mktemp("tiny_model")
+    files = multi30k_small
+    cfg = {
+        "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
+                 "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"])},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "share_embeddings": True,
+                  "max_positions": 256},
+        "training": {"output_dir": str(root / "model"), "max_steps": 60, "valid_every": 30, "max_tokens": 1500,
+                     "lr": 0.003, "warmup_steps": 10, "device": "cpu", "log_every": 20, "valid_bleu": False,
+                     "best_metric": "loss", "threads": 1},
+        "decoding": {"beam": 4, "max_len_b": 10},
+    }
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    result = CliRunner().invoke(cli, ["train", str(config)])
+    assert result.exit_code == 0, result.output
+    return root / "model"
