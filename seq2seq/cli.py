@@ -226,7 +226,7 @@ def model_options(fn: Callable) -> Callable:
         [
             click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, mps."),
             click.option("--precision", type=click.Choice(PRECISION_CHOICES), default="fp32", show_default=True,
-                         help="bf16: bfloat16 autocast; int8: dynamically quantized linear layers (CPU)."),
+                         help="bf16: bfloat16 weights and autocast; int8: dynamically quantized linear layers (CPU)."),
             click.option("--weights", type=click.Path(dir_okay=False), default=None,
                          help="Use these weights instead of MODEL_DIR/model.safetensors (e.g. from `seq2seq average`)."),
             click.option("--batch-tokens", type=click.IntRange(min=1), default=4000, show_default=True,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import logging
 from pathlib import Path
@@ -15,20 +14,13 @@ from seq2seq.tokenizer import (
     Tokenizer, TokenizerConfig, TokenizerError, TokenizerPair, train_tokenizer,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-MULTI30K = SHARED / "multi30k"
-
-
-def _head(path: Path, n: int) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(n)]
+from conftest import MULTI30K, head_gz, require_data
 
 
 @pytest.fixture(scope="module")
 def corpus() -> tuple[list[str], list[str]]:
-    if not (MULTI30K / "train.en.gz").is_file():
-        pytest.skip(f"Multi30K not found under {MULTI30K}")
-    return _head(MULTI30K / "train.en.gz", 300), _head(MULTI30K / "train.de.gz", 300)
+    require_data(MULTI30K)
+    return head_gz(MULTI30K / "train.en.gz", 300), head_gz(MULTI30K / "train.de.gz", 300)
 
 
 @pytest.fixture(scope="module")
