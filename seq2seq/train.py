@@ -63,6 +63,7 @@ class TrainingConfig:
     valid_bleu: bool = True  # decode the validation set (greedy) and score BLEU/chrF
     best_metric: Literal["bleu", "chrf", "loss"] = "bleu"
     keep_last: int = 5  # checkpoints kept in checkpoints/ (for averaging)
+    checkpoint_every: int | None = None  # also save (without validating) every N steps
     patience: int | None = None  # validations without improvement before stopping
     log_every: int = 50
     max_bad_steps: int = 20  # skipped non-finite steps before aborting
@@ -279,6 +280,8 @@ class Trainer:
                         stop_reason = "early_stopping"
                         break
                     self.model.train()
+                elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.save(best=False)
                 if out_of_time:
                     stop_reason = "max_time"
                     break

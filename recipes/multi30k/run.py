@@ -1,0 +1,133 @@
+#!/usr/bin/env python
+"""Multi30K recipe: train, average checkpoints, pick decoding settings on val, score test_2016_flickr.
+
+    python recipes/multi30k/run.py --data-dir ../shared/data/multi30k               # en->de
+    python recipes/multi30k/run.py --data-dir ../shared/data/multi30k --tgt fr      # en->fr
+    python recipes/multi30k/run.py --data-dir ../shared/data/multi30k --src de --tgt en
+    python recipes/multi30k/run.py --download data/multi30k                         # fetch first
+
+Every choice after training (which checkpoints to average, the length penalty) is made on the
+validation set; test_2016_flickr is decoded once, with the chosen settings, for the report.
+Scores are sacreBLEU on detokenized, cased output (default 13a tokenizer), signatures printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from seq2seq import checkpoint as ckpt  # noqa: E402
+from seq2seq.data import read_lines  # noqa: E402
+from seq2seq.experiment import load_config, run_training  # noqa: E402
+from seq2seq.metrics import format_scores, score  # noqa: E402
+from seq2seq.translator import Translator  # noqa: E402
+
+log = logging.getLogger("recipe")
+PUBLIC_RAW = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+SPLITS = ("train", "val", "test_2016_flickr")
+
+
+def download(target: Path, langs: tuple[str, ...]) -> None:
+    """Fetch the raw splits from the dataset's public repository (needs network)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        for lang in langs:
+            name = f"{split}.{lang}.gz"
+            if not (target / name).exists():
+                log.info("downloading %s", name)
+                urllib.request.urlretrieve(f"{PUBLIC_RAW}/{name}", target / name)
+
+
+def decode(model_dir: Path, weights: Path, sources: list[str], beam: int, lenpen: float) -> list[str]:
+    return Translator.load(model_dir, device="cpu", weights=weights).translate(sources, beam=beam, lenpen=lenpen)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    p.add_argument("--download", type=Path, default=None, help="download the corpus into this directory first")
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k_en_de.yaml")
+    p.add_argument("--output-dir", type=Path, default=None)
+    p.add_argument("--minutes", type=float, default=None, help="training budget (default: the config's)")
+    p.add_argument("--skip-train", action="store_true", help="reuse a trained model directory")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("datasets").setLevel(logging.WARNING)
+
+    data = args.data_dir
+    if args.download:
+        download(args.download, (args.src, args.tgt))
+        data = args.download
+    out = args.output_dir or ROOT / "runs" / f"multi30k_{args.src}_{args.tgt}"
+    overrides = [
+        f"data.train_src={data}/train.{args.src}.gz", f"data.train_tgt={data}/train.{args.tgt}.gz",
+        f"data.valid_src={data}/val.{args.src}.gz", f"data.valid_tgt={data}/val.{args.tgt}.gz",
+        f"training.output_dir={out}", *args.overrides,
+    ]
+    if args.minutes is not None:
+        overrides.append(f"training.max_time_minutes={args.minutes}")
+    cfg = load_config(args.config, overrides)
+
+    t0 = time.perf_counter()
+    if not args.skip_train:
+        result = run_training(cfg, resume=ckpt.train_state_dir(out) is not None, config_source=str(args.config))
+        log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
+
+    # 1. which weights: the best checkpoint, or the average of the last N (chosen on val)
+    val_src = read_lines(data / f"val.{args.src}.gz")
+    val_ref = read_lines(data / f"val.{args.tgt}.gz")
+    kept = sorted((out / "checkpoints").glob("step_*.safetensors"), key=lambda q: int(q.stem.split("_")[1]))
+    candidates = {"best": out / ckpt.WEIGHTS}
+    for n in (5, 10):
+        if len(kept) >= n:
+            path = out / f"model.avg{n}.safetensors"
+            ckpt.save_weights(ckpt.average_checkpoints(kept[-n:]), path)
+            candidates[f"avg{n}"] = path
+    val_bleu: dict[str, float] = {}
+    for name, weights in candidates.items():
+        hyps = decode(out, weights, val_src, args.beam, 1.0)
+        val_bleu[f"{name} lenpen=1.0"] = score(hyps, [val_ref], metrics=("bleu",))["bleu"]["score"]
+        log.info("val BLEU %-5s beam %d lenpen 1.0: %.2f", name, args.beam, val_bleu[f"{name} lenpen=1.0"])
+    chosen = max(candidates, key=lambda k: val_bleu[f"{k} lenpen=1.0"])
+    # 2. the length penalty, with the chosen weights
+    lenpen = 1.0
+    for alpha in (0.6, 1.4):
+        hyps = decode(out, candidates[chosen], val_src, args.beam, alpha)
+        val_bleu[f"{chosen} lenpen={alpha}"] = b = score(hyps, [val_ref], metrics=("bleu",))["bleu"]["score"]
+        log.info("val BLEU %-5s beam %d lenpen %.1f: %.2f", chosen, args.beam, alpha, b)
+        if b > val_bleu[f"{chosen} lenpen={lenpen}"]:
+            lenpen = alpha
+    best_val = val_bleu[f"{chosen} lenpen={lenpen}"]
+    log.info("chosen on val: weights %s, beam %d, lenpen %.1f (val BLEU %.2f)", chosen, args.beam, lenpen, best_val)
+
+    # 3. the report: val and test_2016_flickr with the chosen settings
+    report = {"pair": f"{args.src}-{args.tgt}", "weights": chosen, "beam": args.beam, "lenpen": lenpen, "val_search": val_bleu}
+    for split in ("val", "test_2016_flickr"):
+        src = read_lines(data / f"{split}.{args.src}.gz")
+        ref = read_lines(data / f"{split}.{args.tgt}.gz")
+        hyps = decode(out, candidates[chosen], src, args.beam, lenpen)
+        (out / f"{split}.hyp.{args.tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        scores = score(hyps, [ref], metrics=("bleu", "chrf", "ter"))
+        print(f"\n== {split} ({args.src}->{args.tgt}, {len(hyps)} sentences) ==\n{format_scores(scores)}")
+        report[split] = {k: {"score": v["score"], "signature": v["signature"]} for k, v in scores.items()}
+    meta = ckpt.read_json(out / ckpt.METADATA)
+    report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
+                  steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
+    ckpt.write_json_atomic(out / "recipe_results.json", report)
+    print(f"\nresults: {out / 'recipe_results.json'}; learning curves: {out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
