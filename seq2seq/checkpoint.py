@@ -36,6 +36,10 @@ METADATA = "metadata.json"
 TRAIN_STATE = "train_state"
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class CheckpointError(ValueError):
     """A model directory or checkpoint that cannot be used; the message names the file."""
 
@@ -52,6 +56,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; a model directory is for sharing
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
