@@ -5,9 +5,20 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MULTI30K = DATA / "multi30k"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tests use tiny tensors: one intra-op thread is fastest, and avoids the 100x slowdowns that
+    oversubscribed threads suffer on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def require_data(path: Path) -> None:

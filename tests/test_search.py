@@ -16,15 +16,6 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 V = 8  # scripted vocabulary: specials 0-3, words 4-7
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is fastest, and avoids 100x slowdowns on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # --------------------------------------------------------------------------------------------
 # A scripted decoder: next-token probabilities are a fixed table of (source, generated prefix)
 # --------------------------------------------------------------------------------------------

@@ -22,15 +22,6 @@ from seq2seq.translator import Translator
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is fastest on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir) -> Translator:
     return Translator.load(tiny_model_dir, device="cpu")
