@@ -14,7 +14,6 @@ Scores are sacreBLEU on detokenized, cased output (default 13a tokenizer), signa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
