@@ -19,7 +19,7 @@ import yaml
 
 from . import __version__
 from . import checkpoint as ckpt
-from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text, padding_ratio
+from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from .config import ConfigError, ModelConfig, apply_overrides, from_dict, load_dict, to_dict
 from .data import DataConfig, prepare
 from .model import Seq2SeqTransformer
@@ -170,11 +170,10 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
     trainer = Trainer(model, cfg.training, sampler, collate, valid, out_dir, search_cfg, pad_id=PAD_ID)
     log.info("resolved config:\n%s", config_yaml(cfg))
     log.info("model: %s parameters; device: %s; precision: %s", f"{model.num_parameters():,}", trainer.device, trainer.precision)
-    sample = [idx for _, idx in zip(range(200), TokenBatchSampler(src_lens, tgt_lens, cfg.training.max_tokens, True, cfg.training.seed))]
     log.info(
         "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",
         f"{len(train):,}", f"{meta['valid_pairs']:,}", prepared.report.summary(), len(sampler),
-        100 * padding_ratio(sample, src_lens, tgt_lens),
+        100 * sampler.padding_ratio(),
     )
     if resume:
         trainer.resume()

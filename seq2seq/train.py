@@ -154,21 +154,15 @@ def token_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) ->
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": list(_flatten_py_state(random.getstate()))}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def _flatten_py_state(state: tuple) -> list[Any]:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -265,13 +259,14 @@ class Trainer:
                 window_tokens += n_tokens
                 window_loss += loss * n_tokens
                 if self.step % cfg.log_every == 0 and window_tokens:
-                    dt = time.perf_counter() - window_time
+                    mean_loss = window_loss / window_tokens
+                    tok_s = window_tokens / (time.perf_counter() - window_time)
                     lr = self.optimizer.param_groups[0]["lr"]
-                    bar.set_postfix(loss=f"{window_loss / window_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{window_tokens / dt:,.0f}")
+                    bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
                     if bar.disable:
-                        log.info("step %d: loss %.3f, lr %.2e, %s tokens/s, %.1f min", self.step,
-                                 window_loss / window_tokens, lr, f"{window_tokens / dt:,.0f}", self.elapsed / 60)
-                    self._log({"train_loss": window_loss / window_tokens, "lr": lr, "tokens_per_s": window_tokens / dt})
+                        log.info("step %d: loss %.3f, lr %.2e, %s tokens/s, %.1f min",
+                                 self.step, mean_loss, lr, f"{tok_s:,.0f}", self.elapsed / 60)
+                    self._log({"train_loss": mean_loss, "lr": lr, "tokens_per_s": tok_s})
                     window_tokens, window_loss, window_time = 0, 0.0, time.perf_counter()
                 bar.update(1)
                 out_of_time = cfg.max_time_minutes is not None and self.elapsed >= cfg.max_time_minutes * 60

@@ -14,6 +14,7 @@ Scores are sacreBLEU on detokenized, cased output (default 13a tokenizer), signa
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -45,8 +46,13 @@ def download(target: Path, langs: tuple[str, ...]) -> None:
                 urllib.request.urlretrieve(f"{PUBLIC_RAW}/{name}", target / name)
 
 
+@functools.lru_cache(maxsize=None)
+def translator(model_dir: Path, weights: Path) -> Translator:
+    return Translator.load(model_dir, device="cpu", weights=weights)
+
+
 def decode(model_dir: Path, weights: Path, sources: list[str], beam: int, lenpen: float) -> list[str]:
-    return Translator.load(model_dir, device="cpu", weights=weights).translate(sources, beam=beam, lenpen=lenpen)
+    return translator(model_dir, weights).translate(sources, beam=beam, lenpen=lenpen)
 
 
 def main() -> None:
