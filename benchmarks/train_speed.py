@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, read_gz, tokenizer  # noqa: E402
 from seq2seq.batching import TokenBatchSampler, collate_text  # noqa: E402
+from seq2seq.loss import sequence_loss  # noqa: E402
 from seq2seq.tokenizer import PAD_ID  # noqa: E402
 from seq2seq.train import autocast_context  # noqa: E402
 
@@ -90,14 +91,17 @@ class System:
         self.rss_growth = 0.0
 
     def loss(self, batch) -> torch.Tensor:
+        """Label-smoothed (0.1) cross-entropy per target token, the way each library trains: ours with
+        the trainer's `sequence_loss`, HF's Marian with F.cross_entropy on its logits."""
         with autocast_context(torch.device("cpu"), self.precision):
             if self.kind == "ours":
-                logits = self.model(batch.src, batch.tgt_in)
+                loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, PAD_ID, smoothing=0.1)
             else:
                 logits = self.model(input_ids=batch.src, attention_mask=batch.src.ne(PAD_ID),
                                     decoder_input_ids=batch.tgt_in, decoder_attention_mask=batch.tgt_in.ne(PAD_ID)).logits
-        return F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
-                               label_smoothing=0.1, reduction="sum") / batch.n_tgt_tokens
+                loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                                       label_smoothing=0.1, reduction="sum")
+        return loss / batch.n_tgt_tokens
 
     def step(self, batch) -> float:
         loss = self.loss(batch)

@@ -69,7 +69,12 @@ class Decoder(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.output = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
 
-    def forward(
+    @property
+    def output_weight(self) -> Tensor:
+        """W [V, D] of the bias-free output projection (the target embedding when tied)."""
+        return self.embed.tokens.weight if self.output is None else self.output.weight
+
+    def features(
         self,
         tgt: Tensor,
         memory: Tensor | None,
@@ -77,8 +82,8 @@ class Decoder(nn.Module):
         cache: DecoderCache | None = None,
         attention_layer: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """tgt [B, T] -> (logits [B, T, V], cross-attention of `attention_layer` averaged over heads
-        [B, T, S] or None)."""
+        """tgt [B, T] -> (final hidden states [B, T, D], cross-attention of `attention_layer`
+        averaged over heads [B, T, S] or None)."""
         offset = 0
         if cache is not None:
             offset = cache.length
@@ -95,7 +100,11 @@ class Decoder(nn.Module):
             )
             if weights is not None:
                 attention = weights.mean(dim=1)
-        x = self.final_norm(x)
+        return self.final_norm(x), attention
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        """Same arguments as `features`; returns (logits [B, T, V], attention or None)."""
+        x, attention = self.features(*args, **kwargs)
         logits = F.linear(x, self.embed.tokens.weight) if self.output is None else self.output(x)
         return logits, attention
 
@@ -163,10 +172,15 @@ class Seq2SeqTransformer(nn.Module):
         """An empty cache for decoder rows grouped `group` per source."""
         return DecoderCache(len(self.decoder.layers), group)
 
+    def features(self, src: Any, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: src batch, tgt_in [B, T] (BOS + target) -> final decoder states [B, T, D],
+        before the output projection (`decoder.output_weight`); the training loss starts here."""
+        memory, memory_pad_mask = self.encode(src)
+        return self.decoder.features(tgt_in, memory, memory_pad_mask)[0]
+
     def forward(self, src: Any, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src batch, tgt_in [B, T] (BOS + target) -> logits [B, T, V]."""
-        memory, memory_pad_mask = self.encode(src)
-        return self.decode(tgt_in, memory, memory_pad_mask)[0]
+        return F.linear(self.features(src, tgt_in), self.decoder.output_weight)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

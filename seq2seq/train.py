@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from .batching import Batch, TokenBatchSampler
+from .loss import sequence_loss
 from .metrics import score as score_hypotheses
 from .search import SearchConfig, search
 
@@ -144,13 +144,6 @@ def autocast_context(device: torch.device, precision: str):
     if precision == "fp16":
         return torch.autocast(device.type, dtype=torch.float16)
     return nullcontext()
-
-
-def token_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
-    """Summed label-smoothed cross-entropy over non-pad targets. logits [B, T, V], target [B, T]."""
-    return F.cross_entropy(
-        logits.float().flatten(0, 1), target.flatten(), ignore_index=pad_id, label_smoothing=smoothing, reduction="sum"
-    )
 
 
 def rng_state() -> dict[str, Any]:
@@ -298,8 +291,8 @@ class Trainer:
         for batch in batches:
             batch = batch.to(self.device)
             with autocast_context(self.device, self.precision):
-                logits = self.model(batch.src, batch.tgt_in)
-            loss = token_loss(logits, batch.tgt_out, self.pad_id, self.cfg.label_smoothing)
+                loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
+                                     self.cfg.label_smoothing)
             if not torch.isfinite(loss):
                 finite = False
                 break
@@ -341,8 +334,7 @@ class Trainer:
         for batch in self.valid.batches:
             batch = batch.to(self.device)
             with autocast_context(self.device, self.precision):
-                logits = self.model(batch.src, batch.tgt_in)
-            nll += token_loss(logits, batch.tgt_out, self.pad_id, 0.0).item()
+                nll += sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id).item()
             tokens += batch.n_tgt_tokens
             if self.cfg.valid_bleu:
                 with autocast_context(self.device, self.precision):

@@ -104,22 +104,22 @@ def test_non_finite_loss_skips_the_step_then_aborts(tmp_path, monkeypatch):
     trainer = make_trainer(tmp_path, rows, max_steps=6, max_bad_steps=2)
     import seq2seq.train as train_module
 
-    real = train_module.token_loss
+    real = train_module.sequence_loss
     calls = {"n": 0}
 
-    def sometimes_nan(logits, target, pad_id, smoothing):
+    def sometimes_nan(*args):
         calls["n"] += 1
-        loss = real(logits, target, pad_id, smoothing)
+        loss = real(*args)
         return loss * float("nan") if calls["n"] == 2 else loss
 
-    monkeypatch.setattr(train_module, "token_loss", sometimes_nan)
+    monkeypatch.setattr(train_module, "sequence_loss", sometimes_nan)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
     assert trainer.bad_steps == 1 and trainer.step == 6
     assert all(torch.isfinite(v).all() for v in trainer.model.state_dict().values())
     assert any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
 
-    monkeypatch.setattr(train_module, "token_loss", lambda *a: real(*a) * float("inf"))
+    monkeypatch.setattr(train_module, "sequence_loss", lambda *a: real(*a) * float("inf"))
     trainer2 = make_trainer(tmp_path / "b", rows, max_steps=6, max_bad_steps=2)
     start = {k: v.clone() for k, v in trainer2.model.state_dict().items()}
     with pytest.raises(TrainingAborted, match="non-finite"):

@@ -1,0 +1,104 @@
+"""The training loss: label-smoothed cross-entropy of the output projection, fused and chunked.
+
+With smoothing eps over a vocabulary of V, the target distribution is q = (1 - eps) onehot(y) + eps / V
+(as in torch.nn.functional.cross_entropy(label_smoothing=eps)). For a hidden state h, output
+weights W [V, D], logits z = W h:
+
+    loss = -sum_v q_v log softmax(z)_v = logsumexp(z) - (1 - eps) z_y - (eps / V) sum_v z_v
+    d loss / d z = softmax(z) - q,   d loss / d h = W^T (softmax(z) - q),   d loss / d W = (softmax(z) - q) h^T
+
+Composed from PyTorch ops, the [N, V] logits, their fp32 copy, the log-probabilities, a zero
+gradient, the smoothing term and the casts back are all separate [N, V] buffers, each freshly
+allocated (and page-faulted) every step: on a CPU that was a quarter of a small model's training
+step. `linear_cross_entropy` instead walks the N positions in chunks of a few MB that stay in cache,
+and since the loss is a scalar it computes the gradients of h and W in the same pass, scaling them
+by the incoming gradient in backward. The matmuls run in the autocast dtype when autocast is on
+(bf16 on CPU) and in fp32 otherwise; softmax and the loss are always fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+CHUNK_BYTES = 8 << 20  # the fp32 [rows, V] block of one chunk (256 rows for V = 8000)
+
+
+def _compute_dtype(t: Tensor) -> torch.dtype:
+    if torch.is_autocast_enabled(t.device.type):
+        return torch.get_autocast_dtype(t.device.type)
+    return t.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int) -> Tensor:
+        dtype = _compute_dtype(hidden)
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            vocab = w.size(0)
+            acc_dtype = torch.promote_types(dtype, torch.float32)
+            loss = torch.zeros((), dtype=acc_dtype, device=h.device)
+            grad_h = torch.empty_like(h) if need_grad else None
+            grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device) if need_grad else None
+            for start in range(0, h.size(0), chunk):
+                h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
+                z = (h_c @ w.t()).to(acc_dtype)  # [c, V]
+                picked = z.gather(1, t_c).squeeze(1)
+                total = z.sum(dim=1) if smoothing else None
+                m = z.amax(dim=1, keepdim=True)
+                p = z.sub_(m).exp_()
+                s = p.sum(dim=1, keepdim=True)
+                lse = (s.log() + m).squeeze(1)
+                chunk_loss = lse - (1.0 - smoothing) * picked
+                if total is not None:
+                    chunk_loss = chunk_loss - (smoothing / vocab) * total
+                loss += chunk_loss.sum()
+                if need_grad:
+                    g = p.div_(s)  # softmax(z) - q, in place
+                    if smoothing:
+                        g.sub_(smoothing / vocab)
+                    g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
+                    g = g.to(dtype)
+                    torch.mm(g, w, out=grad_h[start : start + chunk])
+                    grad_w += g.t() @ h_c  # in fp32
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.dtypes = (hidden.dtype, weight.dtype)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
+        grad_h, grad_w = ctx.saved_tensors
+        hidden_dtype, weight_dtype = ctx.dtypes
+        return (grad_h.to(hidden_dtype).mul_(grad), grad_w.to(weight_dtype).mul_(grad), None, None, None)
+
+
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0,
+                         chunk: int | None = None) -> Tensor:
+    """Summed label-smoothed cross-entropy of the logits hidden @ weight.T, in fp32.
+
+    hidden [N, D], weight [V, D] (a bias-free output projection), target [N] class ids (no padding)
+    -> scalar. smoothing=0 gives the plain summed NLL. `chunk` rows at a time (default: ~8 MB of
+    fp32 logits).
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.size(1) != weight.size(1) or target.shape != hidden.shape[:1]:
+        raise ValueError(f"expected hidden [N, D], weight [V, D], target [N]; got {tuple(hidden.shape)}, "
+                         f"{tuple(weight.shape)}, {tuple(target.shape)}")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    chunk = chunk or max(1, CHUNK_BYTES // (4 * weight.size(0)))
+    return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk)
+
+
+def sequence_loss(model: torch.nn.Module, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
+                  smoothing: float = 0.0) -> Tensor:
+    """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.
+
+    Only the non-pad positions of tgt_out are projected to the vocabulary and scored.
+    """
+    keep = tgt_out.ne(pad_id)
+    hidden = model.features(src, tgt_in)[keep]  # [K, D]
+    return linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out[keep], smoothing)

@@ -1,0 +1,94 @@
+"""The fused label-smoothed cross-entropy and the CPU dropout against their PyTorch definitions."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.config import ModelConfig
+from seq2seq.layers import Dropout
+from seq2seq.loss import linear_cross_entropy, sequence_loss
+from seq2seq.model import Seq2SeqTransformer
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_linear_cross_entropy_equals_composed_ops(smoothing, chunk):
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 50, (37,))
+    ref = F.cross_entropy(h @ w.t(), t, label_smoothing=smoothing, reduction="sum")
+    ref_grads = torch.autograd.grad(0.3 * ref, (h, w))
+    got = linear_cross_entropy(h, w, t, smoothing, chunk=chunk)
+    grads = torch.autograd.grad(0.3 * got, (h, w))  # the incoming gradient scales both
+    assert torch.allclose(got, ref, rtol=1e-12, atol=1e-10)
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_linear_cross_entropy_bf16_autocast_close_to_fp32_and_keeps_dtypes():
+    torch.manual_seed(0)
+    h = torch.randn(300, 32, requires_grad=True)
+    w = (0.2 * torch.randn(500, 32)).requires_grad_()
+    t = torch.randint(0, 500, (300,))
+    ref = F.cross_entropy(h @ w.t(), t, label_smoothing=0.1, reduction="sum")
+    ref_gh, ref_gw = torch.autograd.grad(ref, (h, w))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = linear_cross_entropy(h, w, t, 0.1, chunk=64)
+    gh, gw = torch.autograd.grad(got, (h, w))
+    assert got.dtype == gh.dtype == gw.dtype == torch.float32
+    assert abs(got.item() - ref.item()) / ref.item() < 5e-3
+    assert (gh - ref_gh).norm() / ref_gh.norm() < 2e-2 and (gw - ref_gw).norm() / ref_gw.norm() < 2e-2
+
+
+def test_linear_cross_entropy_rejects_bad_shapes_and_smoothing():
+    h, w, t = torch.randn(4, 8), torch.randn(10, 8), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="expected hidden"):
+        linear_cross_entropy(h, torch.randn(10, 7), t)
+    with pytest.raises(ValueError, match="smoothing"):
+        linear_cross_entropy(h, w, t, 1.0)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_sequence_loss_equals_cross_entropy_over_non_pad_logits(tie):
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, heads=2, ffn_dim=32, layers=2,
+                      dropout=0.0, tie_output=tie)
+    model = Seq2SeqTransformer(cfg)
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    tgt_in = torch.tensor([[2, 10, 11, 12], [2, 13, 0, 0]])
+    tgt_out = torch.tensor([[10, 11, 12, 3], [13, 3, 0, 0]])
+    ref = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0,
+                          label_smoothing=0.1, reduction="sum")
+    ref_grads = torch.autograd.grad(ref, list(model.parameters()))
+    got = sequence_loss(model, src, tgt_in, tgt_out, pad_id=0, smoothing=0.1)
+    grads = torch.autograd.grad(got, list(model.parameters()))
+    assert torch.allclose(got, ref, rtol=1e-5)
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_rate_scale_and_gradient():
+    torch.manual_seed(0)
+    drop = Dropout(0.3).train()
+    x = torch.ones(1001, 999, requires_grad=True)  # odd sizes: the last 64-bit draw is cut
+    y = drop(x)
+    kept = y != 0
+    # every 16-bit lane of the 64-bit draws is used alike: the rate holds at each position mod 4
+    lanes = kept.flatten()[: 4 * (kept.numel() // 4)].view(-1, 4).float().mean(0)
+    assert torch.allclose(lanes, torch.full((4,), 0.7), atol=0.004)
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.7), rtol=1e-4)
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # d y / d x is the same mask and scale
+    assert Dropout(0.3).eval()(x) is x and Dropout(0.0).train()(x) is x
+
+
+def test_dropout_follows_the_torch_seed_and_differs_between_calls():
+    drop = Dropout(0.5).train()
+    x = torch.ones(64, 64)
+    torch.manual_seed(7)
+    a, b = drop(x), drop(x)
+    torch.manual_seed(7)
+    assert torch.equal(drop(x), a) and not torch.equal(a, b)
+    with pytest.raises(ValueError, match="dropout"):
+        Dropout(1.0)
