@@ -4,7 +4,7 @@
     python benchmarks/decode.py                         # 1000 sentences, 2 threads, 3 repeats
     python benchmarks/decode.py --limit 200 --repeats 1 # a quick check
     python benchmarks/decode.py --model-dir runs/m30k/model  # + fp32/bf16/int8 on a trained model
-    python benchmarks/decode.py --limit 64 --profile    # where the time of one beam-5 batch goes
+    python benchmarks/decode.py --limit 64 --profile beam5   # where the time of one batch goes
 
 Part 1, equal work. Both toolkits get a randomly initialised encoder-decoder of the same sizes
 (d_model 256, 3+3 layers, 4 heads, FFN 1024, a shared 8000-piece vocabulary, tied output
@@ -172,16 +172,17 @@ def natural_lengths(args, sources: list[str], refs: list[str]) -> None:
 
 
 def profile(args, ids: list[list[int]]) -> None:
-    """torch.profiler over one beam-5 batch of ours (forced lengths), top operators by self CPU time."""
+    """torch.profiler over one batch of ours (forced lengths), top operators by self CPU time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     model = build_ours(SIZES["vocab"])
     work = Workload(ids[: args.batch_size], args.batch_size, args.new_tokens)
-    run_ours(model, work, 5)
+    beam = dict(MODES)[args.profile]
+    run_ours(model, work, beam)
     with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
-        elapsed = run_ours(model, work, 5)
-    print(f"\nprofile: one beam-5 batch of {work.sentences} sentences, {work.batches[0][2]} steps, {elapsed:.3f}s")
+        elapsed = run_ours(model, work, beam)
+    print(f"\nprofile: one {args.profile} batch of {work.sentences} sentences, {work.batches[0][2]} steps, {elapsed:.3f}s")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
@@ -195,7 +196,8 @@ def main() -> None:
                         help="Forced new tokens per sentence (default: per batch, its longest source incl. EOS).")
     parser.add_argument("--model-dir", default=None, help="Also run a trained model: fp32 vs bf16 vs int8, BLEU.")
     parser.add_argument("--skip-hf", action="store_true", help="Skip the equal-work comparison with transformers.")
-    parser.add_argument("--profile", action="store_true", help="Profile one beam-5 batch of ours and exit.")
+    parser.add_argument("--profile", choices=[m for m, _ in MODES], default=None,
+                        help="Profile one batch of ours in this mode and exit.")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "seq2seq-bench"),
                         help="Where the benchmark's SentencePiece model is cached.")
     args = parser.parse_args()

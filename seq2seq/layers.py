@@ -34,8 +34,10 @@ class Dropout(nn.Module):
 
     On CUDA and other devices this is F.dropout. On a CPU, F.dropout draws one 32-bit number per
     element (a third of a small model's dropout-heavy training step went there); here every 64-bit
-    draw of the seeded torch generator is cut into four 16-bit numbers, each compared with a
-    threshold, so p is applied to within 2^-16 and the mask costs a quarter of the draws.
+    draw of the seeded torch generator is cut into four 16-bit numbers u, and an element is kept
+    when u >= threshold. The drop probability is then round(p * 2^16) / 2^16 (within 2^-17 of p;
+    a p below 2^-17 drops nothing) and the kept elements are scaled by the exact inverse of the
+    keep probability, so the expectation is unchanged.
     """
 
     def __init__(self, p: float) -> None:
@@ -43,13 +45,15 @@ class Dropout(nn.Module):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {p}")
         self.p = p
-        self.threshold = -(2**15) + round(p * 2**16)  # keep an int16 draw u iff u >= threshold
-        self.keep_prob = (2**15 - self.threshold) / 2**16
+        dropped = round(p * 2**16)  # of the 2^16 values of an int16 draw
+        self.lanes = dropped < 2**16  # otherwise (p within 2^-17 of 1) fall back to F.dropout
+        self.threshold = -(2**15) + dropped  # keep an int16 draw u iff u >= threshold
+        self.keep_prob = (2**16 - dropped) / 2**16
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if not x.is_cpu:
+        if not x.is_cpu or not self.lanes:
             return F.dropout(x, self.p, training=True)
         n = x.numel()
         draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)

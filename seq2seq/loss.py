@@ -11,9 +11,11 @@ Composed from PyTorch ops, the [N, V] logits, their fp32 copy, the log-probabili
 gradient, the smoothing term and the casts back are all separate [N, V] buffers, each freshly
 allocated (and page-faulted) every step: on a CPU that was a quarter of a small model's training
 step. `linear_cross_entropy` instead walks the N positions in chunks of a few MB that stay in cache,
-and since the loss is a scalar it computes the gradients of h and W in the same pass, scaling them
-by the incoming gradient in backward. The matmuls run in the autocast dtype when autocast is on
-(bf16 on CPU) and in fp32 otherwise; softmax and the loss are always fp32.
+and since the loss is a scalar it computes the gradients of h and W in the same pass (when grad
+mode needs them), scaling them by the incoming gradient in backward. Under autocast, fp32 inputs
+are multiplied in the autocast dtype (bf16 on CPU); softmax, the loss and the accumulated weight
+gradient are fp32 (fp64 for fp64 inputs). With fp16 the gradient matmuls stay fp32, so that small
+probabilities do not underflow before GradScaler's scale is applied.
 """
 
 from __future__ import annotations
@@ -23,26 +25,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
-CHUNK_BYTES = 8 << 20  # the fp32 [rows, V] block of one chunk (256 rows for V = 8000)
+CHUNK_BYTES = 8 << 20  # the fp32 [rows, V] block of one chunk (262 rows for V = 8000)
 
 
 def _compute_dtype(t: Tensor) -> torch.dtype:
-    if torch.is_autocast_enabled(t.device.type):
+    if t.dtype == torch.float32 and torch.is_autocast_enabled(t.device.type):
         return torch.get_autocast_dtype(t.device.type)
     return t.dtype
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int) -> Tensor:
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
+                need_grad: bool) -> Tensor:
         dtype = _compute_dtype(hidden)
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        grad_dtype = torch.float32 if dtype == torch.float16 else dtype
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             vocab = w.size(0)
             acc_dtype = torch.promote_types(dtype, torch.float32)
             loss = torch.zeros((), dtype=acc_dtype, device=h.device)
-            grad_h = torch.empty_like(h) if need_grad else None
+            grad_h = torch.empty(h.shape, dtype=grad_dtype, device=h.device) if need_grad else None
             grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device) if need_grad else None
             for start in range(0, h.size(0), chunk):
                 h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
@@ -62,23 +65,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     if smoothing:
                         g.sub_(smoothing / vocab)
                     g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
-                    g = g.to(dtype)
-                    torch.mm(g, w, out=grad_h[start : start + chunk])
-                    grad_w += g.t() @ h_c  # in fp32
+                    g = g.to(grad_dtype)
+                    grad_h[start : start + chunk] = g @ w.to(grad_dtype)
+                    grad_w += g.t() @ h_c.to(grad_dtype)  # summed in fp32 (or fp64)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (hidden.dtype, weight.dtype)
         return loss
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         grad_h, grad_w = ctx.saved_tensors
+        if grad_h is None:
+            raise RuntimeError("linear_cross_entropy was computed without gradients (grad mode was off)")
         hidden_dtype, weight_dtype = ctx.dtypes
-        return (grad_h.to(hidden_dtype).mul_(grad), grad_w.to(weight_dtype).mul_(grad), None, None, None)
+        return (grad_h * grad).to(hidden_dtype), (grad_w * grad).to(weight_dtype), None, None, None, None
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0,
                          chunk: int | None = None) -> Tensor:
-    """Summed label-smoothed cross-entropy of the logits hidden @ weight.T, in fp32.
+    """Summed label-smoothed cross-entropy of the logits hidden @ weight.T (fp32 softmax and sum).
 
     hidden [N, D], weight [V, D] (a bias-free output projection), target [N] class ids (no padding)
     -> scalar. smoothing=0 gives the plain summed NLL. `chunk` rows at a time (default: ~8 MB of
@@ -90,7 +96,8 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, smoothi
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
     chunk = chunk or max(1, CHUNK_BYTES // (4 * weight.size(0)))
-    return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk)
+    need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk, need_grad)
 
 
 def sequence_loss(model: torch.nn.Module, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,

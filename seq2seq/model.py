@@ -102,9 +102,16 @@ class Decoder(nn.Module):
                 attention = weights.mean(dim=1)
         return self.final_norm(x), attention
 
-    def forward(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
-        """Same arguments as `features`; returns (logits [B, T, V], attention or None)."""
-        x, attention = self.features(*args, **kwargs)
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        memory_pad_mask: Tensor | None,
+        cache: DecoderCache | None = None,
+        attention_layer: int | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """As `features`, projected to the vocabulary: (logits [B, T, V], attention or None)."""
+        x, attention = self.features(tgt, memory, memory_pad_mask, cache, attention_layer)
         logits = F.linear(x, self.embed.tokens.weight) if self.output is None else self.output(x)
         return logits, attention
 
@@ -180,7 +187,8 @@ class Seq2SeqTransformer(nn.Module):
 
     def forward(self, src: Any, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src batch, tgt_in [B, T] (BOS + target) -> logits [B, T, V]."""
-        return F.linear(self.features(src, tgt_in), self.decoder.output_weight)
+        memory, memory_pad_mask = self.encode(src)
+        return self.decode(tgt_in, memory, memory_pad_mask)[0]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

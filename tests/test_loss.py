@@ -92,3 +92,26 @@ def test_dropout_follows_the_torch_seed_and_differs_between_calls():
     assert torch.equal(drop(x), a) and not torch.equal(a, b)
     with pytest.raises(ValueError, match="dropout"):
         Dropout(1.0)
+
+
+def test_linear_cross_entropy_without_grad_mode_and_twice_with_retained_graph():
+    torch.manual_seed(0)
+    h = torch.randn(20, 8, requires_grad=True)
+    w = torch.randn(30, 8, requires_grad=True)
+    t = torch.randint(0, 30, (20,))
+    with torch.no_grad():
+        plain = linear_cross_entropy(h, w, t, 0.1, chunk=7)
+    assert not plain.requires_grad
+    loss = linear_cross_entropy(h, w, t, 0.1, chunk=7)
+    assert torch.allclose(loss, plain)
+    first = torch.autograd.grad(loss, (h, w), retain_graph=True)
+    second = torch.autograd.grad(2 * loss, (h, w))  # saved gradients are not scaled in place
+    for a, b in zip(first, second):
+        assert torch.allclose(2 * a, b)
+
+
+def test_dropout_close_to_one_falls_back_and_stays_unbiased():
+    torch.manual_seed(0)
+    x = torch.ones(100, 100)
+    y = Dropout(1 - 2**-18).train()(x)  # beyond 16-bit resolution: F.dropout
+    assert torch.isfinite(y).all() and (y == 0).float().mean() > 0.99
