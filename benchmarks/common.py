@@ -73,7 +73,6 @@ def tokenizer(cache_dir: Path) -> Tokenizer:
     return tok
 
 
-
 def build_ours(vocab: int, dropout: float = 0.1) -> Seq2SeqTransformer:
     torch.manual_seed(0)
     cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=SIZES["d_model"], heads=SIZES["heads"],

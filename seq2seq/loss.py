@@ -47,6 +47,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             loss = torch.zeros((), dtype=acc_dtype, device=h.device)
             grad_h = torch.empty(h.shape, dtype=grad_dtype, device=h.device) if need_grad else None
             grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device) if need_grad else None
+            if need_grad:  # the operands of the gradient matmuls, cast once
+                h_g, w_g = h.to(grad_dtype), w.to(grad_dtype)
             for start in range(0, h.size(0), chunk):
                 h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
                 z = (h_c @ w.t()).to(acc_dtype)  # [c, V]
@@ -66,8 +68,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                         g.sub_(smoothing / vocab)
                     g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
                     g = g.to(grad_dtype)
-                    grad_h[start : start + chunk] = g @ w.to(grad_dtype)
-                    grad_w += g.t() @ h_c.to(grad_dtype)  # summed in fp32 (or fp64)
+                    grad_h[start : start + chunk] = g @ w_g
+                    grad_w += g.t() @ h_g[start : start + chunk]  # summed in fp32 (or fp64)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (hidden.dtype, weight.dtype)
         return loss
