@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 __all__ = ["Translator", "__version__"]
+
+# On CPU, torch runs bf16 matmuls through oneDNN, which keeps a compiled kernel per tensor shape in
+# two caches of up to 1024 entries each. Variable-length batches meet new shapes at every step, so
+# with the defaults a training process grew by ~6 MB a step (3.6 -> 6.7 GB RSS within an hour) and
+# slowed down by ~20%. With 64 entries memory stays near 1.5 GB at the same speed (measured on the
+# Multi30K config, 300 steps). Both are read when oneDNN first runs; a value the user set wins.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+os.environ.setdefault("LRU_CACHE_CAPACITY", "64")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .translator import Translator

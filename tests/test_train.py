@@ -223,3 +223,19 @@ def test_cli_train_refuses_bad_input_with_one_clear_message(tmp_path, multi30k_s
     if setup in ("mismatch", "bad_utf8", "missing"):
         assert "Error:" in result.output and str(files["train.en" if setup != "mismatch" else "train.de"].name) in result.output
     assert not (tmp_path / "model" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("user_value", [None, "500"])
+def test_import_bounds_onednn_shape_caches_unless_user_set(user_value):
+    """Variable-length batches create a oneDNN kernel per shape; importing seq2seq caps both caches
+    (else training RSS grows ~6 MB a step) but keeps a value the user exported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    if user_value:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = env["LRU_CACHE_CAPACITY"] = user_value
+    code = "import os, seq2seq; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == [user_value or "64"] * 2

@@ -108,7 +108,7 @@ def main() -> None:
     chosen = max(candidates, key=lambda k: val_bleu[f"{k} lenpen=1.0"])
     # 2. the length penalty, with the chosen weights
     lenpen = 1.0
-    for alpha in (0.6, 1.4):
+    for alpha in (0.6, 1.4, 1.8):
         hyps = decode(out, candidates[chosen], val_src, args.beam, alpha)
         val_bleu[f"{chosen} lenpen={alpha}"] = b = score(hyps, [val_ref], metrics=("bleu",))["bleu"]["score"]
         log.info("val BLEU %-5s beam %d lenpen %.1f: %.2f", chosen, args.beam, alpha, b)
