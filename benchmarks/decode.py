@@ -14,7 +14,9 @@ on the Multi30K training set (cached), sorted by length and cut into batches of 
 weights never choose to stop, so output lengths are forced: every sentence of a batch gets
 exactly L new tokens (L = the batch's longest source, EOS included, or --new-tokens), both sides
 run exactly L decoder steps (ours: min_len = max_len = L - 1 plus the final EOS; HF:
-min_new_tokens = max_new_tokens = L). Greedy and beam 5, fp32, torch.inference_mode, `--threads`
+min_new_tokens = max_new_tokens = L). Ours runs as `Translator` runs it at fp32 on CPU, with the
+decoder's weights pre-packed for MKL (`seq2seq.packed`; `--no-pack` for the plain model). Greedy
+and beam 5, fp32, torch.inference_mode, `--threads`
 intra-op threads. Runs are interleaved (ours, HF, ours, HF, ...) and the median of `--repeats`
 is reported as sentences/s and generated tokens/s (sentences x L / seconds) with the ratio
 ours/HF. Target: ratio >= 1.5 at greedy and at beam 5.
@@ -41,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, read_gz, tokenizer  # noqa: E402
 from seq2seq.batching import pad_sequences  # noqa: E402
+from seq2seq.packed import mkl_packing_available, pack_decoder  # noqa: E402
 from seq2seq.search import SearchConfig, search  # noqa: E402
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
@@ -65,6 +68,15 @@ class Workload:
             self.batches.append((src, src.ne(PAD_ID).long(), steps))
         self.sentences = sum(src.size(0) for src, _, _ in self.batches)
         self.tokens = sum(src.size(0) * steps for src, _, steps in self.batches)
+
+
+def ours_model(args) -> torch.nn.Module:
+    """Our model of the benchmark sizes, as `Translator` runs it at fp32 on CPU (unless --no-pack)."""
+    model = build_ours(SIZES["vocab"])
+    if not args.no_pack:
+        model = pack_decoder(model, inplace=True)
+    print(f"seq2seq decoder weights pre-packed for MKL: {not args.no_pack and mkl_packing_available()}")
+    return model
 
 
 def run_ours(model, work: Workload, beam: int, check: bool = False) -> float:
@@ -100,7 +112,7 @@ def equal_work(args, ids: list[list[int]]) -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    ours, hf = build_ours(SIZES["vocab"]), build_hf(SIZES["vocab"])
+    ours, hf = ours_model(args), build_hf(SIZES["vocab"])
     n_ours, n_hf = sum(p.numel() for p in ours.parameters()), sum(p.numel() for p in hf.parameters())
     print(f"parameters: seq2seq {n_ours:,}, transformers MarianMTModel {n_hf:,} "
           f"(HF attention: {hf.config._attn_implementation})")
@@ -176,7 +188,7 @@ def profile(args, ids: list[list[int]]) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    model = build_ours(SIZES["vocab"])
+    model = ours_model(args)
     work = Workload(ids[: args.batch_size], args.batch_size, args.new_tokens)
     beam = dict(MODES)[args.profile]
     run_ours(model, work, beam)
@@ -196,6 +208,7 @@ def main() -> None:
                         help="Forced new tokens per sentence (default: per batch, its longest source incl. EOS).")
     parser.add_argument("--model-dir", default=None, help="Also run a trained model: fp32 vs bf16 vs int8, BLEU.")
     parser.add_argument("--skip-hf", action="store_true", help="Skip the equal-work comparison with transformers.")
+    parser.add_argument("--no-pack", action="store_true", help="Run our decoder without MKL weight pre-packing.")
     parser.add_argument("--profile", choices=[m for m, _ in MODES], default=None,
                         help="Profile one batch of ours in this mode and exit.")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "seq2seq-bench"),

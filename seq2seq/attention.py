@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .packed import PackedLinear
+
 
 def attention_reference(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
@@ -123,6 +125,9 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def _project(self, x: Tensor, part: slice) -> Tensor:
+        """x W[part]^T + b[part]: some of W_q, W_k, W_v of the fused weight."""
+        if isinstance(self.in_proj, PackedLinear):
+            return self.in_proj(x, part)
         w = self.in_proj.weight[part]
         b = None if self.in_proj.bias is None else self.in_proj.bias[part]
         return F.linear(x, w, b)
