@@ -59,3 +59,17 @@ def test_packed_decoding_equals_plain_decoding(cfg):
     with torch.inference_mode():
         torch.testing.assert_close(packed(src, src[:, :5]), model(src, src[:, :5]), rtol=1e-5, atol=1e-5)
         assert_same(search(packed, src, cfg), search(model, src, cfg))
+
+
+def test_int8_model_keeps_an_accurate_output_projection():
+    from seq2seq.train import native_bf16
+    from seq2seq.translator import Bf16Linear, quantize_int8
+
+    model, src = tiny_model(), sources()
+    int8 = quantize_int8(model)
+    assert model.decoder.output is None  # the original is untouched
+    assert isinstance(int8.decoder.output, Bf16Linear) == native_bf16(torch.device("cpu"))
+    with torch.inference_mode():
+        full, quantized = model(src, src[:, :5]), int8(src, src[:, :5])
+    assert (quantized - full).abs().max() < 0.05 * full.abs().max()
+    assert (quantized.argmax(-1) == full.argmax(-1)).float().mean() > 0.9
