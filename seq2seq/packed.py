@@ -31,7 +31,8 @@ class PackedLinear(nn.Module):
 
     `forward(x, rows=None)`: x [..., K] -> [..., N]; `rows` (a slice of W's rows, e.g. W_q of a
     fused q/k/v weight) multiplies by that slice only; each slice is packed on first use.
-    `weight` and `bias` stay readable as on nn.Linear.
+    `weight` and `bias` stay readable as on nn.Linear. A slice is packed once: later changes to
+    `weight` are not seen (build a new PackedLinear, e.g. by packing a freshly loaded model).
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
