@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .batching import pad_sequences
@@ -70,9 +71,9 @@ class Translator:
     `seq2seq.packed`: the same results up to float rounding); "bf16" (weights cast to bfloat16
     once, run under bf16 autocast; search takes the log-softmax in fp32); "int8" (CPU only:
     dynamic int8 quantization of the linear layers, weights int8, activations quantized per call;
-    the output projection in bf16 where the CPU has native bf16, else int8 too). The packed or reduced-precision model is a copy:
-    `loaded.model` stays as it was (`Translator.load` converts its own freshly loaded model in
-    place instead).
+    the output projection in bf16 where the CPU has native bf16, else int8 too). The packed or
+    reduced-precision model is a copy: `loaded.model` stays as it was (`Translator.load` converts
+    its own freshly loaded model in place instead).
     """
 
     def __init__(self, loaded: LoadedModel, precision: str = "fp32", _owns_model: bool = False) -> None:
@@ -245,7 +246,7 @@ class Bf16Linear(nn.Module):
         self.weight = nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.linear(x.to(torch.bfloat16), self.weight).float()
+        return F.linear(x.to(torch.bfloat16), self.weight).float()
 
 
 def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
@@ -263,10 +264,10 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
     model = (model if inplace else copy.deepcopy(model)).cpu().eval()
     decoder = getattr(model, "decoder", None)
     if decoder is not None:
-        weight = decoder.output_weight.detach()
         if native_bf16(torch.device("cpu")):
-            decoder.output = Bf16Linear(weight)
-        else:
+            decoder.output = Bf16Linear(decoder.output_weight)
+        elif decoder.output is None:  # tied: an own Linear, quantized below with the rest
+            weight = decoder.output_weight.detach()
             decoder.output = nn.Linear(weight.size(1), weight.size(0), bias=False)
             decoder.output.weight = nn.Parameter(weight.clone(), requires_grad=False)
     names = {
