@@ -9,15 +9,14 @@ __version__ = "0.1.0"
 
 __all__ = ["Translator", "__version__"]
 
-# On CPU, torch runs bf16 matmuls through oneDNN, which keeps a compiled kernel per tensor shape in
-# two caches of up to 1024 entries each. Variable-length batches meet new shapes at every step, so
-# with the defaults a training process grew by ~6 MB a step (3.6 -> 6.7 GB RSS within an hour) and
-# slowed down by ~20%. With 64 entries memory stays near 1.5 GB (measured on the Multi30K config,
-# 300 steps) and the recipe trains 23% more steps an hour; a benchmark that replays the same few
-# batches loses its kernel reuse (README, "Training speed"). Both are read when oneDNN first runs;
-# a value the user set wins.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
-os.environ.setdefault("LRU_CACHE_CAPACITY", "64")
+# On CPU, torch runs bf16 matmuls through oneDNN, which keeps a compiled kernel per matmul shape in
+# two caches of up to 1024 entries each. Variable-length batches meet new shapes at every step: with
+# the defaults a training process grew by ~6 MB a step (3.6 -> 6.7 GB RSS within an hour). Training
+# pads its bf16 matmul rows to a few bucketed sizes (seq2seq/onednn.py), so 256 entries hold every
+# kernel it needs: no recompilation after warm-up, and memory flat near 1.7 GB (Multi30K config,
+# benchmarks/train_speed.py). Both are read when oneDNN first runs; a value the user set wins.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+os.environ.setdefault("LRU_CACHE_CAPACITY", "256")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .translator import Translator

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .onednn import rowwise
 from .packed import PackedLinear
 
 
@@ -130,7 +131,7 @@ class MultiHeadAttention(nn.Module):
             return self.in_proj(x, part)
         w = self.in_proj.weight[part]
         b = None if self.in_proj.bias is None else self.in_proj.bias[part]
-        return F.linear(x, w, b)
+        return rowwise(lambda rows: F.linear(rows, w, b), x)
 
     def forward(
         self,
@@ -164,8 +165,8 @@ class MultiHeadAttention(nn.Module):
         """Queries, keys and values from x [B, T, D]; see `forward`."""
         b, t, d = x.shape
         drop = self.dropout if self.training else 0.0
-        qkv = self.in_proj(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]  # each [B, H, T, Dh]
+        qkv = rowwise(self.in_proj, x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # each [B, H, T, Dh]; unbind's backward is one stack
         past = 0
         if cache is not None:
             if cache.self_k is not None:
@@ -186,7 +187,7 @@ class MultiHeadAttention(nn.Module):
                 mask = mask & torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
                 is_causal = False
         out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, drop, need_weights)
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model)), weights
+        return rowwise(self.out_proj, out.transpose(1, 2).reshape(b, t, self.d_model)), weights
 
     def cross_attention(
         self,
@@ -205,7 +206,7 @@ class MultiHeadAttention(nn.Module):
             kv = self._project(memory, slice(d, 3 * d))
             n, s, _ = kv.shape
             kv = kv.view(n, s, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-            k, v = kv[0], kv[1]  # [N, H, S, Dh]
+            k, v = kv.unbind(0)  # [N, H, S, Dh]
             if cache is not None:
                 cache.cross_k, cache.cross_v = k, v
         n = k.size(0)
@@ -223,4 +224,4 @@ class MultiHeadAttention(nn.Module):
         if weights is not None:  # [N, H, group*T, S] -> [B, H, T, S]
             s = weights.size(-1)
             weights = weights.view(n, self.heads, group, t, s).transpose(1, 2).reshape(b, self.heads, t, s)
-        return self.out_proj(out), weights
+        return rowwise(self.out_proj, out), weights

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
+from .onednn import rowwise
 
 
 def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
@@ -107,6 +108,9 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
+        return rowwise(self._rows, x)  # bucketed rows for bf16 training on CPU (see onednn.py)
+
+    def _rows(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(self.act(self.w1(x))))
 
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+from .onednn import bucket
 
 CHUNK_BYTES = 8 << 20  # the fp32 [rows, V] block of one chunk (262 rows for V = 8000)
 
@@ -49,27 +52,37 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device) if need_grad else None
             if need_grad:  # the operands of the gradient matmuls, cast once
                 h_g, w_g = h.to(grad_dtype), w.to(grad_dtype)
+            # bf16 on CPU: the short last chunk is padded to a bucketed row count (zero rows, whose
+            # loss and gradient are dropped), so its matmuls reuse oneDNN kernels (see onednn.py).
+            pad_rows = h.is_cpu and dtype == torch.bfloat16
             for start in range(0, h.size(0), chunk):
                 h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
-                z = (h_c @ w.t()).to(acc_dtype)  # [c, V]
-                picked = z.gather(1, t_c).squeeze(1)
-                total = z.sum(dim=1) if smoothing else None
-                m = z.amax(dim=1, keepdim=True)
-                p = z.sub_(m).exp_()
+                rows = h_c.size(0)
+                padding = bucket(rows) - rows if pad_rows and rows < chunk else 0
+                if padding:
+                    h_c, t_c = F.pad(h_c, (0, 0, 0, padding)), F.pad(t_c, (0, 0, 0, padding))
+                z = h_c @ w.t()  # [c, V] in the compute dtype; read in acc_dtype without a copy
+                picked = z.gather(1, t_c).squeeze(1).to(acc_dtype)
+                total = z.sum(dim=1, dtype=acc_dtype) if smoothing else None
+                m = z.amax(dim=1, keepdim=True).to(acc_dtype)
+                p = (z.sub_(m) if z.dtype == acc_dtype else torch.sub(z, m)).exp_()  # [c, V] in acc_dtype
                 s = p.sum(dim=1, keepdim=True)
                 lse = (s.log() + m).squeeze(1)
                 chunk_loss = lse - (1.0 - smoothing) * picked
                 if total is not None:
                     chunk_loss = chunk_loss - (smoothing / vocab) * total
-                loss += chunk_loss.sum()
+                loss += chunk_loss[:rows].sum()
                 if need_grad:
                     g = p.div_(s)  # softmax(z) - q, in place
                     if smoothing:
                         g.sub_(smoothing / vocab)
                     g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
                     g = g.to(grad_dtype)
-                    grad_h[start : start + chunk] = g @ w_g
-                    grad_w += g.t() @ h_g[start : start + chunk]  # summed in fp32 (or fp64)
+                    h_gc = h_g[start : start + chunk]
+                    if padding:
+                        h_gc = F.pad(h_gc, (0, 0, 0, padding))
+                    grad_h[start : start + chunk] = (g @ w_g)[:rows]
+                    grad_w += g.t() @ h_gc  # summed in fp32 (or fp64); zero padded rows add nothing
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (hidden.dtype, weight.dtype)
         return loss

@@ -51,6 +51,10 @@ class TrainingConfig:
     schedule: Literal["inverse_sqrt", "linear", "cosine", "constant"] = "inverse_sqrt"
     warmup_steps: int = 800
     min_lr_ratio: float = 0.0  # floor for linear/cosine decay, as a fraction of lr
+    # Budget-aware annealing: over the last `cooldown` fraction of the run (of max_steps or of
+    # max_time_minutes, whichever ends first) the learning rate falls linearly to 0 on top of the
+    # schedule. 0 turns it off.
+    cooldown: float = 0.0
     max_steps: int = 20000
     max_epochs: int | None = None
     max_time_minutes: float | None = None  # wall-clock budget for the training loop
@@ -77,6 +81,8 @@ class TrainingConfig:
             raise ConfigError("training.betas must hold two numbers")
         if self.precision == "fp16" and self.device == "cpu":
             raise ConfigError("training.precision fp16 needs CUDA; use bf16 on CPU")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ConfigError(f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")
 
 
 class TrainingAborted(RuntimeError):
@@ -117,6 +123,19 @@ def lr_lambda(cfg: TrainingConfig) -> Callable[[int], float]:
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+def cooldown_factor(cfg: TrainingConfig, step: int, elapsed_s: float) -> float:
+    """Multiplier that anneals the learning rate linearly to 0 over the last cfg.cooldown of the run.
+
+    The run's progress is the larger of step / max_steps and elapsed / max_time_minutes, so a
+    wall-clock budget ends with the same annealing as a step budget (warmup-stable-decay)."""
+    if cfg.cooldown <= 0:
+        return 1.0
+    progress = step / max(cfg.max_steps, 1)
+    if cfg.max_time_minutes:
+        progress = max(progress, elapsed_s / (cfg.max_time_minutes * 60))
+    return max(0.0, min(1.0, (1.0 - progress) / cfg.cooldown))
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -207,11 +226,13 @@ class Trainer:
             betas=tuple(cfg.betas),
             eps=cfg.adam_eps,
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16" and self.device.type == "cuda")
         self.step = 0
         self.bad_steps = 0
         self.elapsed = 0.0  # seconds of training so far, across resumes
+        schedule = lr_lambda(cfg)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: schedule(step) * cooldown_factor(cfg, step, self.elapsed))
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16" and self.device.type == "cuda")
         self.best: float | None = None
         self.best_step = 0
         self.validations_without_gain = 0

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from seq2seq import checkpoint as ckpt
 from seq2seq.batching import TokenBatchSampler, collate_text
 from seq2seq.cli import cli
-from seq2seq.config import ModelConfig
+from seq2seq.config import ConfigError, ModelConfig
 from seq2seq.model import Seq2SeqTransformer
-from seq2seq.train import Trainer, TrainingAborted, TrainingConfig, lr_lambda
+from seq2seq.train import Trainer, TrainingAborted, TrainingConfig, cooldown_factor, lr_lambda
 
 
 def toy_data(n=48, seed=0):
@@ -47,6 +47,27 @@ def test_schedules_warm_up_then_follow_their_shape(schedule):
                       "cosine": 0.5 * (1 + math.cos(math.pi * 51 / 100))}[schedule]
     assert f(60) == pytest.approx(expected_at_60)
 
+
+
+def test_cooldown_anneals_the_last_fraction_of_a_step_or_time_budget_to_zero():
+    cfg = TrainingConfig(max_steps=1000, cooldown=0.2)
+    assert [cooldown_factor(cfg, s, 0.0) for s in (0, 800, 900, 1000)] == pytest.approx([1.0, 1.0, 0.5, 0.0])
+    timed = TrainingConfig(max_steps=10**6, max_time_minutes=10, cooldown=0.25)  # time ends first
+    assert [cooldown_factor(timed, 5, m * 60) for m in (5, 7.5, 8.75, 10, 11)] == pytest.approx([1, 1, 0.5, 0, 0])
+    assert cooldown_factor(TrainingConfig(max_steps=1000), 999, 0.0) == 1.0  # off by default
+    with pytest.raises(ConfigError, match="training.cooldown"):
+        TrainingConfig(cooldown=1.5)
+
+
+def test_trainer_lr_follows_schedule_times_cooldown(tmp_path):
+    trainer = make_trainer(tmp_path, toy_data(), max_steps=12, cooldown=0.5, warmup_steps=2)
+    trainer.train()
+    lrs = [row["lr"] for row in trainer.history if "lr" in row]
+    schedule = lr_lambda(trainer.cfg)
+    expected = [trainer.cfg.lr * schedule(s) * min(1.0, (1 - s / 12) / 0.5)  # lr for the step after s
+                for s in range(1, 13) if s % trainer.cfg.log_every == 0]
+    assert expected[-1] == 0.0 and expected[0] > 0
+    assert lrs == pytest.approx(expected)
 
 def test_exact_resume_matches_uninterrupted_run(tmp_path):
     rows = toy_data()
@@ -238,4 +259,4 @@ def test_import_bounds_onednn_shape_caches_unless_user_set(user_value):
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = env["LRU_CACHE_CAPACITY"] = user_value
     code = "import os, seq2seq; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert out == [user_value or "64"] * 2
+    assert out == [user_value or "256"] * 2
