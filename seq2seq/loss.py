@@ -52,9 +52,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device) if need_grad else None
             if need_grad:  # the operands of the gradient matmuls, cast once
                 h_g, w_g = h.to(grad_dtype), w.to(grad_dtype)
-            # bf16 on CPU: the short last chunk is padded to a bucketed row count (zero rows, whose
-            # loss and gradient are dropped), so its matmuls reuse oneDNN kernels (see onednn.py).
-            pad_rows = h.is_cpu and dtype == torch.bfloat16
+            # bf16 training on CPU: the short last chunk is padded to a bucketed row count (zero rows,
+            # whose loss and gradient are dropped), so its matmuls reuse oneDNN kernels. The same rule
+            # as onednn.buckets_rows, which cannot be asked here: a Function's forward runs without grad.
+            pad_rows = need_grad and h.is_cpu and dtype == torch.bfloat16
             for start in range(0, h.size(0), chunk):
                 h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
                 rows = h_c.size(0)
