@@ -79,12 +79,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                         g.sub_(smoothing / vocab)
                     g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
                     g = g.to(grad_dtype)
-                    if h_g is h:  # same dtype: the chunk is already sliced and padded
-                        h_gc = h_c
-                    else:
-                        h_gc = h_g[start : start + chunk]
-                        if padding:
-                            h_gc = F.pad(h_gc, (0, 0, 0, padding))
+                    # Same dtype: reuse the sliced (and padded) chunk. Only bf16 pads, and then h_g is h.
+                    h_gc = h_c if h_g is h else h_g[start : start + chunk]
                     grad_h[start : start + chunk] = (g @ w_g)[:rows]
                     grad_w += g.t() @ h_gc  # summed in fp32 (or fp64); zero padded rows add nothing
         ctx.save_for_backward(grad_h, grad_w)
