@@ -35,20 +35,26 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def user_error_types() -> tuple[type[Exception], ...]:
+    """The toolkit's errors that are the user's to fix (bad config, data, checkpoint, tokenizer), whose
+    message is the whole report: a command prints it on one line, with no traceback."""
+    from .checkpoint import CheckpointError
+    from .config import ConfigError
+    from .data import DataError
+    from .tokenizer import TokenizerError
+    from .train import TrainingAborted
+
+    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted
+
+
 def user_errors(fn: Callable) -> Callable:
     """Turn the toolkit's user-facing errors into `error: ...` and exit code 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from .checkpoint import CheckpointError
-        from .config import ConfigError
-        from .data import DataError
-        from .tokenizer import TokenizerError
-        from .train import TrainingAborted
-
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted) as e:
+        except user_error_types() as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from seq2seq import checkpoint as ckpt  # noqa: E402
-from seq2seq.data import read_lines  # noqa: E402
+from seq2seq.cli import user_error_types  # noqa: E402
+from seq2seq.data import DataError, read_lines  # noqa: E402
 from seq2seq.experiment import load_config, run_training  # noqa: E402
 from seq2seq.metrics import format_scores, score  # noqa: E402
 from seq2seq.translator import Translator  # noqa: E402
@@ -43,7 +44,12 @@ def download(target: Path, langs: tuple[str, ...]) -> None:
             name = f"{split}.{lang}.gz"
             if not (target / name).exists():
                 log.info("downloading %s", name)
-                urllib.request.urlretrieve(f"{PUBLIC_RAW}/{name}", target / name)
+                try:
+                    with ckpt.atomic_path(target / name) as tmp:  # never a half-written file to skip next time
+                        urllib.request.urlretrieve(f"{PUBLIC_RAW}/{name}", tmp)
+                except OSError as e:  # urllib's URLError and HTTPError are OSErrors
+                    raise DataError(f"cannot download {PUBLIC_RAW}/{name}: {e}; "
+                                    "pass --data-dir with a local copy instead") from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,4 +144,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except user_error_types() as e:  # bad data, config or checkpoint: one line, exit code 1
+        sys.exit(f"error: {e}")

@@ -1,0 +1,55 @@
+"""The Multi30K recipe script (recipes/multi30k/run.py) on bad input: one readable line, exit code 1,
+and no half-written download left behind. (Its training and scoring are the toolkit's, tested elsewhere.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from seq2seq.data import DataError
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "run.py"
+
+
+def run_recipe(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RECIPE), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *expected: str) -> None:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    for text in expected:
+        assert text in last
+
+
+def test_missing_data_dir_names_the_file(tmp_path):
+    result = run_recipe("--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "run"))
+    assert_one_line_error(result, "data file not found", str(tmp_path / "nowhere" / "train.en.gz"))
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_misspelt_override_names_the_key(tmp_path):
+    result = run_recipe("--output-dir", str(tmp_path / "run"), "--set", "training.lrr=0.001")
+    assert_one_line_error(result, "unknown config key 'training.lrr'", "Did you mean 'training.lr'?")
+
+
+def test_failed_download_leaves_no_partial_file(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("multi30k_recipe", RECIPE)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+
+    def broken_retrieve(url, filename):  # writes part of the file, then the connection drops
+        Path(filename).write_bytes(b"\x1f\x8b partial")
+        raise urllib.error.URLError("connection reset")
+
+    monkeypatch.setattr(recipe.urllib.request, "urlretrieve", broken_retrieve)
+    with pytest.raises(DataError, match=r"cannot download .*/train\.en\.gz: .*connection reset.*--data-dir"):
+        recipe.download(tmp_path, ("en", "de"))
+    assert list(tmp_path.iterdir()) == []  # no train.en.gz to be skipped as "already there" next time
