@@ -33,7 +33,7 @@ from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, r
 from seq2seq.batching import TokenBatchSampler, collate_text  # noqa: E402
 from seq2seq.loss import sequence_loss  # noqa: E402
 from seq2seq.tokenizer import PAD_ID  # noqa: E402
-from seq2seq.train import autocast_context  # noqa: E402
+from seq2seq.device import autocast_context  # noqa: E402
 
 
 def batches(tok, n: int, max_tokens: int) -> list:

@@ -13,9 +13,9 @@ import difflib
 import json
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -81,6 +81,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{key}': expected a mapping, got {type(value).__name__}")
         return dict(value)
+    if isinstance(tp, type) and issubclass(tp, EncoderConfig):
+        if isinstance(value, EncoderConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}': expected a mapping, got {type(value).__name__} {value!r}")
+        kind = value.get("type", "text")
+        return from_dict(encoder_config_class(kind, f"{key}.type"), value, prefix=f"{key}.")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{key}': expected a mapping, got {type(value).__name__} {value!r}")
@@ -184,12 +191,47 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 @dataclass
+class EncoderConfig:
+    """The `model.encoder` section: which encoder reads the source, and that encoder's settings.
+
+    `type: text` (this class, no settings of its own: the text encoder uses the model's sizes) is the
+    default. Each other modality registers a subclass with its own typed fields (see
+    `seq2seq.encoders`), e.g. `{type: image, image_size: 64, patch_size: 8}`; the section is parsed
+    into the subclass its `type` names, and unknown keys of that type are refused.
+    """
+
+    type: str = "text"
+
+
+_ENCODER_CONFIGS: dict[str, type[EncoderConfig]] = {"text": EncoderConfig}
+
+
+def register_encoder_config(cls: type[EncoderConfig]) -> type[EncoderConfig]:
+    """Class decorator: make `cls` (a dataclass whose `type` field defaults to its name) the config of
+    `model.encoder.type: <name>`."""
+    _ENCODER_CONFIGS[cls().type] = cls
+    return cls
+
+
+def encoder_config_class(kind: Any, key: str = "model.encoder.type") -> type[EncoderConfig]:
+    """The config dataclass registered for encoder type `kind`; ConfigError naming the choices."""
+    import seq2seq.encoders  # noqa: F401 - registers the built-in modalities
+
+    if kind not in _ENCODER_CONFIGS:
+        raise ConfigError(f"config key '{key}': unknown encoder type {kind!r}; choose one of {sorted(_ENCODER_CONFIGS)}")
+    return _ENCODER_CONFIGS[kind]
+
+
+
+@dataclass
 class ModelConfig:
     """Sizes and choices of the encoder-decoder Transformer.
 
     `layers` sets both stacks; `encoder_layers` / `decoder_layers` override one side.
     `share_embeddings` ties source and target embeddings (needs a shared vocabulary);
     `tie_output` ties the target embedding with the output projection.
+    `encoder` picks the source side (text, image, audio; see `EncoderConfig`); everything else in
+    this section describes the Transformer and is shared by every modality.
     """
 
     src_vocab_size: int = 8000
@@ -210,8 +252,11 @@ class ModelConfig:
     share_embeddings: bool = False
     tie_output: bool = True
     pad_id: int = 0
+    encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
 
     def __post_init__(self) -> None:
+        if self.encoder.type != "text" and self.share_embeddings:
+            raise ConfigError(f"model.share_embeddings needs a text encoder (model.encoder.type is {self.encoder.type!r})")
         if self.d_model % self.heads:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -227,3 +272,115 @@ class ModelConfig:
     @property
     def n_decoder_layers(self) -> int:
         return self.layers if self.decoder_layers is None else self.decoder_layers
+
+
+# --------------------------------------------------------------------------------------------
+# Data and training sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel data is and how to clean it.
+
+    Training data: `train_src` + `train_tgt` (aligned text files, optionally .gz), or `train`
+    (a .tsv/.csv/.jsonl table), or `hf_dataset` (+ `hf_config`, `hf_train_split`).
+    Validation data likewise: `valid_src` + `valid_tgt`, or `valid`, or, with `hf_dataset`,
+    `hf_valid_split`. `src_column`/`tgt_column` name the columns of tables and HF datasets;
+    a TSV/CSV whose first row lacks both names is read as headerless, columns 0/1 = src/tgt.
+
+    max_len: training pairs with more subword tokens than this on either side (BOS/EOS not
+        counted) are dropped; validation pairs are truncated instead.
+    max_ratio: training pairs whose longer side has more than max_ratio times the tokens of
+        the shorter side are dropped, unless the longer side has at most 5 tokens.
+    lowercase: lowercase both sides before training the tokenizer (texts are stored lowercased).
+    cache_dir: where tokenized datasets are cached; overrides the directory given to `prepare`.
+    valid_max_sentences: keep only the first N validation pairs.
+    """
+
+    train_src: str | None = None
+    train_tgt: str | None = None
+    train: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    valid: str | None = None
+    src_column: str = "src"
+    tgt_column: str = "tgt"
+    hf_dataset: str | None = None
+    hf_config: str | None = None
+    hf_train_split: str = "train"
+    hf_valid_split: str = "validation"
+    max_len: int = 256
+    max_ratio: float = 3.0
+    lowercase: bool = False
+    cache_dir: str | None = None
+    valid_max_sentences: int | None = None
+
+    def __post_init__(self) -> None:
+        for split in ("train", "valid"):
+            src, tgt = getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt")
+            if (src is None) != (tgt is None):
+                raise ConfigError(f"data.{split}_src and data.{split}_tgt must be set together")
+            if src is not None and getattr(self, split) is not None:
+                raise ConfigError(f"set either data.{split}_src + data.{split}_tgt or data.{split}, not both")
+        if self.train_src is not None or self.train is not None:
+            if self.hf_dataset is not None:
+                raise ConfigError("data.hf_dataset cannot be combined with data.train_src/train_tgt or data.train")
+        if self.max_len <= 0:
+            raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
+        if self.max_ratio < 1.0:
+            raise ConfigError(f"data.max_ratio must be at least 1, got {self.max_ratio}")
+        if self.valid_max_sentences is not None and self.valid_max_sentences <= 0:
+            raise ConfigError(f"data.valid_max_sentences must be positive, got {self.valid_max_sentences}")
+
+    def validate(self) -> None:
+        """Raise ConfigError unless some training data is configured."""
+        if self.train_src is None and self.train is None and self.hf_dataset is None:
+            raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, or data.hf_dataset")
+
+
+@dataclass
+class TrainingConfig:
+    """The `training` section: optimisation, schedule, precision, validation and checkpoints."""
+
+    output_dir: str = "runs/model"
+    seed: int = 1
+    max_tokens: int = 4096  # padded tokens per batch, per side
+    accum_steps: int = 1
+    lr: float = 7e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0001
+    schedule: Literal["inverse_sqrt", "linear", "cosine", "constant"] = "inverse_sqrt"
+    warmup_steps: int = 800
+    min_lr_ratio: float = 0.0  # floor for linear/cosine decay, as a fraction of lr
+    # Budget-aware annealing: over the last `cooldown` fraction of the run (of max_steps or of
+    # max_time_minutes, whichever ends first) the learning rate falls linearly to 0 on top of the
+    # schedule. 0 turns it off.
+    cooldown: float = 0.0
+    max_steps: int = 20000
+    max_epochs: int | None = None
+    max_time_minutes: float | None = None  # wall-clock budget for the training loop
+    label_smoothing: float = 0.1
+    clip_norm: float | None = 1.0
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where the hardware has it
+    device: str = "auto"  # auto: cuda > mps > cpu
+    threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
+    valid_every: int = 500
+    valid_bleu: bool = True  # decode the validation set (greedy) and score BLEU/chrF
+    best_metric: Literal["bleu", "chrf", "loss"] = "bleu"
+    keep_last: int = 5  # checkpoints kept in checkpoints/ (for averaging)
+    checkpoint_every: int | None = None  # also save (without validating) every N steps
+    patience: int | None = None  # validations without improvement before stopping
+    log_every: int = 50
+    max_bad_steps: int = 20  # skipped non-finite steps before aborting
+
+    def __post_init__(self) -> None:
+        if self.accum_steps < 1 or self.max_tokens < 1 or self.valid_every < 1:
+            raise ConfigError("training.accum_steps, max_tokens and valid_every must be >= 1")
+        if len(self.betas) != 2:
+            raise ConfigError("training.betas must hold two numbers")
+        if self.precision == "fp16" and self.device == "cpu":
+            raise ConfigError("training.precision fp16 needs CUDA; use bf16 on CPU")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ConfigError(f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")

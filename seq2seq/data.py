@@ -44,7 +44,7 @@ from typing import Any, Callable
 import datasets
 import numpy as np
 
-from seq2seq.config import ConfigError, to_dict
+from seq2seq.config import ConfigError, DataConfig, to_dict  # noqa: F401 - DataConfig re-exported
 from seq2seq.tokenizer import EOS_ID, Tokenizer, TokenizerConfig, TokenizerError, TokenizerPair
 
 logger = logging.getLogger(__name__)
@@ -67,66 +67,6 @@ FEATURES = datasets.Features(
 
 class DataError(ValueError):
     """A data problem a user can fix; the message names the file and line (1-based) or column."""
-
-
-@dataclass
-class DataConfig:
-    """Where the parallel data is and how to clean it.
-
-    Training data: `train_src` + `train_tgt` (aligned text files, optionally .gz), or `train`
-    (a .tsv/.csv/.jsonl table), or `hf_dataset` (+ `hf_config`, `hf_train_split`).
-    Validation data likewise: `valid_src` + `valid_tgt`, or `valid`, or, with `hf_dataset`,
-    `hf_valid_split`. `src_column`/`tgt_column` name the columns of tables and HF datasets;
-    a TSV/CSV whose first row lacks both names is read as headerless, columns 0/1 = src/tgt.
-
-    max_len: training pairs with more subword tokens than this on either side (BOS/EOS not
-        counted) are dropped; validation pairs are truncated instead.
-    max_ratio: training pairs whose longer side has more than max_ratio times the tokens of
-        the shorter side are dropped, unless the longer side has at most 5 tokens.
-    lowercase: lowercase both sides before training the tokenizer (texts are stored lowercased).
-    cache_dir: where tokenized datasets are cached; overrides the directory given to `prepare`.
-    valid_max_sentences: keep only the first N validation pairs.
-    """
-
-    train_src: str | None = None
-    train_tgt: str | None = None
-    train: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
-    valid: str | None = None
-    src_column: str = "src"
-    tgt_column: str = "tgt"
-    hf_dataset: str | None = None
-    hf_config: str | None = None
-    hf_train_split: str = "train"
-    hf_valid_split: str = "validation"
-    max_len: int = 256
-    max_ratio: float = 3.0
-    lowercase: bool = False
-    cache_dir: str | None = None
-    valid_max_sentences: int | None = None
-
-    def __post_init__(self) -> None:
-        for split in ("train", "valid"):
-            src, tgt = getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt")
-            if (src is None) != (tgt is None):
-                raise ConfigError(f"data.{split}_src and data.{split}_tgt must be set together")
-            if src is not None and getattr(self, split) is not None:
-                raise ConfigError(f"set either data.{split}_src + data.{split}_tgt or data.{split}, not both")
-        if self.train_src is not None or self.train is not None:
-            if self.hf_dataset is not None:
-                raise ConfigError("data.hf_dataset cannot be combined with data.train_src/train_tgt or data.train")
-        if self.max_len <= 0:
-            raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
-        if self.max_ratio < 1.0:
-            raise ConfigError(f"data.max_ratio must be at least 1, got {self.max_ratio}")
-        if self.valid_max_sentences is not None and self.valid_max_sentences <= 0:
-            raise ConfigError(f"data.valid_max_sentences must be positive, got {self.valid_max_sentences}")
-
-    def validate(self) -> None:
-        """Raise ConfigError unless some training data is configured."""
-        if self.train_src is None and self.train is None and self.hf_dataset is None:
-            raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, or data.hf_dataset")
 
 
 # --------------------------------------------------------------------------------------------

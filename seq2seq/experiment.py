@@ -1,8 +1,9 @@
-"""An experiment: the root config, the training pipeline, and loading a model directory.
+"""An experiment's training pipeline: data -> model -> Trainer -> model directory.
 
-    Config = data + tokenizer + model + training + decoding      (configs/*.yaml)
     run_training(cfg): prepare data -> build model -> Trainer -> model directory
-    load_model_dir(path) -> LoadedModel(model, config, tokenizers)  (translate, test, average)
+
+The root `Config` lives in `seq2seq.settings` and model-directory loading in `seq2seq.model_dir`
+(both re-exported here).
 """
 
 from __future__ import annotations
@@ -10,93 +11,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from . import __version__
 from . import checkpoint as ckpt
 from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text
-from .config import ConfigError, ModelConfig, apply_overrides, from_dict, load_dict, to_dict
-from .data import DataConfig, prepare
-from .model import Seq2SeqTransformer
-from .search import SearchConfig
-from .tokenizer import PAD_ID, TokenizerConfig, TokenizerPair
-from .train import Trainer, TrainingConfig, ValidData, choose_device
+from .config import ConfigError
+from .data import prepare
+from .model_dir import LoadedModel, build_model, load_model_dir  # noqa: F401 - re-exported
+from .settings import Config, config_yaml, load_config  # noqa: F401 - re-exported
+from .tokenizer import PAD_ID
+from .train import Trainer, ValidData
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Config:
-    """The whole experiment, as written in a YAML file under configs/."""
-
-    data: DataConfig = field(default_factory=DataConfig)
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    decoding: SearchConfig = field(default_factory=SearchConfig)
-
-
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """Read a YAML/JSON config, apply `section.key=value` overrides, validate every key."""
-    data = load_dict(path) if path is not None else {}
-    return from_dict(Config, apply_overrides(data, list(overrides)))
-
-
-def config_yaml(cfg: Config) -> str:
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
-
-
-# --------------------------------------------------------------------------------------------
-# Loading a model directory
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LoadedModel:
-    model: Seq2SeqTransformer
-    config: Config
-    tokenizers: TokenizerPair
-    path: Path
-
-
-def build_model(cfg: Config) -> Seq2SeqTransformer:
-    return Seq2SeqTransformer(cfg.model)
-
-
-def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | None = None) -> LoadedModel:
-    """Load a model directory, refusing missing files or a tokenizer that does not fit the model."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ckpt.CheckpointError(f"model directory not found: {path}")
-    for name in (ckpt.CONFIG, ckpt.WEIGHTS):
-        if not (path / name).is_file() and not (name == ckpt.WEIGHTS and weights):
-            raise ckpt.CheckpointError(f"{path} is not a complete model directory: {name} is missing")
-    try:
-        cfg = from_dict(Config, load_dict(path / ckpt.CONFIG))
-    except ConfigError as e:
-        raise ckpt.CheckpointError(f"{path / ckpt.CONFIG}: {e}") from None
-    tokenizers = TokenizerPair.load(path)
-    for side, tok, expected in (("source", tokenizers.src, cfg.model.src_vocab_size), ("target", tokenizers.tgt, cfg.model.tgt_vocab_size)):
-        if tok.vocab_size != expected:
-            raise ckpt.CheckpointError(
-                f"{path}: the {side} tokenizer has {tok.vocab_size} pieces but the model was built for "
-                f"{expected}; the tokenizer does not belong to this model"
-            )
-    model = build_model(cfg)
-    weights_path = Path(weights) if weights else path / ckpt.WEIGHTS
-    ckpt.load_into(model, ckpt.load_weights(weights_path), weights_path)
-    model.to(choose_device(device)).eval()
-    return LoadedModel(model, cfg, tokenizers, path)
-
-
-# --------------------------------------------------------------------------------------------
-# Training pipeline
-# --------------------------------------------------------------------------------------------
 
 
 def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:

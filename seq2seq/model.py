@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
-from .encoders import Encoder, TextEncoder
+from .encoders import Encoder, get_modality
 from .layers import DecoderLayer, Embedding
 
 
@@ -117,27 +117,36 @@ class Decoder(nn.Module):
 
 
 class Seq2SeqTransformer(nn.Module):
-    """Encoder-decoder Transformer. The encoder defaults to `TextEncoder` and may be any `Encoder`."""
+    """Encoder-decoder Transformer.
+
+    The encoder is the one `cfg.encoder.type` names (text, image, audio; see `seq2seq.encoders`),
+    or any `Encoder` passed in: an injected encoder (e.g. a pretrained backbone) keeps its weights,
+    only the modules built here are initialised. Its width must equal cfg.d_model (wrap it with a
+    linear projection otherwise).
+    """
 
     def __init__(self, cfg: ModelConfig, encoder: Encoder | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         tgt_embedding = Embedding(cfg.tgt_vocab_size, cfg)
+        injected = encoder is not None
         if encoder is None:
-            encoder = TextEncoder(cfg, embedding=tgt_embedding if cfg.share_embeddings else None)
+            encoder = get_modality(cfg.encoder.type).build_encoder(cfg, tgt_embedding if cfg.share_embeddings else None)
         if encoder.d_model != cfg.d_model:
             raise ValueError(f"encoder width {encoder.d_model} != model.d_model {cfg.d_model}")
         self.encoder = encoder
         self.decoder = Decoder(cfg, tgt_embedding)
-        self.reset_parameters()
+        self.reset_parameters(self.decoder if injected else self)
 
-    def reset_parameters(self) -> None:
-        """Xavier-uniform projections (q, k, v initialised as separate matrices), zero biases,
-        N(0, D^-1/2) embeddings with a zero padding row."""
+    def reset_parameters(self, root: nn.Module | None = None) -> None:
+        """Initialise `root`'s modules (default: the whole model): Xavier-uniform projections (q, k, v
+        initialised as separate matrices), zero biases, N(0, D^-1/2) embeddings with a zero padding
+        row. Other modules (convolutions, norms) keep torch's defaults."""
+        root = self if root is None else root
         attention_linears = {
-            id(lin) for m in self.modules() if isinstance(m, MultiHeadAttention) for lin in (m.in_proj, m.out_proj)
+            id(lin) for m in root.modules() if isinstance(m, MultiHeadAttention) for lin in (m.in_proj, m.out_proj)
         }
-        for module in self.modules():
+        for module in root.modules():
             if isinstance(module, MultiHeadAttention):
                 for w in module.in_proj.weight.chunk(3, dim=0):
                     nn.init.xavier_uniform_(w)

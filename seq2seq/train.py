@@ -18,71 +18,23 @@ import logging
 import math
 import random
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from . import checkpoint as ckpt
+from .config import TrainingConfig  # noqa: F401 - re-exported: the `training` section
+from .device import autocast_context, choose_device, resolve_precision
 from .batching import Batch, TokenBatchSampler
 from .loss import sequence_loss
 from .metrics import score as score_hypotheses
 from .search import SearchConfig, search
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainingConfig:
-    """The `training` section: optimisation, schedule, precision, validation and checkpoints."""
-
-    output_dir: str = "runs/model"
-    seed: int = 1
-    max_tokens: int = 4096  # padded tokens per batch, per side
-    accum_steps: int = 1
-    lr: float = 7e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.0001
-    schedule: Literal["inverse_sqrt", "linear", "cosine", "constant"] = "inverse_sqrt"
-    warmup_steps: int = 800
-    min_lr_ratio: float = 0.0  # floor for linear/cosine decay, as a fraction of lr
-    # Budget-aware annealing: over the last `cooldown` fraction of the run (of max_steps or of
-    # max_time_minutes, whichever ends first) the learning rate falls linearly to 0 on top of the
-    # schedule. 0 turns it off.
-    cooldown: float = 0.0
-    max_steps: int = 20000
-    max_epochs: int | None = None
-    max_time_minutes: float | None = None  # wall-clock budget for the training loop
-    label_smoothing: float = 0.1
-    clip_norm: float | None = 1.0
-    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where the hardware has it
-    device: str = "auto"  # auto: cuda > mps > cpu
-    threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
-    valid_every: int = 500
-    valid_bleu: bool = True  # decode the validation set (greedy) and score BLEU/chrF
-    best_metric: Literal["bleu", "chrf", "loss"] = "bleu"
-    keep_last: int = 5  # checkpoints kept in checkpoints/ (for averaging)
-    checkpoint_every: int | None = None  # also save (without validating) every N steps
-    patience: int | None = None  # validations without improvement before stopping
-    log_every: int = 50
-    max_bad_steps: int = 20  # skipped non-finite steps before aborting
-
-    def __post_init__(self) -> None:
-        from .config import ConfigError
-
-        if self.accum_steps < 1 or self.max_tokens < 1 or self.valid_every < 1:
-            raise ConfigError("training.accum_steps, max_tokens and valid_every must be >= 1")
-        if len(self.betas) != 2:
-            raise ConfigError("training.betas must hold two numbers")
-        if self.precision == "fp16" and self.device == "cpu":
-            raise ConfigError("training.precision fp16 needs CUDA; use bf16 on CPU")
-        if not 0.0 <= self.cooldown <= 1.0:
-            raise ConfigError(f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")
 
 
 class TrainingAborted(RuntimeError):
@@ -92,16 +44,6 @@ class TrainingAborted(RuntimeError):
 # --------------------------------------------------------------------------------------------
 # Pieces
 # --------------------------------------------------------------------------------------------
-
-
-def choose_device(name: str = "auto") -> torch.device:
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def lr_lambda(cfg: TrainingConfig) -> Callable[[int], float]:
@@ -136,33 +78,6 @@ def cooldown_factor(cfg: TrainingConfig, step: int, elapsed_s: float) -> float:
     if cfg.max_time_minutes:
         progress = max(progress, elapsed_s / (cfg.max_time_minutes * 60))
     return max(0.0, min(1.0, (1.0 - progress) / cfg.cooldown))
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Does the device compute bf16 natively (CUDA with bf16, or a CPU with AVX512-BF16/AMX)?"""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        try:
-            flags = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-        return "avx512_bf16" in flags or "amx_bf16" in flags
-    return False
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    if precision == "auto":
-        return "bf16" if native_bf16(device) else "fp32"
-    return precision
-
-
-def autocast_context(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision == "fp16":
-        return torch.autocast(device.type, dtype=torch.float16)
-    return nullcontext()
 
 
 def rng_state() -> dict[str, Any]:

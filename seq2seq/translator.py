@@ -31,11 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .batching import pad_sequences
-from .experiment import LoadedModel, load_model_dir
+from .model_dir import LoadedModel, load_model_dir
 from .packed import pack_decoder
 from .search import Hypothesis, SearchConfig, search
 from .tokenizer import EOS_ID, PAD_ID, Tokenizer
-from .train import autocast_context, native_bf16
+from .device import autocast_context, native_bf16
 
 log = logging.getLogger(__name__)
 

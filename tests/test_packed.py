@@ -62,7 +62,7 @@ def test_packed_decoding_equals_plain_decoding(cfg):
 
 
 def test_int8_model_keeps_an_accurate_output_projection():
-    from seq2seq.train import native_bf16
+    from seq2seq.device import native_bf16
     from seq2seq.translator import Bf16Linear, quantize_int8
 
     model, src = tiny_model(), sources()

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..layers import Embedding, EncoderLayer
-from .base import Encoder
+from .base import Encoder, Modality, register
 
 
 class TextEncoder(Encoder):
@@ -31,3 +31,7 @@ class TextEncoder(Encoder):
 
     def source_lengths(self, src: Tensor) -> Tensor:
         return src.ne(self.pad_id).sum(dim=1)
+
+
+# Text sources are tokenized by the text data pipeline (seq2seq.data) and the Translator: no processor.
+register(Modality("text", build_encoder=lambda cfg, shared: TextEncoder(cfg, embedding=shared), noun="sentence"))
