@@ -45,18 +45,40 @@ class Batch:
         return len(self.indices)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """A copy with every tensor (also those inside a dict/list `src`) on `device`."""
+        """A copy with every tensor (also those inside a dict/list/dataclass `src`) on `device`."""
+        return dataclasses.replace(self, src=to_device(self.src, device, non_blocking),
+                                   tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
+                                   tgt_out=self.tgt_out.to(device, non_blocking=non_blocking))
 
-        def move(x: Any) -> Any:
-            if isinstance(x, torch.Tensor):
-                return x.to(device, non_blocking=non_blocking)
-            if isinstance(x, dict):
-                return {k: move(v) for k, v in x.items()}
-            if isinstance(x, (list, tuple)):
-                return type(x)(move(v) for v in x)
-            return x
 
-        return dataclasses.replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out))
+def to_device(x: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
+    """`x` with every tensor in it (inside dicts, lists, tuples and dataclasses too) moved to `device`."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device, non_blocking=non_blocking)
+    if isinstance(x, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(v, device, non_blocking) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: to_device(getattr(x, f.name), device, non_blocking)
+                                         for f in dataclasses.fields(x) if f.init})
+    return x
+
+
+def length_batches(lengths: dict[int, int], max_tokens: int) -> Iterator[list[int]]:
+    """Inference batches: keys of `lengths` sorted by length (stable), grouped so that
+    max length * rows <= max_tokens; a longer single item is a batch of its own."""
+    batch: list[int] = []
+    longest = 0
+    for i in sorted(lengths, key=lengths.__getitem__):
+        n = lengths[i]
+        if batch and max(longest, n) * (len(batch) + 1) > max_tokens:
+            yield batch
+            batch, longest = [], 0
+        batch.append(i)
+        longest = max(longest, n)
+    if batch:
+        yield batch
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:

@@ -215,8 +215,10 @@ def register_encoder_config(cls: type[EncoderConfig]) -> type[EncoderConfig]:
 
 def encoder_config_class(kind: Any, key: str = "model.encoder.type") -> type[EncoderConfig]:
     """The config dataclass registered for encoder type `kind`; ConfigError naming the choices."""
-    import seq2seq.encoders  # noqa: F401 - registers the built-in modalities
+    if kind not in _ENCODER_CONFIGS:
+        from seq2seq.encoders.base import load_plugins
 
+        load_plugins()
     if kind not in _ENCODER_CONFIGS:
         raise ConfigError(f"config key '{key}': unknown encoder type {kind!r}; choose one of {sorted(_ENCODER_CONFIGS)}")
     return _ENCODER_CONFIGS[kind]
@@ -296,6 +298,14 @@ class DataConfig:
     lowercase: lowercase both sides before training the tokenizer (texts are stored lowercased).
     cache_dir: where tokenized datasets are cached; overrides the directory given to `prepare`.
     valid_max_sentences: keep only the first N validation pairs.
+
+    Image and audio sources (model.encoder.type image/audio): `train` and `valid` are tables of
+    (file path, text) rows; `src_column` defaults to the first of src, image, audio, path, file
+    that the table has, `tgt_column` to the first of tgt, caption, text, transcript, sentence.
+    Several rows may name the same file (several captions); a .jsonl text may also be a list.
+    media_root: directory that relative paths are relative to (default: the table's directory).
+    bad_sources: a missing or unreadable file fails the run naming its path ("fail"), or is
+        skipped with a count and the first paths in the log ("skip").
     """
 
     train_src: str | None = None
@@ -315,6 +325,8 @@ class DataConfig:
     lowercase: bool = False
     cache_dir: str | None = None
     valid_max_sentences: int | None = None
+    media_root: str | None = None
+    bad_sources: Literal["fail", "skip"] = "fail"
 
     def __post_init__(self) -> None:
         for split in ("train", "valid"):

@@ -9,10 +9,12 @@ The root `Config` lives in `seq2seq.settings` and model-directory loading in `se
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import platform
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -21,12 +23,29 @@ from . import checkpoint as ckpt
 from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from .config import ConfigError
 from .data import prepare
+from .encoders import Encoder, get_modality
+from .model import Seq2SeqTransformer
 from .model_dir import LoadedModel, build_model, load_model_dir  # noqa: F401 - re-exported
 from .settings import Config, config_yaml, load_config  # noqa: F401 - re-exported
-from .tokenizer import PAD_ID
+from .sources import collate_media, prepare_media, source_lengths
+from .tokenizer import PAD_ID, TokenizerPair
 from .train import Trainer, ValidData
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingData:
+    """What the trainer needs from the data, whatever the modality."""
+
+    tokenizers: TokenizerPair
+    sampler: TokenBatchSampler  # batches of training row indices
+    collate: Callable[[list[int]], Batch]  # row indices -> Batch
+    valid: ValidData | None
+    fingerprint: str
+    summary: str  # what cleaning kept and dropped
+    n_train: int
+    n_valid: int
 
 
 def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
@@ -36,8 +55,56 @@ def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
     return [collate_text(rows.__getitems__(idx)) for idx in sampler]
 
 
-def run_training(cfg: Config, resume: bool = False, config_source: str | None = None) -> dict[str, Any]:
-    """Prepare data, build the model and train it into cfg.training.output_dir."""
+def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
+    """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`."""
+    prepared = prepare(cfg.data, cfg.tokenizer, out_dir, Path(cfg.data.cache_dir or out_dir / "cache"))
+    tok, train = prepared.tokenizers, prepared.train
+    sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=cfg.training.max_tokens,
+                                shuffle=True, seed=cfg.training.seed)
+    columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
+    src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
+
+    def collate(indices: list[int]) -> Batch:
+        return collate_text([{"src_ids": src_col[i], "tgt_ids": tgt_col[i], "index": i} for i in indices])
+
+    valid = None
+    if prepared.valid is not None and len(prepared.valid):
+        valid = ValidData(
+            batches=valid_batches(prepared.valid, cfg.training.max_tokens),
+            references=[[t] for t in prepared.valid["tgt"]],
+            detokenize=tok.tgt.decode,
+        )
+    n_valid = 0 if prepared.valid is None else len(prepared.valid)
+    return TrainingData(tok, sampler, collate, valid, prepared.fingerprint, prepared.report.summary(), len(train), n_valid)
+
+
+def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
+    """Image or audio files with their texts (see `seq2seq.sources`): every file loaded up front."""
+    modality = get_modality(cfg.model.encoder.type)
+    processor = modality.processor(cfg.model.encoder)
+    data = prepare_media(cfg.data, cfg.tokenizer, modality, processor, out_dir)
+    train, valid_split = data.train, data.valid
+    tgt_lens = [len(t) + 1 for t in train.tgt_ids]
+    sampler = TokenBatchSampler(source_lengths(train, processor), tgt_lens, max_tokens=cfg.training.max_tokens,
+                                shuffle=True, seed=cfg.training.seed)
+    valid = None
+    if valid_split is not None:
+        order = TokenBatchSampler(source_lengths(valid_split, processor), [len(t) + 1 for t in valid_split.tgt_ids],
+                                  max_tokens=cfg.training.max_tokens, shuffle=False, seed=0)
+        valid = ValidData(batches=[collate_media(valid_split, processor, idx) for idx in order],
+                          references=data.valid_references, detokenize=data.tokenizers.tgt.decode)
+    return TrainingData(data.tokenizers, sampler, functools.partial(collate_media, train, processor), valid,
+                        data.fingerprint, data.summary, len(train), 0 if valid_split is None else len(valid_split))
+
+
+def run_training(cfg: Config, resume: bool = False, config_source: str | None = None,
+                 encoder: Encoder | None = None) -> dict[str, Any]:
+    """Prepare data, build the model and train it into cfg.training.output_dir.
+
+    encoder: an `Encoder` instance to use instead of the one model.encoder.type builds (e.g. a
+    pretrained backbone); it keeps its weights. Pass the same kind of instance to
+    `load_model_dir(..., encoder=...)` to load the result.
+    """
     out_dir = Path(cfg.training.output_dir)
     state_dir = ckpt.train_state_dir(out_dir)
     if state_dir is not None and not resume:
@@ -49,32 +116,16 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    prepared = prepare(cfg.data, cfg.tokenizer, out_dir, Path(cfg.data.cache_dir or out_dir / "cache"))
-    tok = prepared.tokenizers
+    text_source = get_modality(cfg.model.encoder.type).processor is None  # text, or a custom text encoder
+    data = text_training_data(cfg, out_dir) if text_source else media_training_data(cfg, out_dir)
+    tok = data.tokenizers
     cfg.model = dataclasses.replace(
         cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
     )
     if cfg.model.share_embeddings and not tok.joint:
         raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
     torch.manual_seed(cfg.training.seed)
-    model = build_model(cfg)
-
-    train = prepared.train
-    src_lens, tgt_lens = list(train["src_len"]), list(train["tgt_len"])
-    sampler = TokenBatchSampler(src_lens, tgt_lens, max_tokens=cfg.training.max_tokens, shuffle=True, seed=cfg.training.seed)
-    columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
-    src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
-
-    def collate(indices: list[int]) -> Batch:
-        return collate_text([{"src_ids": src_col[i], "tgt_ids": tgt_col[i], "index": i} for i in indices])
-
-    valid = None
-    if prepared.valid is not None and len(prepared.valid):
-        valid = ValidData(
-            batches=valid_batches(prepared.valid, cfg.training.max_tokens),
-            references=list(prepared.valid["tgt"]),
-            detokenize=tok.tgt.decode,
-        )
+    model = Seq2SeqTransformer(cfg.model, encoder)
 
     # The model directory's static part, written before training so a checkpoint is always usable.
     ckpt.write_text_atomic(out_dir / ckpt.CONFIG, config_yaml(cfg))
@@ -87,23 +138,23 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
             "torch_version": torch.__version__,
             "python_version": platform.python_version(),
             "config_source": config_source,
-            "data_fingerprint": prepared.fingerprint,
-            "cleaning": prepared.report.summary(),
-            "train_pairs": len(train),
-            "valid_pairs": 0 if prepared.valid is None else len(prepared.valid),
+            "data_fingerprint": data.fingerprint,
+            "cleaning": data.summary,
+            "train_pairs": data.n_train,
+            "valid_pairs": data.n_valid,
             "parameters": model.num_parameters(),
         }
     )
     ckpt.write_json_atomic(meta_path, meta)
 
     search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
-    trainer = Trainer(model, cfg.training, sampler, collate, valid, out_dir, search_cfg, pad_id=PAD_ID)
+    trainer = Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
     log.info("resolved config:\n%s", config_yaml(cfg))
     log.info("model: %s parameters; device: %s; precision: %s", f"{model.num_parameters():,}", trainer.device, trainer.precision)
     log.info(
         "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",
-        f"{len(train):,}", f"{meta['valid_pairs']:,}", prepared.report.summary(), len(sampler),
-        100 * sampler.padding_ratio(),
+        f"{data.n_train:,}", f"{data.n_valid:,}", data.summary, len(data.sampler),
+        100 * data.sampler.padding_ratio(),
     )
     if resume:
         trainer.resume()

@@ -14,6 +14,7 @@ from pathlib import Path
 from . import checkpoint as ckpt
 from .config import ConfigError, from_dict, load_dict
 from .device import choose_device
+from .encoders.base import Encoder
 from .model import Seq2SeqTransformer
 from .settings import Config
 from .tokenizer import TokenizerPair
@@ -27,12 +28,16 @@ class LoadedModel:
     path: Path
 
 
-def build_model(cfg: Config) -> Seq2SeqTransformer:
-    return Seq2SeqTransformer(cfg.model)
+def build_model(cfg: Config, encoder: Encoder | None = None) -> Seq2SeqTransformer:
+    return Seq2SeqTransformer(cfg.model, encoder)
 
 
-def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | None = None) -> LoadedModel:
-    """Load a model directory, refusing missing files or a tokenizer that does not fit the model."""
+def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | None = None,
+                   encoder: Encoder | None = None) -> LoadedModel:
+    """Load a model directory, refusing missing files or a tokenizer that does not fit the model.
+
+    encoder: for a model trained with an injected encoder (`run_training(..., encoder=...)`), an
+    instance of the same module; its weights are replaced by the saved ones."""
     path = Path(path)
     if not path.is_dir():
         raise ckpt.CheckpointError(f"model directory not found: {path}")
@@ -50,7 +55,7 @@ def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | 
                 f"{path}: the {side} tokenizer has {tok.vocab_size} pieces but the model was built for "
                 f"{expected}; the tokenizer does not belong to this model"
             )
-    model = build_model(cfg)
+    model = build_model(cfg, encoder)
     weights_path = Path(weights) if weights else path / ckpt.WEIGHTS
     ckpt.load_into(model, ckpt.load_weights(weights_path), weights_path)
     model.to(choose_device(device)).eval()

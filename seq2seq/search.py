@@ -285,9 +285,8 @@ class _Search:
 
     def _max_lengths(self, src: Any, pad_mask: Tensor) -> list[int]:
         encoder = getattr(self.model, "encoder", None)
-        if hasattr(encoder, "source_lengths"):
-            lengths = encoder.source_lengths(src)
-        else:
+        lengths = encoder.source_lengths(src) if hasattr(encoder, "source_lengths") else None
+        if lengths is None:
             lengths = (~pad_mask).sum(dim=1)
         cap = math.inf if self.cfg.max_len is None else self.cfg.max_len
         positions = getattr(getattr(self.model, "cfg", None), "max_positions", None)

@@ -100,15 +100,31 @@ def register(modality: Modality) -> Modality:
     return modality
 
 
-def get_modality(name: str) -> Modality:
-    import seq2seq.encoders  # noqa: F401 - registers the built-in modalities
+def load_plugins() -> None:
+    """Register the built-in modalities and those of installed packages: a package adds a modality
+    by naming a module in the `seq2seq.encoders` entry-point group, e.g. in its pyproject.toml
 
+        [project.entry-points."seq2seq.encoders"]
+        my_encoder = "my_package.my_encoder"
+
+    (importing that module registers its config and `Modality`)."""
+    import seq2seq.encoders  # noqa: F401 - registers text, image, audio
+
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="seq2seq.encoders"):
+        if entry.name not in _MODALITIES:
+            entry.load()
+
+
+def get_modality(name: str) -> Modality:
+    if name not in _MODALITIES:
+        load_plugins()
     if name not in _MODALITIES:
         raise ConfigError(f"unknown encoder type {name!r}; choose one of {sorted(_MODALITIES)}")
     return _MODALITIES[name]
 
 
 def modalities() -> list[str]:
-    import seq2seq.encoders  # noqa: F401
-
+    load_plugins()
     return sorted(_MODALITIES)
