@@ -57,9 +57,9 @@ def machine_info(threads: int) -> str:
         f"CPU: {cpu} ({os.cpu_count()} logical cores; {' '.join(isa) or 'no AVX-512'})\n"
         f"torch {torch.__version__}, transformers {hf}, python {platform.python_version()}, "
         f"threads {threads}, load average {load}\n"
-        f"oneDNN kernel caches (bf16 on CPU; see seq2seq/__init__.py): "
-        f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY')}, "
-        f"LRU_CACHE_CAPACITY={os.environ.get('LRU_CACHE_CAPACITY')}"
+        f"oneDNN kernel caches (bf16 on CPU; see seq2seq.cpu.limit_onednn_caches): "
+        f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'default')}, "
+        f"LRU_CACHE_CAPACITY={os.environ.get('LRU_CACHE_CAPACITY', 'default')}"
     )
 
 

@@ -32,9 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .onednn import rowwise
-from .packed import PackedLinear
-
 
 def attention_reference(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
@@ -73,14 +70,6 @@ def scaled_dot_product_attention(
         if dropout_p > 0.0:  # training-time weights for visualisation are rare; keep the formula exact
             out = F.dropout(weights, dropout_p) @ v
         return out, weights
-    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled() and q.requires_grad:
-        # On CPU the bf16 flash-attention backward is ~9x slower than fp32 (profiled: a third of a
-        # bf16 training step); attention is a small share of the FLOPs, so run it in fp32.
-        with torch.autocast("cpu", enabled=False):
-            out = F.scaled_dot_product_attention(
-                q.float(), k.float(), v.float(), attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
-            )
-        return out.to(q.dtype), None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
     return out, None
 
@@ -114,6 +103,7 @@ class MultiHeadAttention(nn.Module):
 
     `in_proj` holds W_q, W_k, W_v stacked [3D, D]: self-attention projects q, k, v in one matmul;
     cross-attention projects q from `x` and k, v from `memory` with slices of the same weight.
+    Device-specific variants (seq2seq.cpu, seq2seq.packed) override `project` and `attend`.
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
@@ -125,13 +115,21 @@ class MultiHeadAttention(nn.Module):
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _project(self, x: Tensor, part: slice) -> Tensor:
-        """x W[part]^T + b[part]: some of W_q, W_k, W_v of the fused weight."""
-        if isinstance(self.in_proj, PackedLinear):
-            return self.in_proj(x, part)
-        w = self.in_proj.weight[part]
+    def project(self, x: Tensor, part: slice) -> Tensor:
+        """x [..., D] -> x W[part]^T + b[part] [..., part rows]: some of W_q, W_k, W_v of `in_proj`."""
         b = None if self.in_proj.bias is None else self.in_proj.bias[part]
-        return rowwise(lambda rows: F.linear(rows, w, b), x)
+        return F.linear(x, self.in_proj.weight[part], b)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """`scaled_dot_product_attention` of the heads, with attention dropout while training.
+
+        q [B, H, T, Dh], k/v [B, H, S, Dh], mask broadcastable to [B, H, T, S] (True = attend).
+        Returns (output [B, H, T, Dh], weights [B, H, T, S] if need_weights else None).
+        """
+        drop = self.dropout if self.training else 0.0
+        return scaled_dot_product_attention(q, k, v, mask, is_causal, drop, need_weights)
 
     def forward(
         self,
@@ -164,8 +162,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Queries, keys and values from x [B, T, D]; see `forward`."""
         b, t, d = x.shape
-        drop = self.dropout if self.training else 0.0
-        qkv = rowwise(self.in_proj, x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.in_proj(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each [B, H, T, Dh]; unbind's backward is one stack
         past = 0
         if cache is not None:
@@ -186,8 +183,8 @@ class MultiHeadAttention(nn.Module):
             if is_causal:
                 mask = mask & torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
                 is_causal = False
-        out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, drop, need_weights)
-        return rowwise(self.out_proj, out.transpose(1, 2).reshape(b, t, self.d_model)), weights
+        out, weights = self.attend(q, k, v, mask, is_causal, need_weights)
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model)), weights
 
     def cross_attention(
         self,
@@ -199,11 +196,10 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Queries from x [B, T, D], keys/values from memory [N, S, D] (not read once cached)."""
         b, t, d = x.shape
-        drop = self.dropout if self.training else 0.0
         if cache is not None and cache.cross_k is not None:
             k, v = cache.cross_k, cache.cross_v
         else:
-            kv = self._project(memory, slice(d, 3 * d))
+            kv = self.project(memory, slice(d, 3 * d))
             n, s, _ = kv.shape
             kv = kv.view(n, s, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             k, v = kv.unbind(0)  # [N, H, S, Dh]
@@ -211,7 +207,7 @@ class MultiHeadAttention(nn.Module):
                 cache.cross_k, cache.cross_v = k, v
         n = k.size(0)
         group = b // n
-        q = self._project(x, slice(0, d))  # [B, T, D]
+        q = self.project(x, slice(0, d))  # [B, T, D]
         # Stack the queries of a source's `group` rows: [N, H, group*T, Dh].
         q = q.view(n, group * t, self.heads, self.head_dim).transpose(1, 2)
         mask = None
@@ -219,9 +215,9 @@ class MultiHeadAttention(nn.Module):
             if key_padding_mask.size(0) != n:
                 raise ValueError(f"cross-attention mask has {key_padding_mask.size(0)} rows, keys have {n}")
             mask = ~key_padding_mask[:, None, None, :]
-        out, weights = scaled_dot_product_attention(q, k, v, mask, False, drop, need_weights)
+        out, weights = self.attend(q, k, v, mask, False, need_weights)
         out = out.transpose(1, 2).reshape(b, t, self.d_model)
         if weights is not None:  # [N, H, group*T, S] -> [B, H, T, S]
             s = weights.size(-1)
             weights = weights.view(n, self.heads, group, t, s).transpose(1, 2).reshape(b, self.heads, t, s)
-        return rowwise(self.out_proj, out), weights
+        return self.out_proj(out), weights

@@ -7,9 +7,7 @@ line on stderr and exit code 1, never a traceback from deep inside torch.
 from __future__ import annotations
 
 import functools
-import gzip
 import io
-import itertools
 import json
 import logging
 import os
@@ -20,6 +18,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 import click
 
 from . import __version__
+from .textio import (
+    NBEST_FORMATS, count_lines, decoded_lines, formatter, json_line, one_line, open_binary, read_input_lines,
+    std_binary, translate_stream, warn,
+)
 
 log = logging.getLogger("seq2seq")
 
@@ -77,16 +79,45 @@ def cli(verbose: bool) -> None:
               help="Override a config value, e.g. --set training.lr=3e-4 (repeatable).")
 @click.option("--resume", is_flag=True, help="Continue the run in training.output_dir exactly where it stopped.")
 @click.option("--output-dir", "-o", default=None, help="Shortcut for --set training.output_dir=DIR.")
+@click.option("--init-from", "init_from", default=None, type=click.Path(file_okay=False), metavar="MODEL_DIR",
+              help="Fine-tune: start from MODEL_DIR's weights and tokenizer (fresh optimizer and schedule).")
 @user_errors
-def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str | None) -> None:
-    """Train a model from a YAML CONFIG (see configs/)."""
+def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str | None,
+          init_from: str | None) -> None:
+    """Train a model from a YAML CONFIG (see configs/example.yaml) into the model directory
+    training.output_dir, the directory `translate`, `test` and `average` take."""
     from .experiment import load_config, run_training
 
     overrides = list(overrides) + ([f"training.output_dir={output_dir}"] if output_dir else [])
     cfg = load_config(config, overrides)
-    result = run_training(cfg, resume=resume, config_source=config)
+    result = run_training(cfg, resume=resume, config_source=config, init_from=init_from)
     click.echo(f"model directory: {result['out_dir']} (best {cfg.training.best_metric} "
                f"{result['best'] if result['best'] is not None else float('nan'):.2f} at step {result['best_step']})")
+
+
+@cli.command("config")
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a config value, as for `seq2seq train` (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@user_errors
+def config_command(config: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Print the full resolved config: every key of every section, defaults filled in.
+
+    CONFIG (optional: without it, the defaults) is read and checked as `seq2seq train` reads it,
+    --set overrides applied; `model.encoder.type` decides which encoder keys appear. The output is
+    itself a valid config file.
+    """
+    from .config import to_dict
+    from .settings import config_yaml, load_config
+
+    cfg = load_config(config, list(overrides))
+    if as_json:
+        click.echo(json.dumps(to_dict(cfg), indent=2))
+        return
+    source = config or "the defaults"
+    click.echo(f"# {source}{' + ' + ' '.join(overrides) if overrides else ''}: every key, defaults filled in")
+    click.echo(config_yaml(cfg), nl=False)
 
 
 @cli.command()
@@ -100,8 +131,8 @@ def quickstart(output_dir: str, minutes: float, device: str, seed: int, overwrit
     """Generate a small English->German corpus, train on it, report held-out BLEU and chrF.
 
     No download needed: the corpus comes from a seeded grammar with agreement, verb-final
-    subordinate clauses and numbers written as words. Leaves a model directory that
-    `seq2seq translate` loads.
+    subordinate clauses and numbers written as words. Leaves the corpus in OUTPUT_DIR/data and
+    a model directory, OUTPUT_DIR/model, that `seq2seq translate` loads.
     """
     from .quickstart import run_quickstart
 
@@ -113,117 +144,23 @@ def quickstart(output_dir: str, minutes: float, device: str, seed: int, overwrit
 # --------------------------------------------------------------------------------------------
 
 PRECISION_CHOICES = ("fp32", "bf16", "int8")
-LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on
-_ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
+
+# The text I/O helpers' former names here, for modules written against them (seq2seq/cli_media.py).
+_warn, _json_line, _one_line, _open_binary, _std_binary = warn, json_line, one_line, open_binary, std_binary
+_decoded_lines, _read_lines, _formatter, _translate_stream = decoded_lines, read_input_lines, formatter, translate_stream
 
 
 def _stdin_is_tty() -> bool:
     return sys.stdin.isatty()
 
 
-def _warn(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
-
-
-def _std_binary(name: str) -> BinaryIO:
-    stream = getattr(sys, name)
-    return getattr(stream, "buffer", stream)
-
-
-def _open_binary(path: str, mode: str) -> BinaryIO:
-    """'-' is stdin/stdout; a name ending in .gz is read/written through gzip."""
-    if path == "-":
-        return _std_binary("stdin" if mode == "rb" else "stdout")
-    if path.endswith(".gz"):
-        return gzip.open(path, mode)  # type: ignore[return-value]
-    return open(path, mode)  # noqa: SIM115 - closed by the caller
-
-
-def _decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = _warn) -> Iterator[str]:
-    """Lines of a byte stream, lazily: split on '\n' only (a lone '\r' or U+2028 stays inside its
-    line), one trailing '\r' dropped (CRLF files), invalid UTF-8 replaced by U+FFFD with a warning
-    that names the line."""
-    for number, raw in enumerate(stream, 1):
-        raw = raw[:-1] if raw.endswith(b"\n") else raw
-        raw = raw[:-1] if raw.endswith(b"\r") else raw
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            text = raw.decode("utf-8", errors="replace")
-            warn(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD")
-        yield text.removeprefix("\ufeff") if number == 1 else text
-
-
-def _read_lines(path: str) -> list[str]:
-    if path != "-" and not os.path.isfile(path):
-        raise click.ClickException(f"file not found: {path}")
-    with _open_binary(path, "rb") as f:
-        return list(_decoded_lines(f, path))
-
-
-def _one_line(text: str) -> str:
-    return text.translate(_ONE_LINE)
-
-
-def _json_line(obj: Any) -> str:
-    text = json.dumps(obj, ensure_ascii=False)
-    for c in "\x85\u2028\u2029":  # legal raw in JSON strings, but line breaks to splitlines()
-        text = text.replace(c, f"\\u{ord(c):04x}")
-    return text
-
-
-def _empty_translation() -> Any:
-    from .translator import Translation
-
-    return Translation(text="", score=0.0, logprob=0.0, token_ids=[], pieces=[], token_logprobs=[], src_pieces=[])
-
-
-def _formatter(fmt: str, nbest: int) -> Callable[[int, list], str]:
-    """The output text (newline-terminated) of input line `index` (0-based) from its n-best list.
-
-    text: the best translation. scores: "score<TAB>text". nbest (nbest > 1): one line per
-    hypothesis, "index ||| text ||| score", best first. json: one object per input line.
-    """
-
-    def emit(index: int, hyps: list) -> str:
-        hyps = hyps or [_empty_translation()]
-        if fmt == "json":
-            obj = hyps[0].to_json()
-            obj["text"] = _one_line(obj["text"])
-            if nbest > 1:
-                obj["nbest"] = [{**h.to_json(), "text": _one_line(h.text)} for h in hyps]
-            return _json_line(obj) + "\n"
-        if nbest > 1:
-            return "".join(f"{index} ||| {_one_line(h.text)} ||| {h.score:.4f}\n" for h in hyps)
-        if fmt == "scores":
-            return f"{hyps[0].score:.4f}\t{_one_line(hyps[0].text)}\n"
-        return _one_line(hyps[0].text) + "\n"
-
-    return emit
-
-
-def _translate_stream(
-    translator: Any,
-    lines: Iterator[str],
-    out: BinaryIO,
-    emit: Callable[[int, list], str],
-    chunk_lines: int,
-    batch_tokens: int,
-    search: dict[str, Any],
-    warn: Callable[[str], None] = _warn,
-) -> int:
-    """Translate `lines` chunk by chunk (each chunk sorted into token-bounded batches by the
-    Translator), writing and flushing each chunk's output before reading the next. Returns the
-    number of lines."""
-    done = 0
-    while True:
-        chunk = list(itertools.islice(lines, chunk_lines))
-        if not chunk:
-            return done
-        results = translator.translate_nbest(chunk, batch_tokens=batch_tokens, first_line=done + 1, warn=warn, **search)
-        out.write("".join(emit(done + i, r) for i, r in enumerate(results)).encode("utf-8"))
-        out.flush()
-        done += len(chunk)
+def _show_progress(option: bool | None, output_path: str) -> bool:
+    """--progress/--no-progress, else a bar only where a person watches stderr: stderr is a terminal,
+    and the output does not go to that terminal too (the bar would be drawn between the lines)."""
+    if option is not None:
+        return option
+    to_terminal = output_path == "-" and sys.stdout.isatty()
+    return sys.stderr.isatty() and not to_terminal
 
 
 def model_options(fn: Callable) -> Callable:
@@ -284,13 +221,22 @@ def _load_translator(model_dir: str, device: str, precision: str, weights: str |
     return translator
 
 
+PROGRESS_OPTION = click.option(
+    "--progress/--no-progress", default=None,
+    help="Progress bar on stderr (default: only when stderr is a terminal and the output is not shown on it).",
+)
+
+
 @cli.command()
 @click.argument("model_dir", type=click.Path(file_okay=False))
 @click.option("-i", "--input", "input_path", default="-", show_default=True, help="Input file ('-': stdin; .gz read as gzip).")
 @click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
 @search_options
 @click.option("--nbest", type=click.IntRange(min=1), default=None,
-              help="Hypotheses per input; > 1 prints 'LINE ||| text ||| score' lines (LINE counts from 0).")
+              help="Hypotheses per input line; > 1 prints an n-best list (see --nbest-format).")
+@click.option("--nbest-format", type=click.Choice(NBEST_FORMATS), default=None,
+              help="n-best lines, best first, LINE counted from 0: marian 'LINE ||| text ||| F0= logprob ||| score' "
+                   "(the default for --nbest > 1) or fairseq 'H-LINE<TAB>score<TAB>text'.")
 @click.option("--scores", is_flag=True, help="Print 'score<TAB>translation' (score: length-penalised log-probability).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line: text, score, logprob, tokens.")
 @click.option("--alignment", is_flag=True, help="With --json: add the cross-attention matrix and the source tokens.")
@@ -298,11 +244,12 @@ def _load_translator(model_dir: str, device: str, precision: str, weights: str |
               help="Plot the cross-attention of the (single) input sentence as a heatmap.")
 @click.option("--attention-layer", type=int, default=-1, show_default=True,
               help="Decoder layer for --alignment / --show-attention (negative: from the last).")
+@PROGRESS_OPTION
 @model_options
 @user_errors
-def translate(model_dir: str, input_path: str, output_path: str, scores: bool, as_json: bool, alignment: bool,
-              show_attention: str | None, attention_layer: int, device: str, precision: str, weights: str | None,
-              batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
+def translate(model_dir: str, input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
+              alignment: bool, show_attention: str | None, attention_layer: int, progress: bool | None, device: str,
+              precision: str, weights: str | None, batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
     """Translate text with MODEL_DIR: one output line per input line, in order.
 
     Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
@@ -313,6 +260,8 @@ def translate(model_dir: str, input_path: str, output_path: str, scores: bool, a
         raise click.UsageError("--alignment adds the attention to --json output; add --json")
     if scores and as_json:
         raise click.UsageError("--json already holds the scores; use one of --scores and --json")
+    if nbest_format and (as_json or scores):
+        raise click.UsageError(f"--nbest-format is an output format of its own; drop {'--json' if as_json else '--scores'}")
     if alignment or show_attention:
         search["attention_layer"] = attention_layer
     if input_path != "-" and not os.path.isfile(input_path):
@@ -323,8 +272,8 @@ def translate(model_dir: str, input_path: str, output_path: str, scores: bool, a
     interactive = input_path == "-" and _stdin_is_tty()
     lines: list[str] | None = None  # --show-attention reads its one sentence up front
     if show_attention and not interactive:
-        with _open_binary(input_path, "rb") as f:
-            lines = list(_decoded_lines(f, input_path))
+        with open_binary(input_path, "rb") as f:
+            lines = list(decoded_lines(f, input_path))
         if len(lines) != 1 or not lines[0].strip():
             what = "an empty line" if len(lines) == 1 else f"{len(lines)} lines"
             raise click.ClickException(
@@ -332,7 +281,7 @@ def translate(model_dir: str, input_path: str, output_path: str, scores: bool, a
             )
     translator = _load_translator(model_dir, device, precision, weights, search)
     nbest = translator.search_config(**search).nbest
-    emit = _formatter("json" if as_json else "scores" if scores else "text", nbest)
+    emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
 
     def plot(results: list) -> None:
         from .plots import plot_attention
@@ -341,10 +290,21 @@ def translate(model_dir: str, input_path: str, output_path: str, scores: bool, a
         plot_attention(best.attention, best.src_pieces, best.pieces + ["</s>"], show_attention)
         click.echo(f"attention plot: {show_attention}", err=True)
 
-    out = _open_binary(output_path, "wb")
+    out = open_binary(output_path, "wb")
     try:
-        _translate_to(out, translator, emit, interactive, show_attention, plot, lines, input_path, search,
-                      batch_tokens, chunk_lines)
+        if interactive:
+            _translate_interactively(out, translator, emit, show_attention, plot, search, batch_tokens)
+        elif lines is not None:
+            results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=warn, **search)
+            out.write(emit(0, results[0]).encode("utf-8"))
+            out.flush()
+            plot(results)
+        else:
+            show_bar = _show_progress(progress, output_path)
+            total = count_lines(input_path) if show_bar and input_path != "-" else None
+            with open_binary(input_path, "rb") as f:
+                translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
+                                 emit, chunk_lines, batch_tokens, search, progress=show_bar, total=total)
     except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -356,37 +316,26 @@ def translate(model_dir: str, input_path: str, output_path: str, scores: bool, a
             out.close()
 
 
-def _translate_to(out: BinaryIO, translator: Any, emit: Callable[[int, list], str], interactive: bool,
-                  show_attention: str | None, plot: Callable[[list], None], lines: list[str] | None, input_path: str,
-                  search: dict[str, Any], batch_tokens: int, chunk_lines: int) -> None:
-    """Write the translations of the input to `out` (interactive, one plotted sentence, or streamed)."""
-    if interactive:
+def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int, list], str],
+                             show_attention: str | None, plot: Callable[[list], None], search: dict[str, Any],
+                             batch_tokens: int) -> None:
+    """Prompt "> " on stderr, translate each line typed, until end of input."""
 
-        def prompted(stream: BinaryIO) -> Iterator[bytes]:
-            while True:
-                click.echo("> ", err=True, nl=False)
-                raw = stream.readline()
-                if not raw:
-                    click.echo("", err=True)
-                    return
-                yield raw
+    def prompted(stream: BinaryIO) -> Iterator[bytes]:
+        while True:
+            click.echo("> ", err=True, nl=False)
+            raw = stream.readline()
+            if not raw:
+                click.echo("", err=True)
+                return
+            yield raw
 
-        for number, line in enumerate(_decoded_lines(prompted(_std_binary("stdin")), "stdin"), 1):
-            results = translator.translate_nbest([line], batch_tokens=batch_tokens, first_line=number,
-                                                 warn=_warn, **search)
-            out.write(emit(number - 1, results[0]).encode("utf-8"))
-            out.flush()
-            if show_attention and results[0]:
-                plot(results)
-    elif lines is not None:
-        results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=_warn, **search)
-        out.write(emit(0, results[0]).encode("utf-8"))
+    for number, line in enumerate(decoded_lines(prompted(std_binary("stdin")), "stdin"), 1):
+        results = translator.translate_nbest([line], batch_tokens=batch_tokens, first_line=number, warn=warn, **search)
+        out.write(emit(number - 1, results[0]).encode("utf-8"))
         out.flush()
-        plot(results)
-    else:
-        with _open_binary(input_path, "rb") as f:
-            _translate_stream(translator, _decoded_lines(f, "stdin" if input_path == "-" else input_path),
-                              out, emit, chunk_lines, batch_tokens, search)
+        if show_attention and results[0]:
+            plot(results)
 
 
 @cli.command()
@@ -397,7 +346,7 @@ def _translate_to(out: BinaryIO, translator: Any, emit: Callable[[int, list], st
 @user_errors
 def evaluate(hyp_path: str, ref_paths: tuple[str, ...], metrics: str, as_json: bool) -> None:
     """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER and their signatures)."""
-    hyps = _read_lines(hyp_path)
+    hyps = read_input_lines(hyp_path)
     if not hyps:
         raise click.ClickException(f"{hyp_path} is empty: nothing to score")
     refs = _read_references(ref_paths, len(hyps), hyp_path, "hypotheses")
@@ -407,7 +356,7 @@ def evaluate(hyp_path: str, ref_paths: tuple[str, ...], metrics: str, as_json: b
 def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) -> list[list[str]]:
     refs = []
     for path in ref_paths:
-        lines = _read_lines(path)
+        lines = read_input_lines(path)
         if len(lines) != n:
             raise click.ClickException(
                 f"{other} has {n} lines but {path} has {len(lines)}: {what} and references must be line-parallel"
@@ -440,23 +389,24 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
 @click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
 @search_options
+@PROGRESS_OPTION
 @model_options
 @user_errors
 def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
-                 as_json: bool, device: str, precision: str, weights: str | None, batch_tokens: int,
-                 chunk_lines: int, **kw: Any) -> None:
+                 as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
+                 batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
     """Translate --src with MODEL_DIR, write the hypotheses, and score them against --ref."""
     from .checkpoint import atomic_path
 
     search = _search_kwargs(kw)
-    sources = _read_lines(src_path)
+    sources = read_input_lines(src_path)
     if not sources:
         raise click.ClickException(f"{src_path} is empty: nothing to translate")
     refs = _read_references(ref_paths, len(sources), src_path, "sources")
     translator = _load_translator(model_dir, device, precision, weights, search)
     output = Path(output_path or Path(src_path).name.removesuffix(".gz") + ".hyp")
     hyps: list[str] = []
-    plain = _formatter("text", 1)
+    plain = formatter("text", 1)
 
     def emit(index: int, results: list) -> str:
         line = plain(index, results)
@@ -464,7 +414,8 @@ def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], outp
         return line
 
     with atomic_path(output) as tmp, open(tmp, "wb") as out:
-        _translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, search)
+        translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, search,
+                         progress=_show_progress(progress, str(output)), total=len(sources))
     click.echo(f"hypotheses: {output} ({len(hyps)} lines)", err=True)
     _print_scores(hyps, refs, metrics, as_json)
 
@@ -513,6 +464,18 @@ def average(model_dir: str, last: int | None, output_path: str | None, force: bo
         ckpt.load_into(build_model(cfg), state, paths[-1])
     ckpt.save_weights(state, output)
     click.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {output}")
+
+
+# Image and audio sources: `seq2seq caption`, `seq2seq transcribe` (seq2seq/cli_media.py).
+from .cli_media import caption, transcribe  # noqa: E402 - needs the helpers above
+
+cli.add_command(caption)
+cli.add_command(transcribe)
+
+# An HTTP server: `seq2seq serve` (seq2seq/cli_serve.py; FastAPI and uvicorn come with the `serve` extra).
+from .cli_serve import serve  # noqa: E402 - needs the helpers above
+
+cli.add_command(serve)
 
 
 def main() -> None:

@@ -379,12 +379,13 @@ class TrainingConfig:
     device: str = "auto"  # auto: cuda > mps > cpu
     threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
     valid_every: int = 500
-    valid_bleu: bool = True  # decode the validation set (greedy) and score BLEU/chrF
-    best_metric: Literal["bleu", "chrf", "loss"] = "bleu"
+    valid_bleu: bool = True  # decode the validation set (greedy) and score BLEU, chrF, WER and CER
+    best_metric: Literal["bleu", "chrf", "wer", "cer", "loss"] = "bleu"
     keep_last: int = 5  # checkpoints kept in checkpoints/ (for averaging)
     checkpoint_every: int | None = None  # also save (without validating) every N steps
     patience: int | None = None  # validations without improvement before stopping
     log_every: int = 50
+    tensorboard: bool = False  # also log to <output_dir>/tensorboard (pip install "seq2seq[tensorboard]")
     max_bad_steps: int = 20  # skipped non-finite steps before aborting
 
     def __post_init__(self) -> None:

@@ -20,9 +20,12 @@ import torch
 
 from . import __version__
 from . import checkpoint as ckpt
+from . import distributed
+from . import finetune
 from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from .config import ConfigError
 from .data import prepare
+from .device import choose_device
 from .encoders import Encoder, get_modality
 from .model import Seq2SeqTransformer
 from .model_dir import LoadedModel, build_model, load_model_dir  # noqa: F401 - re-exported
@@ -98,13 +101,29 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
 
 
 def run_training(cfg: Config, resume: bool = False, config_source: str | None = None,
-                 encoder: Encoder | None = None) -> dict[str, Any]:
+                 encoder: Encoder | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
     """Prepare data, build the model and train it into cfg.training.output_dir.
+
+    init_from: a model directory to fine-tune: its weights, tokenizer and model config, with a fresh
+    optimizer and schedule (see `seq2seq.finetune`; cfg's model/tokenizer sections must fit it).
 
     encoder: an `Encoder` instance to use instead of the one model.encoder.type builds (e.g. a
     pretrained backbone); it keeps its weights. Pass the same kind of instance to
     `load_model_dir(..., encoder=...)` to load the result.
+
+    Started by torchrun, every process runs this (see `seq2seq.distributed`): rank 0 prepares the
+    data and tokenizer first, the others then reuse them; only rank 0 writes the model directory.
     """
+    started = distributed.init(choose_device(cfg.training.device).type)
+    try:
+        return _run_training(cfg, resume, config_source, encoder, init_from)
+    finally:
+        if started:
+            distributed.shutdown()
+
+
+def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder: Encoder | None,
+                  init_from: str | Path | None) -> dict[str, Any]:
     out_dir = Path(cfg.training.output_dir)
     state_dir = ckpt.train_state_dir(out_dir)
     if state_dir is not None and not resume:
@@ -114,10 +133,12 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
         )
     if resume and state_dir is None:
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
+    parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
     out_dir.mkdir(parents=True, exist_ok=True)
 
     text_source = get_modality(cfg.model.encoder.type).processor is None  # text, or a custom text encoder
-    data = text_training_data(cfg, out_dir) if text_source else media_training_data(cfg, out_dir)
+    with distributed.main_first():
+        data = text_training_data(cfg, out_dir) if text_source else media_training_data(cfg, out_dir)
     tok = data.tokenizers
     cfg.model = dataclasses.replace(
         cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
@@ -126,10 +147,35 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
         raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
     torch.manual_seed(cfg.training.seed)
     model = Seq2SeqTransformer(cfg.model, encoder)
+    if parent is not None:
+        parent.init_weights(model)
 
-    # The model directory's static part, written before training so a checkpoint is always usable.
+    if distributed.is_main():
+        write_static_files(out_dir, cfg, data, model, config_source, parent)
+
+    search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
+    trainer = Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
+    log.info("resolved config:\n%s", config_yaml(cfg))
+    log.info("model: %s parameters; device: %s; precision: %s; processes: %d", f"{model.num_parameters():,}",
+             trainer.device, trainer.precision, distributed.world_size())
+    log.info(
+        "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",
+        f"{data.n_train:,}", f"{data.n_valid:,}", data.summary, len(data.sampler),
+        100 * data.sampler.padding_ratio(),
+    )
+    if resume:
+        trainer.resume()
+    result = trainer.train()
+    result["out_dir"] = str(out_dir)
+    return result
+
+
+def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Seq2SeqTransformer,
+                       config_source: str | None, parent: Any) -> None:
+    """The model directory's static part (config, tokenizer, metadata), written before training so
+    that a checkpoint is always usable."""
     ckpt.write_text_atomic(out_dir / ckpt.CONFIG, config_yaml(cfg))
-    tok.save(out_dir)
+    data.tokenizers.save(out_dir)
     meta_path = out_dir / ckpt.METADATA
     meta = ckpt.read_json(meta_path) if meta_path.is_file() else {}
     meta.update(
@@ -145,19 +191,5 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
             "parameters": model.num_parameters(),
         }
     )
+    finetune.record(meta, parent, out_dir)
     ckpt.write_json_atomic(meta_path, meta)
-
-    search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
-    trainer = Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
-    log.info("resolved config:\n%s", config_yaml(cfg))
-    log.info("model: %s parameters; device: %s; precision: %s", f"{model.num_parameters():,}", trainer.device, trainer.precision)
-    log.info(
-        "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",
-        f"{data.n_train:,}", f"{data.n_valid:,}", data.summary, len(data.sampler),
-        100 * data.sampler.padding_ratio(),
-    )
-    if resume:
-        trainer.resume()
-    result = trainer.train()
-    result["out_dir"] = str(out_dir)
-    return result

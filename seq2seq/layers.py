@@ -1,5 +1,8 @@
 """Transformer building blocks: embeddings with positions, feed-forward, encoder and decoder layers.
 
+Plain torch modules (nn.Linear, nn.Dropout, nn.LayerNorm): the faster CPU variants are swapped in by
+transforms (`seq2seq.cpu.speed_up_for_cpu_training`, `seq2seq.packed.pack_decoder`).
+
 Shapes: B batch, T target length, S source length, D = d_model, V vocabulary.
 Residual sublayers follow `norm`: "pre" computes x + Dropout(F(LayerNorm(x))) (stable without
 warmup tricks; the stack ends with a final LayerNorm), "post" computes LayerNorm(x + Dropout(F(x)))
@@ -17,7 +20,6 @@ from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
-from .onednn import rowwise
 
 
 def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
@@ -30,39 +32,9 @@ def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
     return table
 
 
-class Dropout(nn.Module):
-    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
-
-    On CUDA and other devices this is F.dropout. On a CPU, F.dropout draws one 32-bit number per
-    element (a third of a small model's dropout-heavy training step went there); here every 64-bit
-    draw of the seeded torch generator is cut into four 16-bit numbers u, and an element is kept
-    when u >= threshold. The drop probability is then round(p * 2^16) / 2^16 (within 2^-17 of p;
-    a p below 2^-17 drops nothing) and the kept elements are scaled by the exact inverse of the
-    keep probability, so the expectation is unchanged.
-    """
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {p}")
-        self.p = p
-        dropped = round(p * 2**16)  # of the 2^16 values of an int16 draw
-        self.lanes = dropped < 2**16  # otherwise (p within 2^-17 of 1) fall back to F.dropout
-        self.threshold = -(2**15) + dropped  # keep an int16 draw u iff u >= threshold
-        self.keep_prob = (2**16 - dropped) / 2**16
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if not x.is_cpu or not self.lanes:
-            return F.dropout(x, self.p, training=True)
-        n = x.numel()
-        draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
-        keep = draws.view(torch.int16)[:n].view(x.shape) >= self.threshold
-        return x * keep.to(x.dtype).mul_(1.0 / self.keep_prob)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
+# Dropout is nn.Dropout; on CPU, training swaps in `seq2seq.cpu.CpuDropout`. The name stays for the
+# encoders that import it.
+Dropout = nn.Dropout
 
 
 class Embedding(nn.Module):
@@ -81,7 +53,7 @@ class Embedding(nn.Module):
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         else:
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         t = ids.size(1)
@@ -105,12 +77,9 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
         self.act: Callable[[Tensor], Tensor] = F.gelu if cfg.activation == "gelu" else F.relu
-        self.dropout = Dropout(cfg.activation_dropout)
+        self.dropout = nn.Dropout(cfg.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return rowwise(self._rows, x)  # bucketed rows for bf16 training on CPU (see onednn.py)
-
-    def _rows(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(self.act(self.w1(x))))
 
 
@@ -120,7 +89,7 @@ class Residual(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.pre_norm = cfg.norm == "pre"
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:

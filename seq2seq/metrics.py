@@ -1,15 +1,28 @@
-"""Corpus-level translation metrics with sacreBLEU: BLEU, chrF and TER, each with its signature.
+"""Corpus-level metrics: BLEU, chrF and TER with sacreBLEU (each with its signature), WER and CER.
 
 Scores are sacreBLEU's defaults for comparability with published numbers: BLEU with the 13a
 tokenizer, cased, exponential smoothing; chrF2 (character 6-grams, beta 2), cased; TER with the
 tercom tokenizer, made case-sensitive like the other two (sacreBLEU's TER lowercases by default).
 The signature string (e.g. `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`) records
 exactly these choices and belongs next to every reported number.
+
+References come in two layouts. sacreBLEU's `score(hyps, refs)` takes reference *streams*: refs[k]
+holds the k-th reference of every segment. Data with a varying number of references per segment
+(several captions per image) is a list of references *per row*; `reference_streams` turns it into
+streams, padding short rows with None, which sacreBLEU drops per segment (an empty string would
+count as a real, empty reference and change BLEU's brevity penalty).
+
+`wer` and `cer` are the word and character error rates of speech recognition: the Levenshtein
+distance (substitutions + insertions + deletions) summed over the corpus, divided by the summed
+reference length (at least 1), in percent (above 100 when the hypotheses are much longer). Words
+are the whitespace-separated tokens; characters are those of the text with whitespace runs
+collapsed to one space. Both are case- and punctuation-sensitive, like the scores above, and use the first
+reference of a row that has several.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF, TER
@@ -66,3 +79,79 @@ def format_scores(result: dict[str, dict[str, Any]]) -> str:
         lines.append(entry["text"])
         lines.append(f"  signature: {entry['signature']}")
     return "\n".join(lines)
+
+
+def reference_streams(rows: Sequence[Sequence[str]]) -> list[list[str | None]]:
+    """References per row (each row: one or more strings) -> sacreBLEU reference streams.
+
+    [["a1", "a2"], ["b1"]] -> [["a1", "b1"], ["a2", None]]: as many streams as the longest row has
+    references; a shorter row is padded with None, which sacreBLEU leaves out for that segment.
+    """
+    rows = [[r] if isinstance(r, str) else list(r) for r in rows]
+    if any(not r for r in rows):
+        raise ValueError("every row needs at least one reference")
+    n = max((len(r) for r in rows), default=1)
+    return [[r[k] if k < len(r) else None for r in rows] for k in range(n)]
+
+
+def edit_distance(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
+    """Levenshtein distance between two sequences (of words, characters, ids).
+
+    Myers' bit-parallel algorithm (Hyyro's formulation): column j of the dynamic-programming table
+    D[i][j] (i over a, j over b) is held as two bit vectors of +1/-1 vertical differences, and one
+    step over b[j] is a few integer operations, for any len(a) (Python integers grow). D[len(a)][j]
+    is tracked through the horizontal differences of the last row.
+    """
+    if not a:
+        return len(b)
+    m = len(a)
+    full, last = (1 << m) - 1, 1 << (m - 1)
+    peq: dict[Hashable, int] = {}  # symbol -> bit i set where a[i] is that symbol
+    for i, symbol in enumerate(a):
+        peq[symbol] = peq.get(symbol, 0) | (1 << i)
+    pv, mv, distance = full, 0, m  # D[i][0] = i: every vertical difference is +1
+    for symbol in b:
+        eq = peq.get(symbol, 0)
+        xv = eq | mv
+        xh = (((eq & pv) + pv) ^ pv) | eq
+        ph = mv | ~(xh | pv)
+        mh = pv & xh
+        if ph & last:
+            distance += 1
+        elif mh & last:
+            distance -= 1
+        ph = (ph << 1) | 1  # D[0][j] = j: the horizontal difference of row 0 is +1
+        mh <<= 1
+        pv = (mh | ~(xv | ph)) & full
+        mv = ph & xv & full
+    return distance
+
+
+def _first(ref: str | Sequence[str]) -> str:
+    return ref if isinstance(ref, str) else ref[0]
+
+
+def _error_rate(pairs: list[tuple[Sequence[Hashable], Sequence[Hashable]]]) -> float:
+    errors = sum(edit_distance(ref, hyp) for hyp, ref in pairs)
+    return 100.0 * errors / max(sum(len(ref) for _, ref in pairs), 1)
+
+
+def _check_lengths(hyps: Sequence[str], refs: Sequence[Any]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: one reference (or list) per hypothesis")
+
+
+def wer(hyps: Sequence[str], refs: Sequence[str | Sequence[str]]) -> float:
+    """Word error rate in %: word edit distance summed over the corpus / reference words.
+
+    refs: one per hypothesis, a string or a list of strings (the first is used).
+    """
+    _check_lengths(hyps, refs)
+    return _error_rate([(h.split(), _first(r).split()) for h, r in zip(hyps, refs)])
+
+
+def cer(hyps: Sequence[str], refs: Sequence[str | Sequence[str]]) -> float:
+    """Character error rate in %: character edit distance summed over the corpus / reference
+    characters (whitespace runs count as one space). refs as for `wer`."""
+    _check_lengths(hyps, refs)
+    return _error_rate([(" ".join(h.split()), " ".join(_first(r).split())) for h, r in zip(hyps, refs)])

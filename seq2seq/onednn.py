@@ -2,7 +2,7 @@
 
 On CPU, torch runs bf16 matmuls through oneDNN, which compiles a kernel for every new matmul
 shape (~4 ms each on a 2-core Xeon) and keeps the most recent ones in two small caches (their
-capacity is set in `seq2seq/__init__.py`). Token-bucketed batches have a different number of rows
+capacity is set by `seq2seq.cpu.limit_onednn_caches` when training starts). Token-bucketed batches have a different number of rows
 M = batch x length at almost every step, so every linear layer, forward and backward, met a new
 shape: 25 compilations a step, ~18% of a bf16 training step of the Multi30K model.
 
@@ -15,6 +15,10 @@ never mix with real rows (every op of `fn` is row-wise), and their gradient is z
 
 Only bf16 on CPU with autograd recording is bucketed: fp32 matmuls go to MKL, which compiles
 nothing per shape, and inference keeps its exact shapes (decoding is a few rows at a time).
+
+Where it is used: the CPU training variants of the linear, feed-forward and attention modules
+(`seq2seq.cpu`, swapped in by `speed_up_for_cpu_training`), and the last chunk of the fused loss
+(`seq2seq.loss`).
 """
 
 from __future__ import annotations

@@ -15,14 +15,12 @@ from pathlib import Path
 
 import click
 
-from .config import ConfigError, ModelConfig
-from .data import DataConfig
+from .config import ConfigError, DataConfig, ModelConfig, TrainingConfig
 from .experiment import Config, run_training
 from .metrics import format_scores, score
 from .search import SearchConfig
 from .synthetic import make_splits, write_splits
 from .tokenizer import TokenizerConfig
-from .train import TrainingConfig
 from .translator import Translator
 
 log = logging.getLogger(__name__)
@@ -81,6 +79,7 @@ def run_quickstart(output_dir: str | Path, minutes: float = 3.5, device: str = "
     click.echo(
         f"\ntrained {result['step']} steps in {result['elapsed_s'] / 60:.1f} min; whole quickstart {total / 60:.1f} min\n"
         f"model directory: {model_dir}\n"
-        f"try:  echo 'The young doctor sees forty-two small dogs.' | seq2seq translate {model_dir}"
+        f"try:  echo 'The young doctor sees forty-two small dogs.' | seq2seq translate {model_dir}\n"
+        f"next: train on your own files with configs/example.yaml (README: 'Train on your own data')"
     )
     return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"], "minutes": total / 60}

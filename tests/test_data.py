@@ -262,3 +262,23 @@ def test_prepare_from_hf_dataset_translation_rows(tmp_path: Path, monkeypatch) -
     bad = DataConfig(hf_dataset="wmt/toy", hf_valid_split="dev", src_column="en", tgt_column="de")
     with pytest.raises(DataError, match="wmt/toy.*'dev'.*Unknown split"):
         prepare(bad, TokenizerConfig(vocab_size=50), tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------- the package's surface
+
+
+def test_package_re_exports_what_its_users_import() -> None:
+    """seq2seq.data is a package (readers, cleaning, cache); the names the recipes, seq2seq.experiment,
+    seq2seq.sources and these tests import from it stay there, as the same objects."""
+    import seq2seq.config
+    import seq2seq.data as data
+    from seq2seq.data import cache, cleaning, readers
+
+    assert data.DataConfig is seq2seq.config.DataConfig
+    assert data.DataError is readers.DataError and issubclass(data.DataError, ValueError)
+    assert (data.read_table, data.read_lines, data.fingerprint, data._read_text) == (
+        readers.read_table, readers.read_lines, readers.fingerprint, readers.read_text)
+    assert (data.clean, data.truncate, data.tokenize, data.CleaningReport) == (
+        cleaning.clean, cleaning.truncate, cleaning.tokenize, cleaning.CleaningReport)
+    assert (data.prepare, data.PreparedData) == (cache.prepare, cache.PreparedData)
+    assert all(hasattr(data, name) for name in data.__all__)

@@ -1,9 +1,12 @@
-"""Metrics: golden BLEU, sacreBLEU agreement, signatures, multiple references, input checks."""
+"""Metrics: golden BLEU, sacreBLEU agreement, signatures, multiple references, WER/CER, input checks."""
+
+import math
+import random
 
 import pytest
 import sacrebleu
 
-from seq2seq.metrics import format_scores, score
+from seq2seq.metrics import cer, edit_distance, format_scores, reference_streams, score, wer
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park ."]
 REFS = ["the cat sat on a mat", "the dog is running in the park ."]
@@ -57,3 +60,69 @@ def test_format_scores():
     assert lines[0].startswith("BLEU = 53.73 83.3/60.0/50.0/33.3")
     assert "signature: nrefs:1|case:mixed|eff:no|tok:13a" in lines[1]
     assert lines[2].startswith("chrF2 = ") and lines[4].startswith("TER = ")
+
+
+def test_reference_streams_pad_short_rows_with_none():
+    assert reference_streams([["a1", "a2"], ["b1"], "c1"]) == [["a1", "b1", "c1"], ["a2", None, None]]
+    assert reference_streams([["a"], ["b"]]) == [["a", "b"]]
+    with pytest.raises(ValueError, match="at least one reference"):
+        reference_streams([["a"], []])
+
+
+def test_multi_reference_bleu_with_a_varying_number_of_references_golden_by_hand():
+    """Row 1 has two references, row 2 one. sacreBLEU drops a None reference for its segment, so
+    the padded row scores as if its one reference were given twice; an empty string instead would
+    be a real, empty reference (closest to the short hypothesis: a wrong brevity penalty)."""
+    hyps = ["the cat sat on the mat", "a dog"]
+    rows = [["the cat sat on a mat", "the cat sat on the mat"], ["the dog is running in the park ."]]
+    result = score(hyps, reference_streams(rows), metrics=("bleu", "chrf"))
+    # Clipped n-gram matches, max over each row's references: 1-grams 6+1 of 6+2, 2-grams 5+0 of 5+1,
+    # 3-grams 4/4, 4-grams 3/3. Lengths: hypotheses 8; closest references 6 and 8, so 14.
+    expected = 100 * math.exp(1 - 14 / 8) * (7 / 8 * 5 / 6 * 1 * 1) ** 0.25
+    assert result["bleu"]["score"] == pytest.approx(expected, abs=1e-6)
+    assert "nrefs:var" in result["bleu"]["signature"]
+    repeated = [[rows[0][0], rows[1][0]], [rows[0][1], rows[1][0]]]
+    assert result["chrf"]["score"] == pytest.approx(score(hyps, repeated, metrics=("chrf",))["chrf"]["score"])
+    empty_padded = [[rows[0][0], rows[1][0]], [rows[0][1], ""]]
+    assert score(hyps, empty_padded, metrics=("bleu",))["bleu"]["score"] > expected + 40
+
+
+def test_edit_distance_golden_and_against_the_textbook_table():
+    assert edit_distance("kitten", "sitting") == 3 and edit_distance("flaw", "lawn") == 2
+    assert edit_distance("", "abc") == 3 and edit_distance("abc", "") == 3 and edit_distance("", "") == 0
+    assert edit_distance("the dog is running".split(), "a dog runs".split()) == 3
+
+    def table(a, b):
+        prev = list(range(len(b) + 1))
+        for i, x in enumerate(a, 1):
+            cur = [i]
+            for j, y in enumerate(b, 1):
+                cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+            prev = cur
+        return prev[-1]
+
+    rng = random.Random(0)
+    for n in range(600):  # short and long (over 64 symbols: several machine words of bits)
+        a = [rng.choice("abcd") for _ in range(rng.randint(0, 12 if n < 500 else 150))]
+        b = [rng.choice("abcde") for _ in range(rng.randint(0, 12 if n < 500 else 150))]
+        assert edit_distance(a, b) == table(a, b), (a, b)
+
+
+def test_wer_golden_by_hand():
+    # row 1: one substitution (a -> the) in 6 reference words; row 2: the -> a, is -> runs, running
+    # deleted: 3 errors in 4 words. Corpus WER = (1 + 3) / (6 + 4).
+    hyps = ["the cat sat on the mat", "a dog runs"]
+    assert wer(hyps, ["the cat sat on a mat", "the dog is running"]) == pytest.approx(40.0)
+    assert wer(hyps, [["the cat sat on a mat", "the cat sat on the mat"], ["the dog is running"]]) == pytest.approx(40.0)
+    assert wer(["", "a b c d"], ["x y", "a"]) == pytest.approx(100 * (2 + 3) / (2 + 1))  # deletions, insertions
+    assert wer(["The cat ."], ["the cat"]) == pytest.approx(100.0)  # cased; punctuation is a word
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        wer(hyps, ["the cat sat on a mat"])
+
+
+def test_cer_golden_by_hand():
+    # kitten -> sitting: 3 edits in 6 characters; "a  b" is "a b" (whitespace runs count as one
+    # space): 0 edits in 3. Corpus CER = 3 / 9.
+    assert cer(["sitting", "a  b"], ["kitten", " a b "]) == pytest.approx(100 / 3)
+    assert cer(["sitting"], [["kitten", "sitting"]]) == pytest.approx(50.0)  # the first reference
+    assert cer(["ab"], ["ab"]) == 0.0 and cer(["x"], [""]) == pytest.approx(100.0)

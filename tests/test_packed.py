@@ -9,7 +9,8 @@ from torch import nn
 from test_search import assert_same, sources, tiny_model
 
 from seq2seq.attention import MultiHeadAttention
-from seq2seq.packed import MAX_PACKED_ROWS, PackedLinear, mkl_packing_available, pack_decoder
+from seq2seq.cpu import speed_up_for_cpu_training
+from seq2seq.packed import MAX_PACKED_ROWS, PackedAttention, PackedLinear, mkl_packing_available, pack_decoder
 from seq2seq.search import SearchConfig, search
 
 pytestmark = pytest.mark.skipif(not mkl_packing_available(), reason="this torch build has no MKL packed sgemm")
@@ -46,7 +47,9 @@ def test_pack_decoder_packs_a_copy_and_shares_the_tied_weight():
     assert model.decoder.output is None
     linears = [m for m in packed.decoder.modules() if isinstance(m, (nn.Linear, PackedLinear))]
     assert linears and all(isinstance(m, PackedLinear) for m in linears)
-    assert all(isinstance(m.in_proj, PackedLinear) for m in packed.decoder.modules() if isinstance(m, MultiHeadAttention))
+    attention = [m for m in packed.decoder.modules() if isinstance(m, MultiHeadAttention)]
+    assert attention and all(type(m) is PackedAttention and isinstance(m.in_proj, PackedLinear) for m in attention)
+    assert all(type(m) is MultiHeadAttention for m in packed.encoder.modules() if isinstance(m, MultiHeadAttention))
     assert all(type(m) is nn.Linear for m in packed.encoder.modules() if isinstance(m, (nn.Linear, PackedLinear)))
     tied = packed.decoder.output.weight
     assert tied.data_ptr() == packed.decoder.embed.tokens.weight.data_ptr()  # no copy of the embedding
@@ -58,6 +61,29 @@ def test_packed_decoding_equals_plain_decoding(cfg):
     packed = pack_decoder(model)
     with torch.inference_mode():
         torch.testing.assert_close(packed(src, src[:, :5]), model(src, src[:, :5]), rtol=1e-5, atol=1e-5)
+        assert_same(search(packed, src, cfg), search(model, src, cfg))
+
+
+def test_packed_attention_projects_slices_through_the_packed_weight():
+    model = tiny_model()
+    packed = pack_decoder(model)
+    d = model.cfg.d_model
+    x, memory = torch.randn(6, 1, d), torch.randn(2, 5, d)  # 3 decoder rows per source
+    with torch.inference_mode():
+        got, _ = packed.decoder.layers[0].cross_attn(x, memory)
+        want, _ = model.decoder.layers[0].cross_attn(x, memory)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert set(packed.decoder.layers[0].cross_attn.in_proj._packed) == {(0, d), (d, 3 * d)}  # W_q; W_k|W_v
+
+
+def test_a_model_trained_with_the_cpu_variants_packs_and_decodes_alike():
+    model, src = tiny_model(), sources()
+    trained = speed_up_for_cpu_training(tiny_model())  # what a CPU Trainer leaves
+    packed = pack_decoder(trained)
+    assert all(type(m) in (PackedLinear, nn.Embedding, nn.LayerNorm) or not list(m.parameters(recurse=False))
+               for m in packed.decoder.modules())
+    cfg = SearchConfig(beam=3, nbest=3)
+    with torch.inference_mode():
         assert_same(search(packed, src, cfg), search(model, src, cfg))
 
 

@@ -13,7 +13,9 @@ from seq2seq.batching import TokenBatchSampler, collate_text
 from seq2seq.cli import cli
 from seq2seq.config import ConfigError, ModelConfig
 from seq2seq.model import Seq2SeqTransformer
-from seq2seq.train import Trainer, TrainingAborted, TrainingConfig, cooldown_factor, lr_lambda
+from seq2seq.evaluation import is_better
+from seq2seq.search import SearchConfig
+from seq2seq.train import Trainer, TrainingAborted, TrainingConfig, ValidData, cooldown_factor, lr_lambda
 
 
 def toy_data(n=48, seed=0):
@@ -27,7 +29,7 @@ def toy_data(n=48, seed=0):
     return rows
 
 
-def make_trainer(out_dir, rows, dropout=0.1, **overrides):
+def make_trainer(out_dir, rows, dropout=0.1, valid=None, **overrides):
     torch.manual_seed(0)
     model = Seq2SeqTransformer(
         ModelConfig(src_vocab_size=24, tgt_vocab_size=24, d_model=32, heads=2, ffn_dim=64, layers=1, dropout=dropout)
@@ -36,7 +38,8 @@ def make_trainer(out_dir, rows, dropout=0.1, **overrides):
                                  log_every=2, device="cpu", seed=3, best_metric="loss"), **overrides})
     sampler = TokenBatchSampler([len(r["src_ids"]) for r in rows], [len(r["tgt_ids"]) + 1 for r in rows],
                                 max_tokens=cfg.max_tokens, shuffle=True, seed=cfg.seed)
-    return Trainer(model, cfg, sampler, lambda idx: collate_text([rows[i] for i in idx]), None, out_dir)
+    return Trainer(model, cfg, sampler, lambda idx: collate_text([rows[i] for i in idx]), valid, out_dir,
+                   SearchConfig(strategy="greedy", max_len_a=0.0, max_len_b=8))
 
 
 @pytest.mark.parametrize("schedule", ["inverse_sqrt", "linear", "cosine", "constant"])
@@ -193,7 +196,7 @@ def test_cli_train_end_to_end_writes_a_loadable_model_dir(tmp_path, multi30k_sma
         assert (model_dir / name).is_file(), name
     meta = json.loads((model_dir / "metadata.json").read_text())
     assert meta["step"] == 30 and meta["train_pairs"] > 350 and len(meta["data_fingerprint"]) >= 16
-    assert "valid_bleu" in meta["last_validation"]
+    assert {"valid_bleu", "valid_chrf", "valid_wer", "valid_cer"} <= set(meta["last_validation"])
     from seq2seq.experiment import load_model_dir
 
     loaded = load_model_dir(model_dir)
@@ -246,17 +249,67 @@ def test_cli_train_refuses_bad_input_with_one_clear_message(tmp_path, multi30k_s
     assert not (tmp_path / "model" / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("user_value", [None, "500"])
-def test_import_bounds_onednn_shape_caches_unless_user_set(user_value):
-    """Variable-length batches create a oneDNN kernel per shape; importing seq2seq caps both caches
-    (else training RSS grows ~6 MB a step) but keeps a value the user exported."""
-    import os
-    import subprocess
-    import sys
+def words(ids):
+    """The toy task's detokenizer: ids -> "w5 w6 ..." (EOS and padding never reach it)."""
+    return [" ".join(f"w{t}" for t in seq) for seq in ids]
 
-    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
-    if user_value:
-        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = env["LRU_CACHE_CAPACITY"] = user_value
-    code = "import os, seq2seq; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert out == [user_value or "256"] * 2
+
+def toy_valid(rows, extra_references=True):
+    """Validation data of the toy task: each row's target text, and for every other row a second,
+    wrong reference (a caption set with several captions per image)."""
+    references = [[words([r["tgt_ids"]])[0]] for r in rows]
+    if extra_references:
+        for i in range(0, len(rows), 2):
+            references[i].append("w1 w2 w3")
+    return ValidData(batches=[collate_text(rows[:5]), collate_text(rows[5:])], references=references,
+                     detokenize=words)
+
+
+def test_validation_scores_bleu_chrf_wer_cer_of_greedy_decoding_against_every_reference(tmp_path, monkeypatch):
+    import seq2seq.evaluation as evaluation
+    from seq2seq.metrics import cer, reference_streams, score, wer
+
+    rows = toy_data(12, seed=5)
+    valid = toy_valid(rows)
+    trainer = make_trainer(tmp_path, toy_data(), valid=valid, valid_bleu=True, max_steps=4)
+    decoded = {}
+    real_search = evaluation.search
+
+    def recording_search(model, src, cfg):
+        results = real_search(model, src, cfg)
+        decoded[len(decoded)] = [nbest[0].tokens for nbest in results]
+        return results
+
+    monkeypatch.setattr(evaluation, "search", recording_search)
+    metrics = trainer.validate()
+    assert set(metrics) == {"valid_loss", "valid_ppl", "valid_bleu", "valid_chrf", "valid_wer", "valid_cer"}
+    hyps = words(decoded[0] + decoded[1])  # the batches hold rows 0-4 and 5-11, in order
+    refs = valid.references
+    assert metrics["valid_bleu"] == pytest.approx(score(hyps, reference_streams(refs), ["bleu"])["bleu"]["score"])
+    assert metrics["valid_wer"] == pytest.approx(wer(hyps, [r[0] for r in refs]))
+    assert metrics["valid_cer"] == pytest.approx(cer(hyps, [r[0] for r in refs]))
+    # without decoding: the loss only
+    trainer.cfg.valid_bleu = False
+    assert set(trainer.validate()) == {"valid_loss", "valid_ppl"}
+
+
+@pytest.mark.parametrize("metric", ["wer", "cer"])
+def test_best_metric_wer_and_cer_keep_the_lowest(tmp_path, metric):
+    rows = toy_data()
+    trainer = make_trainer(tmp_path, rows, valid=toy_valid(toy_data(12, seed=5)), valid_bleu=True, best_metric=metric,
+                           max_steps=8, valid_every=2, lr=1e-2)
+    trainer.train()
+    values = [(row["step"], row[f"valid_{metric}"]) for row in trainer.history if f"valid_{metric}" in row]
+    assert len(values) == 4 and len({v for _, v in values}) > 1  # it changed while training
+    best_step, best = min(values, key=lambda sv: (sv[1], sv[0]))
+    assert trainer.best == best and trainer.best_step == best_step
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["best_metric"] == metric and meta["best_score"] == best
+
+
+def test_is_better_by_direction():
+    assert is_better("bleu", 30.0, 20.0) and not is_better("bleu", 20.0, 30.0)
+    assert is_better("loss", 2.0, 3.0) and not is_better("loss", 3.0, 2.0)
+    assert is_better("wer", 10.0, 12.5) and is_better("cer", 4.0, 5.0) and not is_better("wer", 12.5, 10.0)
+    assert not is_better("wer", 10.0, 10.0)  # ties keep the earlier best
+    assert is_better("wer", None, None) and not is_better("wer", None, 10.0) and is_better("wer", 50.0, None)

@@ -16,7 +16,8 @@ import torch
 from click.testing import CliRunner
 
 from seq2seq import checkpoint as ckpt
-from seq2seq.cli import _decoded_lines, _formatter, _translate_stream, cli
+from seq2seq.cli import cli
+from seq2seq.textio import decoded_lines, formatter, translate_stream
 from seq2seq.translator import Translator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -107,16 +108,74 @@ def test_streaming_writes_each_chunk_before_reading_on(translator):
             seen_at_read.append((i, out.getvalue().count(b"\n")))
             yield text
 
-    n = _translate_stream(translator, source(), out, _formatter("text", 1), chunk_lines=2, batch_tokens=100,
-                          search={"greedy": True})
+    n = translate_stream(translator, source(), out, formatter("text", 1), chunk_lines=2, batch_tokens=100,
+                         search={"greedy": True})
     assert n == 6 and out.getvalue().count(b"\n") == 6
     assert seen_at_read == [(0, 0), (1, 0), (2, 2), (3, 2), (4, 4), (5, 4)]
+
+
+def test_progress_bar_goes_to_stderr_and_leaves_the_output_alone(tiny_model_dir, tmp_path):
+    text = "A man.\n\nTwo dogs play.\nA woman.\n"
+    plain = run(["translate", tiny_model_dir, "--greedy"], input=text)
+    shown = run(["translate", tiny_model_dir, "--greedy", "--progress", "--chunk-lines", "2"], input=text)
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout_bytes == plain.stdout_bytes and len(out_lines(shown)) == 4
+    assert "4 lines" in shown.stderr and "lines" not in plain.stderr  # stdin: a count, no total
+    src = tmp_path / "in.en"
+    src.write_text(text, encoding="utf-8")
+    from_file = run(["translate", tiny_model_dir, "--greedy", "--progress", "-i", src])
+    assert from_file.stdout_bytes == plain.stdout_bytes and "100%" in from_file.stderr and "4/4" in from_file.stderr
+
+
+def _translate_with_stderr_on_a_terminal(args: list) -> tuple[bytes, str]:
+    """`seq2seq translate ARGS` in a subprocess, stdout piped, stderr on a pseudo-terminal."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
+    command = [sys.executable, "-c", "from seq2seq.cli import main; main()", "translate", *map(str, args)]
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    err = b""
+    while True:  # drain the terminal while the command runs (a full pty buffer would block it)
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the command closed the terminal
+                break
+            if not chunk:
+                break
+            err += chunk
+        elif proc.poll() is not None:
+            break
+    out = proc.stdout.read()
+    assert proc.wait(timeout=300) == 0, err
+    os.close(master)
+    return out, err.decode()
+
+
+def test_progress_bar_by_default_only_when_stderr_is_a_terminal(tiny_model_dir, valid_src, tmp_path):
+    src = tmp_path / "in.en"
+    src.write_bytes(("\n".join(valid_src[:10]) + "\n").encode())
+    args = [tiny_model_dir, "--greedy", "--chunk-lines", "3", "--device", "cpu", "-i", src]
+    piped = run(["translate", *args])  # stdout and stderr are pipes here: no bar, output untouched
+    assert piped.exit_code == 0 and len(out_lines(piped)) == 10
+    assert "lines" not in piped.stderr and "\r" not in piped.stderr
+    out, err = _translate_with_stderr_on_a_terminal(args)
+    assert out == piped.stdout_bytes  # the same output, exactly; the bar is on stderr only
+    assert "10/10" in err and "100%" in err
 
 
 def test_decoded_lines_split_on_newline_only():
     warnings = []
     raw = io.BytesIO("\ufeffa\r\nb\rc\n\u2028d\n\xff".encode("utf-8").replace("\xff".encode(), b"\xff"))
-    assert list(_decoded_lines(raw, "x", warnings.append)) == ["a", "b\rc", "\u2028d", "\ufffd"]
+    assert list(decoded_lines(raw, "x", warnings.append)) == ["a", "b\rc", "\u2028d", "\ufffd"]
     assert warnings and "x line 4" in warnings[0]
 
 
@@ -154,24 +213,60 @@ def test_nbest_lines_are_grouped_by_input_and_sorted_by_score(tiny_model_dir):
     text = "A man rides a bike.\n\nTwo dogs play in the snow.\n"
     result = run(["translate", tiny_model_dir, "--beam", "4", "--nbest", "3"], input=text)
     assert result.exit_code == 0, result.output
-    rows = [line.split(" ||| ") for line in out_lines(result)]
-    assert all(len(r) == 3 for r in rows)
+    rows = [line.split(" ||| ") for line in out_lines(result)]  # Marian: i ||| text ||| F0= logprob ||| score
+    assert all(len(r) == 4 and r[2].startswith("F0= ") for r in rows)
     ids = [int(r[0]) for r in rows]
     assert ids == sorted(ids) and set(ids) == {0, 1, 2}
     assert ids.count(1) == 1 and rows[ids.index(1)][1] == ""  # an empty line: one empty entry
     best = out_lines(run(["translate", tiny_model_dir, "--beam", "4"], input=text))
-    for i in (0, 2):
-        entries = [r for r in rows if int(r[0]) == i]
-        assert len(entries) == 3
-        scores = [float(r[2]) for r in entries]
-        assert scores == sorted(scores, reverse=True)
-        assert len({r[1] for r in entries}) == 3
-        assert entries[0][1] == best[i]
     as_json = run(["translate", tiny_model_dir, "--beam", "4", "--nbest", "3", "--json"], input=text)
     objs = [json.loads(line) for line in out_lines(as_json)]
     assert len(objs) == 3 and len(objs[0]["nbest"]) == 3 and objs[0]["text"] == best[0]
+    for i in (0, 2):
+        entries = [r for r in rows if int(r[0]) == i]
+        assert len(entries) == 3
+        scores = [float(r[3]) for r in entries]
+        assert scores == sorted(scores, reverse=True)
+        assert len({r[1] for r in entries}) == 3
+        assert entries[0][1] == best[i]
+        for r, h in zip(entries, objs[i]["nbest"]):  # F0 is the log-probability, the last field the score
+            assert (r[1], float(r[2][4:]), float(r[3])) == (h["text"], round(h["logprob"], 4), round(h["score"], 4))
     too_many = run(["translate", tiny_model_dir, "--beam", "2", "--nbest", "3"], input=text)
     assert too_many.exit_code != 0 and "nbest (3) must be <= beam (2)" in too_many.output
+
+
+def test_nbest_format_fairseq_gives_the_same_hypotheses_as_h_lines(tiny_model_dir):
+    text = "A man rides a bike.\n\nTwo dogs play in the snow.\n"
+    marian = [line.split(" ||| ") for line in out_lines(run(["translate", tiny_model_dir, "--beam", "4", "--nbest", "3",
+                                                             "--nbest-format", "marian"], input=text))]
+    result = run(["translate", tiny_model_dir, "--beam", "4", "--nbest", "3", "--nbest-format", "fairseq"], input=text)
+    assert result.exit_code == 0, result.output
+    fairseq = [line.split("\t") for line in out_lines(result)]  # H-i<TAB>score<TAB>text
+    assert [(f"H-{m[0]}", m[3], m[1]) for m in marian] == [tuple(f) for f in fairseq]
+    one = run(["translate", tiny_model_dir, "--beam", "4", "--nbest-format", "fairseq"], input="A man.\n")
+    assert len(out_lines(one)) == 1 and out_lines(one)[0].startswith("H-0\t")  # an explicit format, also for 1-best
+    for bad in (["--json"], ["--scores"]):
+        refused = run(["translate", tiny_model_dir, "--nbest", "2", "--nbest-format", "fairseq", *bad], input="A man.\n")
+        assert refused.exit_code == 2 and bad[0] in refused.output
+
+
+def test_nbest_formats_exactly():
+    from seq2seq.translator import Translation
+
+    def hyp(text, score, logprob):
+        return Translation(text=text, score=score, logprob=logprob, token_ids=[], pieces=[], token_logprobs=[],
+                           src_pieces=[])
+
+    hyps = [hyp("Ein Hund rennt.", -0.65234, -1.73941), hyp("Ein Hund\u2028läuft.", -0.81201, -2.5)]
+    assert formatter("text", 2)(7, hyps) == (
+        "7 ||| Ein Hund rennt. ||| F0= -1.7394 ||| -0.6523\n7 ||| Ein Hund läuft. ||| F0= -2.5000 ||| -0.8120\n"
+    )
+    assert formatter("text", 2, "fairseq")(7, hyps) == "H-7\t-0.6523\tEin Hund rennt.\nH-7\t-0.8120\tEin Hund läuft.\n"
+    assert formatter("text", 2, "marian")(0, []) == "0 |||  ||| F0= 0.0000 ||| 0.0000\n"
+    assert formatter("text", 2, "fairseq")(0, []) == "H-0\t0.0000\t\n"
+    assert formatter("text", 1)(0, hyps) == "Ein Hund rennt.\n"
+    with pytest.raises(ValueError, match="moses"):
+        formatter("text", 2, "moses")
 
 
 def test_show_attention_writes_a_png_for_one_sentence_only(tiny_model_dir, tmp_path):
@@ -281,8 +376,9 @@ def test_evaluate_refuses_files_of_different_lengths(tmp_path):
 def test_test_command_writes_hypotheses_and_prints_scores(tiny_model_dir, multi30k_small, tmp_path):
     hyp = tmp_path / "valid.hyp"
     result = run(["test", tiny_model_dir, "--src", multi30k_small["val.en"], "--ref", multi30k_small["val.de"],
-                  "-o", hyp, "--greedy"])
+                  "-o", hyp, "--greedy", "--progress"])
     assert result.exit_code == 0, result.output
+    assert "60/60" in result.stderr and "60/60" not in result.stdout  # the progress bar, on stderr
     lines = hyp.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 60
     for name in ("BLEU = ", "chrF2 = ", "TER = "):

@@ -6,6 +6,8 @@ registered under the name `model.encoder.type` uses. The decoder, trainer and se
 
 from .base import Encoder, Modality, SourceError, SourceProcessor, get_modality, modalities, register
 from .text import TextEncoder
+from . import image  # noqa: F401 - registers "image"
+from . import audio  # noqa: F401 - registers "audio"
 
 __all__ = ["Encoder", "Modality", "SourceError", "SourceProcessor", "TextEncoder", "get_modality", "modalities",
            "register"]

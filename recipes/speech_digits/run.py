@@ -1,0 +1,180 @@
+#!/usr/bin/env python
+"""Spoken digit strings: build utterances from FSDD, train an audio -> text model, report WER/CER.
+
+    python recipes/speech_digits/run.py --data-dir ../shared/data/fsdd/recordings                 # 20 min
+    python recipes/speech_digits/run.py --data-dir ../shared/data/fsdd/recordings --minutes 5     # shorter
+    python recipes/speech_digits/run.py --data-dir ... --test-speaker lucas --minutes 8           # leave one out
+    python recipes/speech_digits/run.py --data-dir ... --loso --minutes 8                         # all five
+
+Standard mode trains on all five speakers' train-split recordings (FSDD indices 5-44; 45-49 make the
+validation utterances, on which settings were chosen) and tests on utterances built only from the
+official test-split recordings (indices 0-4). Leave-one-speaker-out trains on four speakers and
+tests on utterances of the fifth (all 50 recordings per digit; the speaker is never heard in
+training). Utterances, models and results go under --out (not the repository): OUT/data,
+OUT/model, OUT/results.json (LOSO: OUT/loso/<speaker>/...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+import make_data  # noqa: E402
+from seq2seq.cli import user_error_types  # noqa: E402
+from seq2seq.experiment import load_config, run_training  # noqa: E402
+from seq2seq.generator import Transcriber  # noqa: E402
+from seq2seq.metrics import cer, wer  # noqa: E402
+
+log = logging.getLogger("recipe")
+
+
+def build_data(args: argparse.Namespace, out: Path, test_speaker: str | None) -> Path:
+    """Write the utterances into `out` unless the same arguments already made them there."""
+    argv = ["--data-dir", str(args.data_dir), "--out", str(out), "--seed", str(args.seed),
+            "--n-train", str(args.n_train), "--n-val", str(args.n_val), "--n-test", str(args.n_test)]
+    if test_speaker:
+        argv += ["--test-speaker", test_speaker]
+    summary = out / "summary.json"
+    if summary.exists():
+        old = json.loads(summary.read_text())["args"]
+        if old.get("argv") == " ".join(argv):
+            log.info("utterances already in %s", out)
+            return out
+    t = time.time()
+    make_data.main(argv)
+    data = json.loads(summary.read_text())
+    data["args"]["argv"] = " ".join(argv)
+    summary.write_text(json.dumps(data, indent=2) + "\n")
+    log.info("built utterances in %s (%.0f s)", out, time.time() - t)
+    return out
+
+
+def read_table(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def evaluate(transcriber: Transcriber, data: Path, split: str, out: Path, beam: int | None) -> dict:
+    """Transcribe data/<split>.tsv; WER/CER overall and per speaker; hypotheses to out/<split>.hyp.tsv."""
+    rows = read_table(data / f"{split}.tsv")
+    t = time.time()
+    options = {} if beam is None else {"beam": beam}
+    hyps = transcriber.transcribe([str(data / r["audio"]) for r in rows], **options)
+    seconds = time.time() - t
+    refs = [r["text"] for r in rows]
+    by_speaker: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_speaker[r["speaker"]].append(i)
+    with open(out / f"{split}.hyp.tsv", "w", encoding="utf-8") as f:
+        f.write("audio\tspeaker\tref\thyp\n")
+        for r, h in zip(rows, hyps):
+            f.write(f"{r['audio']}\t{r['speaker']}\t{r['text']}\t{h}\n")
+    result = {
+        "utterances": len(rows), "words": sum(len(x.split()) for x in refs),
+        "wer": round(wer(hyps, refs), 2), "cer": round(cer(hyps, refs), 2),
+        "sentence_errors": sum(h != r for h, r in zip(hyps, refs)), "decode_seconds": round(seconds, 1),
+        "per_speaker": {s: {"utterances": len(ix), "wer": round(wer([hyps[i] for i in ix], [refs[i] for i in ix]), 2),
+                            "cer": round(cer([hyps[i] for i in ix], [refs[i] for i in ix]), 2)}
+                        for s, ix in sorted(by_speaker.items())},
+        "examples": [{"ref": r, "hyp": h} for h, r in zip(hyps, refs) if h != r][:10],
+    }
+    log.info("%s: WER %.2f%%  CER %.2f%%  (%d utterances, %d wrong, %.0f s)", split, result["wer"], result["cer"],
+             len(rows), result["sentence_errors"], seconds)
+    return result
+
+
+def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    data = build_data(args, out / "data", test_speaker)
+    model_dir = out / "model"
+    overrides = [f"data.train={data / 'train.tsv'}", f"data.valid={data / 'val.tsv'}",
+                 f"training.output_dir={model_dir}", *args.set]
+    if args.minutes is not None:
+        overrides.append(f"training.max_time_minutes={args.minutes}")
+    cfg = load_config(args.config, overrides)
+    train_minutes = None
+    if (model_dir / "model.safetensors").exists() and not args.retrain:
+        log.info("%s already holds a trained model: evaluating it (--retrain to train again)", model_dir)
+    else:
+        if args.retrain and model_dir.exists():
+            import shutil
+
+            shutil.rmtree(model_dir)
+        t = time.time()
+        run_training(cfg, config_source=str(args.config))
+        train_minutes = round((time.time() - t) / 60, 2)
+    metadata = json.loads((model_dir / "metadata.json").read_text()) if (model_dir / "metadata.json").exists() else {}
+    torch.set_num_threads(cfg.training.threads or torch.get_num_threads())
+    transcriber = Transcriber.load(model_dir, device="cpu")
+    result = {
+        "test_speaker": test_speaker, "model_dir": str(model_dir), "train_minutes_wall": train_minutes,
+        "training": {k: metadata.get(k) for k in ("step", "best_metric", "best_score", "best_step", "training_minutes")
+                     if k in metadata},
+        "max_time_minutes": cfg.training.max_time_minutes,
+        "val": evaluate(transcriber, data, "val", out, args.beam),
+        "test": evaluate(transcriber, data, "test", out, args.beam),
+    }
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--data-dir", required=True, type=Path, help="FSDD recordings/ directory")
+    p.add_argument("--out", type=Path, default=Path("runs/speech_digits"), help="where data, models, results go")
+    p.add_argument("--config", type=Path, default=HERE / "config.yaml")
+    p.add_argument("--minutes", type=float, default=None, help="training budget (default: the config's, 20)")
+    p.add_argument("--test-speaker", action="append", default=[], choices=make_data.SPEAKERS,
+                   help="leave this speaker out (repeatable: one model per speaker)")
+    p.add_argument("--loso", action="store_true", help="leave-one-speaker-out for all five speakers")
+    p.add_argument("--n-train", type=int, default=6000)
+    p.add_argument("--n-val", type=int, default=300)
+    p.add_argument("--n-test", type=int, default=500)
+    p.add_argument("--seed", type=int, default=1, help="data seed")
+    p.add_argument("--beam", type=int, default=None, help="beam size for evaluation (default: the config's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    p.add_argument("--retrain", action="store_true", help="train again even if OUT holds a model")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    speakers = make_data.SPEAKERS if args.loso else args.test_speaker
+    try:
+        if not speakers:
+            r = run_one(args, args.out, None)
+            print(f"\nval  WER {r['val']['wer']:.2f}%  CER {r['val']['cer']:.2f}%")
+            print(f"test WER {r['test']['wer']:.2f}%  CER {r['test']['cer']:.2f}%  ({r['test']['utterances']} utterances)")
+            for s, v in r["test"]["per_speaker"].items():
+                print(f"  {s:9s} WER {v['wer']:6.2f}%  CER {v['cer']:6.2f}%")
+            return 0
+        rows = []
+        for s in speakers:
+            r = run_one(args, args.out / "loso" / s, s)
+            rows.append((s, r["val"]["wer"], r["test"]["wer"], r["test"]["cer"]))
+        print("\nheld-out speaker | val WER (4 seen speakers) | test WER | test CER")
+        for s, v, w, c in rows:
+            print(f"{s:16s} | {v:6.2f}% | {w:6.2f}% | {c:6.2f}%")
+        if len(rows) > 1:
+            print(f"{'mean':16s} |        | {sum(r[2] for r in rows) / len(rows):6.2f}% | "
+                  f"{sum(r[3] for r in rows) / len(rows):6.2f}%")
+        return 0
+    except user_error_types() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Parallel text data: reading, tokenizing, cleaning and caching.
+
+    readers   two aligned text files, a .tsv/.csv/.jsonl table or a Hugging Face dataset
+              -> a `datasets.Dataset` with string columns "src", "tgt"; `DataError` names the
+              file and the 1-based line or the column
+    cleaning  `tokenize` (subword ids and lengths), `clean` (drop empty, over-long and badly
+              length-ratioed training pairs, counted), `truncate` (validation: keep every pair)
+    cache     `prepare(cfg, tok_cfg, out_dir)`: all of the above, plus training or reusing the
+              tokenizer, cached on disk under a key of the data, tokenizer and settings
+
+Sources (one per split, see `DataConfig`):
+  * two aligned plain-text files, one sentence per line, optionally gzipped;
+  * one table: `.tsv`, `.csv` or `.jsonl` (optionally gzipped) with source/target columns;
+  * a Hugging Face dataset via `datasets.load_dataset` (needs network access the first time,
+    then reads the local Hugging Face cache). Rows may hold the two columns directly, or be
+    translation-style, `{"translation": {"en": ..., "de": ...}}`, with the language codes
+    given as `src_column` / `tgt_column`.
+
+`prepare` gives each split the columns src_ids, tgt_ids, src_len, tgt_len (see `cleaning`) and
+src, tgt (the optionally lowercased texts).
+"""
+
+from seq2seq.config import DataConfig
+
+from .cache import CACHE_VERSION, TOKENIZER_META, PreparedData, prepare
+from .cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate
+from .readers import (
+    DataError, _read_text, fingerprint,  # noqa: F401 - _read_text: the name seq2seq.sources imports
+    hf_pairs, load_hf, read_lines, read_parallel, read_table, read_text,
+)
+
+__all__ = [
+    "CACHE_VERSION", "FEATURES", "RATIO_EXEMPT_LEN", "TOKENIZER_META", "CleaningReport", "DataConfig", "DataError",
+    "PreparedData", "clean", "fingerprint", "hf_pairs", "load_hf", "prepare", "read_lines", "read_parallel",
+    "read_table", "read_text", "tokenize", "truncate",
+]

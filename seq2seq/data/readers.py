@@ -1,0 +1,233 @@
+"""Reading parallel data: aligned text files, tables (.tsv/.csv/.jsonl) and Hugging Face datasets.
+
+Every reader returns a `datasets.Dataset` with string columns "src" and "tgt". Problems a user
+can fix raise `DataError` naming the file and the 1-based line or the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+
+class DataError(ValueError):
+    """A data problem a user can fix; the message names the file and line (1-based) or column."""
+
+
+def _hash(obj: Any) -> str:
+    """Hex digest of a JSON-serialisable object (cache keys and dataset fingerprints)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def read_text(path: str | Path) -> str:
+    """Whole file (gunzipped if .gz) as strictly decoded UTF-8, BOM dropped, line ends -> \\n.
+
+    A carriage return that is not part of \\r\\n becomes a space, so a stray \\r can never
+    split a line and break the alignment of two parallel files.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+    except (OSError, EOFError) as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(f"{path}, line {line}: invalid UTF-8 at byte {column} of the line ({e.reason})") from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", " ")
+
+
+_read_text = read_text  # the name seq2seq.sources imports
+
+
+def _split_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start a new one
+    return lines
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One stripped sentence per line; DataError if the file is missing, not UTF-8 or empty."""
+    lines = [line.strip() for line in _split_lines(read_text(path))]
+    if not lines:
+        raise DataError(f"{path} is empty")
+    return lines
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> datasets.Dataset:
+    """Two line-aligned files -> Dataset with columns "src", "tgt"."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(
+            f"parallel files differ in length: {src_path} has {len(src):,} lines but "
+            f"{tgt_path} has {len(tgt):,} lines; they must be aligned line by line"
+        )
+    return datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+
+
+def _table_kind(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    kind = suffixes[-1] if suffixes else ""
+    if kind not in (".tsv", ".csv", ".jsonl"):
+        raise DataError(f"{path}: unsupported table format {kind or '(no suffix)'}; use .tsv, .csv or .jsonl (optionally .gz)")
+    return kind
+
+
+def _missing_column(path: Path, column: str, available: list[str]) -> DataError:
+    return DataError(f"{path}: column '{column}' not found; available columns: {', '.join(available)}")
+
+
+def _read_delimited(path: Path, text: str, delimiter: str, src_column: str, tgt_column: str) -> tuple[list[str], list[str]]:
+    """TSV (split on tabs, no quoting) or CSV (RFC 4180 quoting) -> source and target texts.
+
+    The first row is a header when it contains both column names. Otherwise, with the default
+    names "src"/"tgt", the file is headerless and columns 0/1 are used; with other names it is
+    a header that lacks a column, which is an error listing the columns it has.
+    """
+    if delimiter == "\t":
+        rows = [(i + 1, line.split("\t")) for i, line in enumerate(_split_lines(text))]
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        rows = [(reader.line_num, fields) for fields in reader]  # line_num: where the row ends
+    if not rows:
+        raise DataError(f"{path} is empty")
+    header = [h.strip() for h in rows[0][1]]
+    if src_column in header and tgt_column in header:
+        si, ti, rows = header.index(src_column), header.index(tgt_column), rows[1:]
+    elif (src_column, tgt_column) == ("src", "tgt") and not ({"src", "tgt"} & set(header)):
+        si, ti = 0, 1
+    else:
+        raise _missing_column(path, src_column if src_column not in header else tgt_column, header)
+    need = max(si, ti) + 1
+    src, tgt = [], []
+    for line_no, fields in rows:
+        if fields in ([], [""]):  # blank line: an empty pair, counted (and dropped) by cleaning
+            fields = [""] * need
+        if len(fields) < need:
+            raise DataError(f"{path}, line {line_no}: expected at least {need} columns, found {len(fields)}")
+        src.append(fields[si].strip())
+        tgt.append(fields[ti].strip())
+    if not src:
+        raise DataError(f"{path} has a header but no data rows")
+    return src, tgt
+
+
+def _pair_from_row(row: dict[str, Any], src_column: str, tgt_column: str, where: str) -> tuple[Any, Any]:
+    """(src, tgt) from a dict row, direct columns or translation-style {"translation": {lang: text}}."""
+    if src_column in row and tgt_column in row:
+        return row[src_column], row[tgt_column]
+    nested = row.get("translation")
+    if isinstance(nested, dict) and src_column in nested and tgt_column in nested:
+        return nested[src_column], nested[tgt_column]
+    available = list(row) + ([f"translation.{k}" for k in nested] if isinstance(nested, dict) else [])
+    missing = src_column if src_column not in row and not (isinstance(nested, dict) and src_column in nested) else tgt_column
+    raise DataError(f"{where}: column '{missing}' not found; available columns: {', '.join(available)}")
+
+
+def _as_text(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DataError(f"{where}: expected a string, got {type(value).__name__} {value!r:.60}")
+    return value.strip()
+
+
+def _read_jsonl(path: Path, text: str, src_column: str, tgt_column: str) -> tuple[list[str], list[str]]:
+    src, tgt = [], []
+    for i, line in enumerate(_split_lines(text), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {i}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: invalid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        s, t = _pair_from_row(row, src_column, tgt_column, where)
+        src.append(_as_text(s, where))
+        tgt.append(_as_text(t, where))
+    if not src:
+        raise DataError(f"{path} is empty")
+    return src, tgt
+
+
+def read_table(path: str | Path, src_column: str = "src", tgt_column: str = "tgt") -> datasets.Dataset:
+    """A .tsv/.csv/.jsonl file (optionally .gz) -> Dataset with columns "src", "tgt"."""
+    path = Path(path)
+    kind = _table_kind(path)
+    text = read_text(path)
+    if kind == ".jsonl":
+        src, tgt = _read_jsonl(path, text, src_column, tgt_column)
+    else:
+        src, tgt = _read_delimited(path, text, "\t" if kind == ".tsv" else ",", src_column, tgt_column)
+    return datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+
+
+def hf_pairs(ds: datasets.Dataset, src_column: str, tgt_column: str, source: str = "dataset") -> datasets.Dataset:
+    """A Hugging Face dataset -> columns "src", "tgt" (direct columns or translation-style rows)."""
+    names = ds.column_names
+    if src_column in names and tgt_column in names:
+        def pick(batch: dict[str, list]) -> dict[str, list[str]]:
+            return {"src": [_as_text(v, source) for v in batch[src_column]],
+                    "tgt": [_as_text(v, source) for v in batch[tgt_column]]}
+    elif "translation" in names and len(ds) > 0:
+        _pair_from_row(ds[0], src_column, tgt_column, source)  # raises, listing the languages, if absent
+
+        def pick(batch: dict[str, list]) -> dict[str, list[str]]:
+            rows = batch["translation"]
+            return {"src": [_as_text(r.get(src_column), source) for r in rows],
+                    "tgt": [_as_text(r.get(tgt_column), source) for r in rows]}
+    else:
+        missing = src_column if src_column not in names else tgt_column
+        raise DataError(f"{source}: column '{missing}' not found; available columns: {', '.join(names)}")
+    # An explicit fingerprint: datasets would otherwise hash the closure, which may fall back
+    # to a random fingerprint and defeat prepare's cache.
+    return ds.map(pick, batched=True, remove_columns=names, desc=f"reading {source}",
+                  new_fingerprint=_hash([ds._fingerprint, "pairs", src_column, tgt_column])[:32])
+
+
+def load_hf(name: str, config: str | None, split: str, src_column: str, tgt_column: str) -> datasets.Dataset:
+    """One split of a Hugging Face dataset -> columns "src", "tgt".
+
+    Needs network access unless the dataset is already in the local Hugging Face cache.
+    """
+    source = f"Hugging Face dataset {name!r}" + (f" ({config})" if config else "") + f", split {split!r}"
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001 - many failure types (network, unknown split, ...); all get context
+        raise DataError(f"cannot load {source}: {e}. Loading from the Hub needs network access.") from e
+    return hf_pairs(ds, src_column, tgt_column, source)
+
+
+def fingerprint(paths: list[str | Path]) -> str:
+    """Hex digest of the files' contents (in order): equal for equal data wherever it lives."""
+    digest = hashlib.sha256()
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"data file not found: {path}")
+        file_hash = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                file_hash.update(chunk)
+        digest.update(file_hash.digest())
+    return digest.hexdigest()

@@ -1,0 +1,73 @@
+"""The optimizer and the learning-rate schedule of training.
+
+    optimizer: AdamW; weight decay on weight matrices only (not on biases, norms or embeddings)
+    lr(step)  = cfg.lr * schedule(step) * cooldown(step, elapsed)
+    schedule:   linear warmup over warmup_steps, then inverse_sqrt, linear, cosine or constant
+    cooldown:   linear annealing to 0 over the last `cfg.cooldown` fraction of the step or time budget
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .config import TrainingConfig
+
+
+def build_optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.AdamW:
+    """AdamW over two groups: decay (weight matrices) and no decay (vectors, norms, embeddings)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name or "embed" in name else decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.adam_eps,
+    )
+
+
+def lr_lambda(cfg: TrainingConfig) -> Callable[[int], float]:
+    """Multiplier of cfg.lr at a step: linear warmup, then the chosen decay."""
+    warmup = max(cfg.warmup_steps, 0)
+
+    def factor(step: int) -> float:
+        step = step + 1
+        if step <= warmup:
+            return step / warmup
+        if cfg.schedule == "inverse_sqrt":
+            return math.sqrt(max(warmup, 1) / step)
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, cfg.max_steps - warmup))
+        floor = cfg.min_lr_ratio
+        if cfg.schedule == "linear":
+            return floor + (1.0 - floor) * (1.0 - progress)
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def cooldown_factor(cfg: TrainingConfig, step: int, elapsed_s: float) -> float:
+    """Multiplier that anneals the learning rate linearly to 0 over the last cfg.cooldown of the run.
+
+    The run's progress is the larger of step / max_steps and elapsed / max_time_minutes, so a
+    wall-clock budget ends with the same annealing as a step budget (warmup-stable-decay)."""
+    if cfg.cooldown <= 0:
+        return 1.0
+    progress = step / max(cfg.max_steps, 1)
+    if cfg.max_time_minutes:
+        progress = max(progress, elapsed_s / (cfg.max_time_minutes * 60))
+    return max(0.0, min(1.0, (1.0 - progress) / cfg.cooldown))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainingConfig,
+                    elapsed_s: Callable[[], float]) -> torch.optim.lr_scheduler.LambdaLR:
+    """lr = cfg.lr * lr_lambda(cfg)(step) * cooldown_factor(step, elapsed_s()), re-evaluated at every
+    scheduler step; `elapsed_s` gives the seconds trained so far (across resumes)."""
+    schedule = lr_lambda(cfg)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: schedule(step) * cooldown_factor(cfg, step, elapsed_s()))

@@ -1,0 +1,395 @@
+"""`seq2seq serve` (seq2seq/serve.py, seq2seq/cli_serve.py): the HTTP API gives what the CLI gives,
+concurrent requests share model calls, bad requests get a 4xx with a message, the server stops cleanly.
+
+Servers run on 127.0.0.1 only (uvicorn in a thread, or `seq2seq serve` as a subprocess), on a port the
+kernel picks; every request has a timeout. The model is the session's `tiny_model_dir`.
+"""
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+if os.environ.get("SEQ2SEQ_REQUIRE_DATA"):  # CI: the serve extra is installed, these tests must run
+    import fastapi  # noqa: F401
+    import uvicorn
+else:
+    pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+    uvicorn = pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
+
+from seq2seq.cli import cli  # noqa: E402
+from seq2seq.serve import Batcher, Limits, create_app  # noqa: E402
+from seq2seq.translator import Translator  # noqa: E402
+
+TIMEOUT = 60
+SENTENCES = ["A dog runs.", "Two men are talking in a park.", "", "A woman with a red hat.",
+             "Children play on the beach near the water.", "A man."]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_model_dir) -> Translator:
+    return Translator.load(tiny_model_dir, device="cpu")
+
+
+@contextlib.contextmanager
+def serving(app):
+    """uvicorn serving `app` on 127.0.0.1 in a thread; yields (port, server); stops it on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield sock.getsockname()[1], server
+    finally:
+        server.should_exit = True
+        thread.join(TIMEOUT)
+        sock.close()
+        assert not thread.is_alive(), "the server did not stop"
+
+
+def call(port: int, method: str, path: str, body=None, headers=None, chunked: bool = False):
+    """One request; returns (status, parsed JSON body)."""
+    headers = dict(headers or {})
+    if body is not None and not isinstance(body, (bytes, str)) and not chunked:
+        body = json.dumps(body).encode("utf-8")
+        headers.setdefault("Content-Type", "application/json")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    try:
+        conn.request(method, path, body=body, headers=headers, encode_chunked=chunked)
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    return response.status, json.loads(data) if data else None
+
+
+def cli_json(model_dir, lines, *flags):
+    result = CliRunner().invoke(cli, ["translate", str(model_dir), "--json", *flags], input="\n".join(lines) + "\n")
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.output.splitlines()]
+
+
+def gate(translator: Translator):
+    """Make the translator's first call wait until `release` is set; `entered` is set when it starts.
+    Returns (entered, release, restore)."""
+    entered, release = threading.Event(), threading.Event()
+    original = translator.translate_nbest
+    first = [True]
+
+    def gated(*args, **kwargs):
+        if first[0]:
+            first[0] = False
+            entered.set()
+            assert release.wait(TIMEOUT)
+        return original(*args, **kwargs)
+
+    translator.translate_nbest = gated
+    return entered, release, lambda: vars(translator).pop("translate_nbest", None)
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def in_threads(port: int, bodies: list) -> list:
+    results = [None] * len(bodies)
+
+    def send(i):
+        results[i] = call(port, "POST", "/translate", bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    return threads, results
+
+
+# ---- what the API answers -------------------------------------------------------------------------
+
+
+def test_health_and_translations_are_what_the_cli_prints(translator, tiny_model_dir):
+    with serving(create_app(translator)) as (port, _):
+        status, health = call(port, "GET", "/health")
+        assert status == 200 and health["status"] == "ok" and health["kind"] == "text"
+        assert health["model"] == str(tiny_model_dir)
+
+        status, body = call(port, "POST", "/translate", {"texts": SENTENCES, "beam": 2, "nbest": 2, "lenpen": 0.6})
+        assert status == 200
+        flags = ("--beam", "2", "--nbest", "2", "--lenpen", "0.6")
+        assert body["translations"] == cli_json(tiny_model_dir, SENTENCES, *flags)
+        status, body = call(port, "POST", "/translate", {"text": SENTENCES[1]})  # the model's decoding config
+        assert status == 200 and body == cli_json(tiny_model_dir, SENTENCES[1:2])[0]
+        status, body = call(port, "POST", "/translate", {"texts": []})
+        assert status == 200 and body == {"translations": []}
+
+
+def test_concurrent_requests_share_model_calls_and_get_their_own_translations(translator):
+    requests = [{"texts": SENTENCES[i % 6: i % 6 + 2], "beam": 2} for i in range(6)]
+    requests += [{"text": SENTENCES[i], "greedy": True} for i in (0, 3)]
+    requests += [{"texts": SENTENCES[:2], "sample": True, "seed": 7, "topk": 5}] * 2  # sampling: never merged
+    expected = []
+    for r in requests:
+        options = {k: v for k, v in r.items() if k not in ("text", "texts")}
+        texts = r.get("texts") or [r["text"]]
+        expected.append([hyps[0].text if hyps else "" for hyps in translator.translate_nbest(texts, **options)])
+    expected_greedy = [translator.translate([SENTENCES[i]], greedy=True)[0] for i in (0, 3)]
+    assert [e[0] for e in expected[6:8]] == expected_greedy
+
+    app = create_app(translator, Limits(batch_window_ms=20))
+    batcher = app.state.batcher
+    entered, release, restore = gate(translator)
+    try:
+        with serving(app) as (port, _):
+            first, first_result = in_threads(port, [{"text": "A cat sleeps."}])
+            assert entered.wait(TIMEOUT)  # the worker is busy with the first request ...
+            threads, results = in_threads(port, requests)  # ... while 10 more arrive
+            wait_for(lambda: batcher.waiting_jobs == len(requests), "the requests to queue up")
+            release.set()
+            for t in first + threads:
+                t.join(TIMEOUT)
+    finally:
+        restore()
+    assert first_result[0][0] == 200
+    for r, (status, body), want in zip(requests, results, expected):
+        assert status == 200, body
+        got = [t["text"] for t in body["translations"]] if "texts" in r else [body["text"]]
+        assert got == want, r
+    # the first request alone; then one call for the 6 beam-2 requests, one for the 2 greedy ones,
+    # and one for each sampling request
+    assert batcher.calls == 5
+    assert sorted(batcher.batch_sizes[1:]) == [2, 2, 2, sum(len(r["texts"]) for r in requests[:6])]
+
+
+def test_a_batch_never_exceeds_max_batch(translator):
+    app = create_app(translator, Limits(max_batch=4, max_texts=4, batch_window_ms=20))
+    batcher = app.state.batcher
+    entered, release, restore = gate(translator)
+    try:
+        with serving(app) as (port, _):
+            first, _ = in_threads(port, [{"text": "A cat sleeps."}])
+            assert entered.wait(TIMEOUT)
+            threads, results = in_threads(port, [{"texts": SENTENCES[i: i + 2]} for i in range(5)])
+            wait_for(lambda: batcher.waiting_jobs == 5, "the requests to queue up")
+            release.set()
+            for t in first + threads:
+                t.join(TIMEOUT)
+    finally:
+        restore()
+    assert all(status == 200 for status, _ in results)
+    assert batcher.batch_sizes[1:] == [4, 4, 2]
+
+
+def test_the_batcher_gathers_jobs_arriving_within_the_window():
+    calls = []
+
+    def run(items, options):
+        calls.append(list(items))
+        return [f"{options['tag']}:{x}" for x in items]
+
+    batcher = Batcher(run, max_batch=10, window_s=1.0, max_queue=100)
+    batcher.start()
+    try:
+        a = batcher.submit(["a1", "a2"], {"tag": "x"})
+        time.sleep(0.05)
+        b = batcher.submit(["b1"], {"tag": "x"})
+        c = batcher.submit(["c1"], {"tag": "y"})  # other options: same gathering, its own call
+        assert a.result(TIMEOUT) == ["x:a1", "x:a2"] and b.result(TIMEOUT) == ["x:b1"] and c.result(TIMEOUT) == ["y:c1"]
+        assert calls == [["a1", "a2", "b1"], ["c1"]]
+        with pytest.raises(Exception, match="busy"):
+            batcher.submit(["z"] * 101, {"tag": "x"})
+    finally:
+        batcher.close(TIMEOUT)
+    with pytest.raises(Exception, match="shutting down"):
+        batcher.submit(["late"], {"tag": "x"})
+
+
+# ---- bad requests -----------------------------------------------------------------------------------
+
+BAD = [
+    ("not json", 400, "not valid JSON"),
+    (b"\xff\xfe{}", 400, "not UTF-8"),
+    ([1, 2], 422, "must be a JSON object"),
+    ({}, 422, "either \"text\""),
+    ({"text": "a", "texts": ["b"]}, 422, "either \"text\""),
+    ({"text": 5}, 422, "\"text\" must be a string"),
+    ({"texts": "a dog"}, 422, "\"texts\" must be a list"),
+    ({"texts": ["a", 3]}, 422, "texts[1] must be a string"),
+    ({"text": "a", "beam": 0}, 422, "beam must be >= 1"),
+    ({"text": "a", "beam": "5"}, 422, "beam must be an integer"),
+    ({"text": "a", "greedy": 1}, 422, "greedy must be true or false"),
+    ({"text": "a", "colour": "red"}, 422, "unknown field 'colour'"),
+    ({"text": "a", "greedy": True, "beam": 3}, 422, "greedy search conflicts with beam=3"),
+    ({"text": "a", "beam": 2, "nbest": 3}, 422, "nbest (3) must be <= beam (2)"),
+    ({"text": "a", "topp": 0.9}, 422, "only for sampling"),
+    (b'{"text": "a", "lenpen": NaN}', 422, "lenpen must be a finite number"),
+    ({"texts": ["a"] * 9}, 413, "9 texts in one request; the limit is 8"),
+    ({"texts": ["a", "x" * 201]}, 413, "texts[1] has 201 characters; the limit is 200"),
+    ({"text": "a", "beam": 17}, 413, "beam 17 is over this server's limit of 16"),
+    ({"text": "a" * 150, "pad": "x" * 70_000}, 413, "the limit is 65536"),
+]
+
+
+def test_bad_requests_get_a_4xx_with_a_message_and_the_server_goes_on(translator):
+    limits = Limits(max_texts=8, max_chars=200, max_body_bytes=65536)
+    with serving(create_app(translator, limits)) as (port, _):
+        for body, status, message in BAD:
+            got, answer = call(port, "POST", "/translate", body)
+            assert got == status, (body if len(str(body)) < 200 else str(body)[:200], answer)
+            assert set(answer) == {"error"} and message in answer["error"], answer
+        # a body without Content-Length (chunked) is held to the same limit
+        got, answer = call(port, "POST", "/translate", iter([b'{"text": "', b"x" * 70_000, b'"}']), chunked=True)
+        assert got == 413 and "over the limit of 65536 bytes" in answer["error"]
+        assert call(port, "GET", "/translate") == (405, {"error": "GET is not allowed on /translate"})
+        assert call(port, "GET", "/nothing")[0] == 404
+        got, answer = call(port, "POST", "/generate", b"\x89PNG")
+        assert got == 404 and "text model" in answer["error"]
+        assert call(port, "POST", "/translate", {"text": "A dog runs."})[0] == 200
+
+
+def test_a_model_failure_answers_500_with_one_line_and_the_server_goes_on(translator):
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory\n  at some deep frame")
+
+    with serving(create_app(translator)) as (port, _):
+        translator.translate_nbest = broken
+        try:
+            status, answer = call(port, "POST", "/translate", {"text": "A dog runs."})
+        finally:
+            del translator.translate_nbest
+        assert status == 500
+        assert answer == {"error": "the model failed on this request: RuntimeError: out of memory"}
+        assert call(port, "POST", "/translate", {"text": "A dog runs."})[0] == 200
+
+
+# ---- stopping ---------------------------------------------------------------------------------------
+
+
+def test_stopping_finishes_the_requests_in_flight(translator):
+    app = create_app(translator)
+    entered, release, restore = gate(translator)
+    try:
+        with serving(app) as (port, server):
+            threads, results = in_threads(port, [{"texts": SENTENCES[:3], "beam": 2}])
+            assert entered.wait(TIMEOUT)
+            server.should_exit = True  # what uvicorn's SIGINT/SIGTERM handler does
+            time.sleep(0.3)
+            with pytest.raises(OSError):  # no new connections once stopping
+                call(port, "GET", "/health")
+            release.set()
+            threads[0].join(TIMEOUT)
+    finally:
+        restore()
+    status, body = results[0]
+    assert status == 200 and [t["text"] for t in body["translations"]] == translator.translate(SENTENCES[:3], beam=2)
+    assert not app.state.batcher._thread.is_alive()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_serve_command_stops_cleanly_on_a_signal(tiny_model_dir, translator, sig):
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "seq2seq", "serve", str(tiny_model_dir), "--port", str(port),
+                             "--threads", "1", "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                status, _ = call(port, "GET", "/health")
+                break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+        status, body = call(port, "POST", "/translate", {"texts": SENTENCES[:2], "beam": 2})
+        assert status == 200
+        assert [t["text"] for t in body["translations"]] == translator.translate(SENTENCES[:2], beam=2)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "server stopped" in stderr and "Traceback" not in stderr
+
+
+def test_without_the_serve_extra_the_command_names_it(tiny_model_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` raises ImportError
+    result = CliRunner().invoke(cli, ["serve", str(tiny_model_dir)])
+    assert result.exit_code == 1
+    assert "pip install 'seq2seq[serve]'" in result.output and "fastapi" in result.output
+
+
+# ---- image models: /generate ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image_model(tmp_path_factory):
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("serve_image")
+    (root / "img").mkdir()
+    rows = ["image\tcaption"]
+    for i, (name, rgb) in enumerate([("red", (220, 20, 20)), ("green", (20, 200, 20)), ("blue", (20, 20, 220))] * 2):
+        Image.new("RGB", (32, 32), rgb).save(root / "img" / f"{i}.png")
+        rows.append(f"img/{i}.png\ta {name} square")
+    (root / "data.tsv").write_text("\n".join(rows) + "\n")
+    cfg = {"data": {"train": str(root / "data.tsv"), "valid": str(root / "data.tsv")}, "tokenizer": {"vocab_size": 24},
+           "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "layers": 1,
+                     "encoder": {"type": "image", "image_size": 32, "patch_size": 8}},
+           "training": {"output_dir": str(root / "model"), "max_steps": 2, "max_tokens": 400, "device": "cpu",
+                        "threads": 1, "valid_bleu": False, "best_metric": "loss"},
+           "decoding": {"beam": 2, "max_len_a": 0.0, "max_len_b": 6}}
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+    result = CliRunner().invoke(cli, ["train", str(root / "config.yaml")])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def test_image_models_caption_uploaded_files(image_model):
+    from seq2seq.generator import Captioner
+    from seq2seq.serve import load_model
+
+    image = image_model / "img" / "1.png"
+    expected = Captioner.load(image_model / "model", device="cpu").generate([str(image)], beam=2, nbest=2)[0]
+    with serving(create_app(load_model(image_model / "model", device="cpu"))) as (port, _):
+        status, body = call(port, "POST", "/generate?beam=2&nbest=2", image.read_bytes(),
+                            {"Content-Type": "image/png"})
+        assert status == 200, body
+        assert body["text"] == expected[0].text and [h["text"] for h in body["nbest"]] == [h.text for h in expected]
+        status, body = call(port, "POST", "/generate", b"these bytes are no image", {"Content-Type": "image/png"})
+        assert status == 422 and "cannot read the uploaded file" in body["error"]
+        status, body = call(port, "POST", "/generate", {"paths": [str(image)]})
+        assert status == 403 and "--allow-paths" in body["error"]
+        status, body = call(port, "POST", "/translate", {"text": "a red square"})
+        assert status == 404 and "/generate" in body["error"]
+    with serving(create_app(load_model(image_model / "model", device="cpu"), allow_paths=True)) as (port, _):
+        paths = [str(image), str(image_model / "none.png")]
+        status, body = call(port, "POST", "/generate", {"paths": paths, "beam": 2})
+        assert status == 200
+        assert body["generations"][0]["text"] == expected[0].text
+        assert body["generations"][1]["text"] == "" and "not found" in body["generations"][1]["error"]
