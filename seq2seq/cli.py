@@ -244,12 +244,17 @@ PROGRESS_OPTION = click.option(
               help="Plot the cross-attention of the (single) input sentence as a heatmap.")
 @click.option("--attention-layer", type=int, default=-1, show_default=True,
               help="Decoder layer for --alignment / --show-attention (negative: from the last).")
+@click.option("--engine", type=click.Choice(["torch", "ctranslate2"]), default="torch", show_default=True,
+              help="ctranslate2: run the model's CTranslate2 export (see `seq2seq export`, docs/deployment.md).")
+@click.option("--engine-dir", type=click.Path(file_okay=False), default=None,
+              help="The CTranslate2 export to use (default: MODEL_DIR/ctranslate2).")
 @PROGRESS_OPTION
 @model_options
 @user_errors
 def translate(model_dir: str, input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
-              alignment: bool, show_attention: str | None, attention_layer: int, progress: bool | None, device: str,
-              precision: str, weights: str | None, batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
+              alignment: bool, show_attention: str | None, attention_layer: int, engine: str, engine_dir: str | None,
+              progress: bool | None, device: str, precision: str, weights: str | None, batch_tokens: int,
+              chunk_lines: int, **kw: Any) -> None:
     """Translate text with MODEL_DIR: one output line per input line, in order.
 
     Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
@@ -279,7 +284,14 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
             raise click.ClickException(
                 f"--show-attention plots one sentence, but the input has {what}; give exactly one non-empty line"
             )
-    translator = _load_translator(model_dir, device, precision, weights, search)
+    if engine == "torch":
+        if engine_dir:
+            raise click.UsageError("--engine-dir is for --engine ctranslate2")
+        translator = _load_translator(model_dir, device, precision, weights, search)
+    else:  # seq2seq/cli_deploy.py
+        from .cli_deploy import load_engine
+
+        translator = load_engine(engine, model_dir, engine_dir, device, precision, weights, search)
     nbest = translator.search_config(**search).nbest
     emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
 
@@ -476,6 +488,12 @@ cli.add_command(transcribe)
 from .cli_serve import serve  # noqa: E402 - needs the helpers above
 
 cli.add_command(serve)
+
+# Deployment: `seq2seq export`, `seq2seq import-hf` (seq2seq/cli_deploy.py; the `export` extra).
+from .cli_deploy import export_command, import_hf_command  # noqa: E402 - needs the helpers above
+
+cli.add_command(export_command)
+cli.add_command(import_hf_command)
 
 
 def main() -> None:

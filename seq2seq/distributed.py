@@ -85,31 +85,28 @@ def main_first() -> Iterator[None]:
             barrier()
 
 
+def _reduce(value: float, dtype: torch.dtype, device: torch.device, broadcast: bool) -> float:
+    t = torch.tensor([value], dtype=dtype, device=device)
+    if broadcast:
+        dist.broadcast(t, src=0)
+    else:
+        dist.all_reduce(t)
+    return t.item()
+
+
 def sum_int(value: int, device: torch.device) -> int:
     """The sum of `value` over all processes."""
-    if world_size() == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.long, device=device)
-    dist.all_reduce(t)
-    return int(t.item())
+    return value if world_size() == 1 else int(_reduce(value, torch.long, device, broadcast=False))
 
 
 def sum_float(value: float, device: torch.device) -> float:
     """The sum of `value` over all processes (float64)."""
-    if world_size() == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item())
+    return value if world_size() == 1 else float(_reduce(value, torch.float64, device, broadcast=False))
 
 
 def broadcast_float(value: float, device: torch.device) -> float:
     """Rank 0's `value` on every process (e.g. the elapsed training time)."""
-    if world_size() == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.broadcast(t, src=0)
-    return float(t.item())
+    return value if world_size() == 1 else float(_reduce(value, torch.float64, device, broadcast=True))
 
 
 def broadcast_object(obj: Any) -> Any:

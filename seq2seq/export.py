@@ -31,6 +31,7 @@ with different source and target vocabulary sizes (Blenderbot has one vocabulary
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -43,14 +44,15 @@ from typing import Any
 import torch
 
 from . import checkpoint as ckpt
-from .config import ModelConfig, from_dict, to_dict
+from .config import ModelConfig, from_dict, load_dict, to_dict
 from .layers import sinusoidal_table
 from .model_dir import LoadedModel, load_model_dir
-from .settings import Config
+from .settings import Config, config_yaml
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerPair
 
 EXTRA = "export"
 EXPORT_INFO = "seq2seq.json"  # written into a CTranslate2 export directory
+HF_CONFIG = "seq2seq_config.yaml"  # written into a transformers export directory
 CT2_FORMAT = "seq2seq-ctranslate2"
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
@@ -414,7 +416,7 @@ def hf_config(cfg: Config) -> Any:
     from transformers import BlenderbotConfig
 
     return BlenderbotConfig(vocab_size=m.tgt_vocab_size, tie_word_embeddings=m.share_embeddings and m.tie_output,
-                            **common)
+                            encoder_no_repeat_ngram_size=0, **common)
 
 
 def hf_model(loaded: LoadedModel) -> Any:
@@ -433,7 +435,8 @@ def hf_model(loaded: LoadedModel) -> Any:
     for ours, theirs, kind in _tensor_map(m):
         t = _permuted(_get(state, ours, m.d_model), kind, perm)
         if theirs not in own or own[theirs].shape != t.shape:
-            raise ExportError(f"internal: {theirs} {tuple(own.get(theirs, torch.empty(0)).shape)} vs {ours} {tuple(t.shape)}")
+            shape = tuple(own[theirs].shape) if theirs in own else None
+            raise ExportError(f"internal: transformers' {theirs} {shape} does not fit our {ours} {tuple(t.shape)}")
         new[theirs] = t
     if m.norm == "pre" and not (m.share_embeddings and m.tie_output):
         new["model.shared.weight"] = new["model.decoder.embed_tokens.weight"]  # unused by the forward pass
@@ -489,9 +492,9 @@ def export_hf(
     with _Staging(out) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         _write_marian_tokenizer(loaded.tokenizers, tmp, loaded.config.model.max_positions)
-        (tmp / "seq2seq_config.yaml").write_text(
-            f"# the seq2seq config of {model_dir.resolve()}, for `seq2seq import-hf`\n"
-            + json.dumps(to_dict(loaded.config), indent=1) + "\n", encoding="utf-8",
+        (tmp / HF_CONFIG).write_text(
+            f"# The seq2seq config of {model_dir.resolve()}: `seq2seq import-hf` restores it.\n"
+            + config_yaml(loaded.config), encoding="utf-8",
         )
     return out
 
@@ -507,12 +510,14 @@ def _hf_tokenizers(hf_dir: Path, src_vocab: int, tgt_vocab: int) -> TokenizerPai
     from .tokenizer import TokenizerError
 
     if not (hf_dir / "source.spm").is_file():
-        raise ExportError(f"{hf_dir} has no source.spm: import-hf needs the SentencePiece model(s) of a Marian tokenizer")
+        raise ExportError(f"{hf_dir} has no source.spm: import-hf needs the SentencePiece model(s) of a "
+                          "Marian tokenizer")
     try:
         src = Tokenizer.load(hf_dir / "source.spm")
         tgt = Tokenizer.load(hf_dir / "target.spm") if (hf_dir / "target.spm").is_file() else src
     except TokenizerError as e:
-        raise ExportError(f"{e} (import-hf keeps the model's token ids, so the SentencePiece model must have them)") from None
+        raise ExportError(f"{e} (import-hf keeps the model's token ids, so the SentencePiece model must have "
+                          "them)") from None
     for name, tok, size in (("vocab.json", src, src_vocab), ("target_vocab.json", tgt, tgt_vocab)):
         path = hf_dir / name
         if name == "target_vocab.json" and not path.is_file():
@@ -581,13 +586,25 @@ def _model_config_from_hf(config: Any, state: dict[str, torch.Tensor]) -> ModelC
     )
 
 
+def _restored_config(hf_dir: Path, model: ModelConfig) -> Config | None:
+    """The full config `export_hf` saved beside the weights, if it describes this very model."""
+    path = hf_dir / HF_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        cfg = from_dict(Config, load_dict(path))
+    except ValueError:
+        return None
+    return cfg if cfg.model == model else None
+
+
 def import_hf(hf_dir: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Write a transformers MarianMTModel / BlenderbotForConditionalGeneration directory (with
     MarianTokenizer files whose ids are the SentencePiece model's) as a seq2seq model directory.
     Exact: the same logits (the inverse of `export_hf`)."""
     require("transformers")
-    from transformers import AutoConfig
     from safetensors.torch import load_file
+    from transformers import AutoConfig
 
     from .model import Seq2SeqTransformer
 
@@ -611,15 +628,14 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, force: bool = False) -> P
     m = _model_config_from_hf(config, state)
     tokenizers = _hf_tokenizers(hf_dir, m.src_vocab_size, m.tgt_vocab_size)
     if m.share_embeddings and not tokenizers.joint:
-        m = ModelConfig(**{**{f: getattr(m, f) for f in m.__dataclass_fields__}, "share_embeddings": False})
-    cfg = Config(model=m)
-    cfg.tokenizer.joint = tokenizers.joint
-    cfg.tokenizer.vocab_size = m.tgt_vocab_size
-    if not tokenizers.joint:
-        cfg.tokenizer.src_vocab_size, cfg.tokenizer.tgt_vocab_size = m.src_vocab_size, m.tgt_vocab_size
-    generation = getattr(config, "num_beams", None)
-    if isinstance(generation, int) and generation > 1:
-        cfg.decoding.beam = generation
+        m = dataclasses.replace(m, share_embeddings=False)
+    cfg = _restored_config(hf_dir, m)
+    if cfg is None:  # not one of our exports: our defaults, with the model's sizes
+        cfg = Config(model=m)
+        cfg.tokenizer.joint = tokenizers.joint
+        cfg.tokenizer.vocab_size = m.tgt_vocab_size
+        if not tokenizers.joint:
+            cfg.tokenizer.src_vocab_size, cfg.tokenizer.tgt_vocab_size = m.src_vocab_size, m.tgt_vocab_size
 
     model = Seq2SeqTransformer(m)
     perm = marian_permutation(m.d_model) if m.norm == "post" else None

@@ -27,7 +27,8 @@ from tqdm import tqdm
 
 from .batching import Batch, make_target
 from .config import ConfigError, DataConfig
-from .data import DataError, fingerprint, read_table
+from .data import DataError, fingerprint, read_table, read_text
+from .data.readers import jsonl_rows
 from .encoders.base import Modality, SourceError, SourceProcessor
 from .tokenizer import PAD_ID, TokenizerConfig, TokenizerPair
 
@@ -51,9 +52,7 @@ class SourceRow:
 
 def _columns_of(path: Path) -> list[str]:
     """The header names of a TSV/CSV, or the keys of a JSONL file's first object ([] if none)."""
-    from .data import _read_text  # the strict UTF-8 reader of the text pipeline
-
-    first = next((line for line in _read_text(path).split("\n") if line.strip()), "")
+    first = next((line for line in read_text(path).split("\n") if line.strip()), "")
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         try:
             row = json.loads(first)
@@ -72,19 +71,8 @@ def _pick(wanted: str, defaults: tuple[str, ...], header: list[str]) -> str:
 
 def _read_jsonl(path: Path, src_column: str, tgt_column: str) -> tuple[list[str], list[str], list[str]]:
     """JSONL rows whose text may be a string or a list of strings (several captions)."""
-    from .data import _read_text
-
     srcs, texts, wheres = [], [], []
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: invalid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for where, row in jsonl_rows(path, read_text(path)):
         for column in (src_column, tgt_column):
             if column not in row:
                 raise DataError(f"{where}: column '{column}' not found; available columns: {', '.join(row)}")

@@ -440,3 +440,44 @@ def test_training_names_a_bad_audio_file_in_the_table(tone_data, tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     result = CliRunner().invoke(cli, ["train", str(tmp_path / "c.yaml")])
     assert result.exit_code == 1 and str(tmp_path / "broken.wav") in result.output, result.output
+
+
+# --------------------------------------------------------------------------------------------
+# The spoken-digits recipe's utterance builder
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("held_out", [None, "lucas"])
+def test_digit_utterances_keep_the_official_split_and_one_speaker(tmp_path, held_out):
+    import csv
+    import importlib.util
+    from pathlib import Path
+
+    from conftest import DATA, require_data
+
+    require_data(DATA / "fsdd" / "recordings")
+    path = Path(__file__).resolve().parents[1] / "recipes" / "speech_digits" / "make_data.py"
+    spec = importlib.util.spec_from_file_location("make_data", path)
+    make_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_data)
+    argv = ["--data-dir", str(DATA / "fsdd" / "recordings"), "--out", str(tmp_path / "a"), "--n-train", "40",
+            "--n-val", "10", "--n-test", "15"] + (["--test-speaker", held_out] if held_out else [])
+    make_data.main(argv)
+    allowed = {"train": range(5, 45), "val": range(45, 50), "test": range(0, 5) if held_out is None else range(50)}
+    for split, indices in allowed.items():
+        with open(tmp_path / "a" / f"{split}.tsv", newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        assert len(rows) == {"train": 40, "val": 10, "test": 15}[split]
+        for row in rows:
+            recs = [r.split("_") for r in row["recordings"].split()]
+            assert {s for _, s, _ in recs} == {row["speaker"]}  # one speaker per utterance
+            assert all(int(i) in indices for _, _, i in recs)  # never a recording of another split
+            assert row["text"] == " ".join(make_data.WORDS[int(d)] for d, _, _ in recs)
+            assert 1 <= len(recs) <= 7
+            if held_out:
+                assert (row["speaker"] == held_out) == (split == "test")
+            x, rate = sf.read(tmp_path / "a" / row["audio"])
+            assert rate == 8000 and x.ndim == 1 and len(x) > 1000
+    make_data.main(argv[:2] + ["--out", str(tmp_path / "b")] + argv[4:])  # seeded: the same files again
+    assert (tmp_path / "a" / "test.tsv").read_text() == (tmp_path / "b" / "test.tsv").read_text()
+    assert (tmp_path / "a" / rows[0]["audio"]).read_bytes() == (tmp_path / "b" / rows[0]["audio"]).read_bytes()

@@ -276,7 +276,7 @@ def test_package_re_exports_what_its_users_import() -> None:
 
     assert data.DataConfig is seq2seq.config.DataConfig
     assert data.DataError is readers.DataError and issubclass(data.DataError, ValueError)
-    assert (data.read_table, data.read_lines, data.fingerprint, data._read_text) == (
+    assert (data.read_table, data.read_lines, data.fingerprint, data.read_text) == (
         readers.read_table, readers.read_lines, readers.fingerprint, readers.read_text)
     assert (data.clean, data.truncate, data.tokenize, data.CleaningReport) == (
         cleaning.clean, cleaning.truncate, cleaning.tokenize, cleaning.CleaningReport)

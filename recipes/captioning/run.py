@@ -91,8 +91,8 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=None, help="training budget (default: the config's)")
     p.add_argument("--train-images", type=int, default=20000)
     p.add_argument("--eval-images", type=int, default=500, help="images in each of val, test, compositional")
-    p.add_argument("--train-captions", choices=("all", "canonical"), default="all",
-                   help="train on all 4 references of each image, or on the canonical caption only")
+    p.add_argument("--train-captions", choices=("all", "canonical"), default="canonical",
+                   help="train on the canonical caption of each image (default), or on all 4 references")
     p.add_argument("--seed", type=int, default=1, help="scene generator seed")
     p.add_argument("--skip-train", action="store_true", help="reuse the trained model in OUTPUT_DIR/model")
     p.add_argument("--beam", type=int, default=5)
@@ -132,7 +132,8 @@ def main() -> None:
     for split in SPLITS:
         paths, refs, objects = read_split(data, split)
         t = time.perf_counter()
-        hyps = captioner.caption(paths, beam=args.beam)
+        hyps = captioner.caption(paths, beam=args.beam, max_len_a=cfg.decoding.max_len_a,
+                                 max_len_b=cfg.decoding.max_len_b)
         seconds = time.perf_counter() - t
         (out / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         result = evaluate(hyps, refs, objects)

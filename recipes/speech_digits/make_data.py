@@ -11,7 +11,8 @@ Splits never share a recording (FSDD's official split: indices 0-4 are test, 5-4
 * --test-speaker S (leave one speaker out): train and val as above from the other four speakers,
   test from all 50 recordings per digit of speaker S, who is never heard in training.
 
-Writes OUT/{train,val,test}.tsv (columns `audio`, `text`, `speaker`; audio paths relative to OUT)
+Writes OUT/{train,val,test}.tsv (columns `audio`, `text`, `speaker` and `recordings`, the FSDD files
+used; audio paths relative to OUT)
 and OUT/wav/<split>/*.wav (16-bit PCM, 8 kHz).
 
     python recipes/speech_digits/make_data.py --data-dir ../shared/data/fsdd/recordings --out runs/digits/data
@@ -55,14 +56,16 @@ def read_recordings(data_dir: Path) -> dict[tuple[str, int, int], np.ndarray]:
     return out
 
 
-def make_utterance(rng: np.random.Generator, pool: dict[int, list[np.ndarray]], args: argparse.Namespace):
-    """Random digit string from one speaker's `pool` (digit -> recordings) -> (waveform, text)."""
+def make_utterance(rng: np.random.Generator, pool: dict[int, list[tuple[str, np.ndarray]]], args: argparse.Namespace):
+    """Random digit string from one speaker's `pool` (digit -> (name, recording)) -> (waveform, text, names)."""
     n = int(rng.integers(args.min_digits, args.max_digits + 1))
     digits = rng.integers(0, 10, size=n)
     pieces = [np.zeros(int(rng.uniform(0.05, 0.3) * SAMPLE_RATE), np.float32)]
+    names = []
     for i, d in enumerate(digits):
         recs = pool[int(d)]
-        rec = recs[int(rng.integers(len(recs)))]
+        name, rec = recs[int(rng.integers(len(recs)))]
+        names.append(name)
         pieces.append(rec / (np.abs(rec).max() + 1e-8) * rng.uniform(0.6, 1.0))  # per-digit level varies
         if i < n - 1:
             pieces.append(np.zeros(int(rng.uniform(args.min_pause, args.max_pause) * SAMPLE_RATE), np.float32))
@@ -72,14 +75,14 @@ def make_utterance(rng: np.random.Generator, pool: dict[int, list[np.ndarray]], 
     snr_db = rng.uniform(args.min_snr, args.max_snr)
     x = x + rng.normal(0.0, speech_rms / 10 ** (snr_db / 20), size=x.shape).astype(np.float32)
     x *= rng.uniform(0.1, 0.9) / (np.abs(x).max() + 1e-8)  # overall level
-    return x, " ".join(WORDS[int(d)] for d in digits)
+    return x, " ".join(WORDS[int(d)] for d in digits), names
 
 
 def write_split(name: str, count: int, speakers: list[str], indices, recordings, out: Path, rng, args) -> dict:
     pools = {s: defaultdict(list) for s in speakers}
     for (speaker, digit, index), x in recordings.items():
         if speaker in pools and index in indices:
-            pools[speaker][digit].append(x)
+            pools[speaker][digit].append((f"{digit}_{speaker}_{index}", x))
     for s in speakers:
         missing = [d for d in range(10) if not pools[s][d]]
         if missing:
@@ -89,13 +92,13 @@ def write_split(name: str, count: int, speakers: list[str], indices, recordings,
     seconds = 0.0
     with open(out / f"{name}.tsv", "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f, delimiter="\t", lineterminator="\n")
-        w.writerow(["audio", "text", "speaker"])
+        w.writerow(["audio", "text", "speaker", "recordings"])
         for i in range(count):
             speaker = speakers[i % len(speakers)]  # balanced speakers
-            x, text = make_utterance(rng, pools[speaker], args)
+            x, text, names = make_utterance(rng, pools[speaker], args)
             rel = f"wav/{name}/{name}_{i:05d}_{speaker}.wav"
             sf.write(out / rel, x, SAMPLE_RATE, subtype="PCM_16")
-            w.writerow([rel, text, speaker])
+            w.writerow([rel, text, speaker, " ".join(names)])
             seconds += len(x) / SAMPLE_RATE
     return {"utterances": count, "hours": round(seconds / 3600, 3), "speakers": speakers}
 

@@ -10,8 +10,8 @@ Standard mode trains on all five speakers' train-split recordings (FSDD indices 
 validation utterances, on which settings were chosen) and tests on utterances built only from the
 official test-split recordings (indices 0-4). Leave-one-speaker-out trains on four speakers and
 tests on utterances of the fifth (all 50 recordings per digit; the speaker is never heard in
-training). Utterances, models and results go under --out (not the repository): OUT/data,
-OUT/model, OUT/results.json (LOSO: OUT/loso/<speaker>/...).
+training). Utterances, models and results go under --output-dir OUT: OUT/data, OUT/model,
+OUT/{val,test}.hyp.tsv, OUT/results.json (LOSO: OUT/loso/<speaker>/...).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import csv
 import json
 import logging
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -106,16 +107,19 @@ def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> di
         overrides.append(f"training.max_time_minutes={args.minutes}")
     cfg = load_config(args.config, overrides)
     train_minutes = None
-    if (model_dir / "model.safetensors").exists() and not args.retrain:
+    done = model_dir / "recipe_trained"  # written when training ended; without it a run was interrupted
+    if args.retrain and model_dir.exists():
+        shutil.rmtree(model_dir)
+    if done.exists():
         log.info("%s already holds a trained model: evaluating it (--retrain to train again)", model_dir)
     else:
-        if args.retrain and model_dir.exists():
-            import shutil
-
-            shutil.rmtree(model_dir)
+        resume = (model_dir / "train_state").exists()
+        if resume:
+            log.info("resuming the interrupted run in %s", model_dir)
         t = time.time()
-        run_training(cfg, config_source=str(args.config))
+        run_training(cfg, resume=resume, config_source=str(args.config))
         train_minutes = round((time.time() - t) / 60, 2)
+        done.write_text(f"{train_minutes} min wall clock for this call\n")
     metadata = json.loads((model_dir / "metadata.json").read_text()) if (model_dir / "metadata.json").exists() else {}
     torch.set_num_threads(cfg.training.threads or torch.get_num_threads())
     transcriber = Transcriber.load(model_dir, device="cpu")
@@ -135,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--data-dir", required=True, type=Path, help="FSDD recordings/ directory")
-    p.add_argument("--out", type=Path, default=Path("runs/speech_digits"), help="where data, models, results go")
+    p.add_argument("--output-dir", "--out", dest="out", type=Path, default=Path("runs/speech_digits"),
+                   help="where utterances, models and results go (default: runs/speech_digits, git-ignored)")
     p.add_argument("--config", type=Path, default=HERE / "config.yaml")
     p.add_argument("--minutes", type=float, default=None, help="training budget (default: the config's, 20)")
     p.add_argument("--test-speaker", action="append", default=[], choices=make_data.SPEAKERS,

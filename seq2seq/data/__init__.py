@@ -25,7 +25,7 @@ from seq2seq.config import DataConfig
 from .cache import CACHE_VERSION, TOKENIZER_META, PreparedData, prepare
 from .cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate
 from .readers import (
-    DataError, _read_text, fingerprint,  # noqa: F401 - _read_text: the name seq2seq.sources imports
+    DataError, fingerprint,
     hf_pairs, load_hf, read_lines, read_parallel, read_table, read_text,
 )
 

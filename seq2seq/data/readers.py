@@ -12,7 +12,7 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import datasets
 
@@ -50,9 +50,6 @@ def read_text(path: str | Path) -> str:
         column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise DataError(f"{path}, line {line}: invalid UTF-8 at byte {column} of the line ({e.reason})") from None
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", " ")
-
-
-_read_text = read_text  # the name seq2seq.sources imports
 
 
 def _split_lines(text: str) -> list[str]:
@@ -150,8 +147,9 @@ def _as_text(value: Any, where: str) -> str:
     return value.strip()
 
 
-def _read_jsonl(path: Path, text: str, src_column: str, tgt_column: str) -> tuple[list[str], list[str]]:
-    src, tgt = [], []
+def jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, object) for each non-blank line of a JSONL text; DataError naming the line for
+    invalid JSON or a line that is not an object."""
     for i, line in enumerate(_split_lines(text), start=1):
         if not line.strip():
             continue
@@ -162,6 +160,12 @@ def _read_jsonl(path: Path, text: str, src_column: str, tgt_column: str) -> tupl
             raise DataError(f"{where}: invalid JSON ({e.msg})") from None
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        yield where, row
+
+
+def _read_jsonl(path: Path, text: str, src_column: str, tgt_column: str) -> tuple[list[str], list[str]]:
+    src, tgt = [], []
+    for where, row in jsonl_rows(path, text):
         s, t = _pair_from_row(row, src_column, tgt_column, where)
         src.append(_as_text(s, where))
         tgt.append(_as_text(t, where))

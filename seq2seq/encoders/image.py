@@ -49,6 +49,10 @@ class ImageEncoderConfig(EncoderConfig):
         (a learned row vector plus a learned column vector).
     mean, std: normalisation of pixel values scaled to [0, 1]: one value per channel, or a single
         value for every channel (the default, 0.5 and 0.5, maps pixels to [-1, 1]).
+
+    Search counts an image's length as its number of patches, so the default output limit
+    (decoding.max_len_a * patches + max_len_b) depends on the grid: with few patches, set
+    decoding.max_len_a: 0 and max_len_b above the longest caption, or captions are cut short.
     """
 
     type: str = "image"
@@ -188,10 +192,13 @@ def _to_8bit(image, channels: int):
     """Any Pillow image -> mode "RGB" (channels 3) or "L" (channels 1); transparency flattened on white."""
     from PIL import Image
 
-    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):  # 16-bit / 32-bit grey: scale, don't clip
+    if image.mode.startswith(("I", "F")):  # deep grey: scaled to 8 bits, not clipped
+        # 16-bit modes span 0..65535; a 32-bit int or float image is read as 16-bit when its values
+        # exceed 255, as 8-bit when they do not, and as 0..1 when a float image stays within it.
+        mode = image.mode
         image = image.convert("F")
-        lo, hi = image.getextrema()
-        top = 65535.0 if hi > 255 else 255.0
+        hi = image.getextrema()[1]
+        top = 65535.0 if mode.startswith("I;16") or hi > 255 else 1.0 if mode == "F" and hi <= 1.0 else 255.0
         image = image.point(lambda v: v * 255.0 / top + 0.5).convert("L")  # rounded (convert truncates)
     has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
         image.mode == "P" and "transparency" in image.info)
