@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .batching import pad_sequences
+from .batching import length_batches, pad_sequences
 from .model_dir import LoadedModel, load_model_dir
 from .packed import pack_decoder
 from .search import Hypothesis, SearchConfig, search
@@ -223,18 +223,7 @@ class Translator:
     def _batches(order: list[int], ids: dict[int, list[int]], batch_tokens: int) -> Iterator[list[int]]:
         """Token-bounded batches of similar length: padded source tokens (EOS included) <= batch_tokens
         (a longer single source is a batch of its own)."""
-        order = sorted(order, key=lambda i: len(ids[i]))
-        batch: list[int] = []
-        longest = 0
-        for i in order:
-            n = len(ids[i]) + 1
-            if batch and max(longest, n) * (len(batch) + 1) > batch_tokens:
-                yield batch
-                batch, longest = [], 0
-            batch.append(i)
-            longest = max(longest, n)
-        if batch:
-            yield batch
+        return length_batches({i: len(ids[i]) + 1 for i in order}, batch_tokens)
 
 
 class Bf16Linear(nn.Module):

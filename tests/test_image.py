@@ -356,3 +356,16 @@ def test_model_directory_round_trip_keeps_image_settings(caption_model, scene_da
     again = Captioner.load(model_dir, device="cpu")
     images = [str(scene_data / f"images/val/{i:05d}.png") for i in range(3)]
     assert again.caption(images) == loaded.caption(images)
+
+
+def test_recipe_script_reports_a_bad_override_in_one_line(tmp_path):
+    import subprocess
+
+    run = SCENES.parent / "run.py"
+    result = subprocess.run([sys.executable, str(run), "--output-dir", str(tmp_path / "run"), "--train-images", "4",
+                             "--eval-images", "2", "--set", "model.encoder.patch_size=7"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: model.encoder.image_size (64) must be divisible by model.encoder.patch_size (7)")
+    assert (tmp_path / "run" / "data" / "manifest.json").is_file()  # the scenes were written first

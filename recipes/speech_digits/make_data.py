@@ -34,7 +34,7 @@ import soundfile as sf
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SPEAKERS = ["george", "jackson", "lucas", "nicolas", "yweweler"]
 SAMPLE_RATE = 8000
-TEST_INDICES = range(0, 5)
+TEST_INDICES = range(5)
 TRAIN_INDICES = range(5, 45)
 VAL_INDICES = range(45, 50)
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         train_speakers = [s for s in SPEAKERS if s != args.test_speaker]
         test_speakers = [args.test_speaker]
-        test_indices = range(0, 50)
+        test_indices = range(50)
     summary = {"args": {k: str(v) for k, v in vars(args).items()}}
     # One generator per split, so that e.g. --n-train does not change the val and test sets.
     for k, (name, count, speakers, indices) in enumerate([

@@ -31,13 +31,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-import torch  # noqa: E402
+import make_data
+import torch
 
-import make_data  # noqa: E402
-from seq2seq.cli import user_error_types  # noqa: E402
-from seq2seq.experiment import load_config, run_training  # noqa: E402
-from seq2seq.generator import Transcriber  # noqa: E402
-from seq2seq.metrics import cer, wer  # noqa: E402
+from seq2seq.cli import user_error_types
+from seq2seq.experiment import load_config, run_training
+from seq2seq.generator import Transcriber
+from seq2seq.metrics import cer, wer
 
 log = logging.getLogger("recipe")
 
@@ -137,7 +137,8 @@ def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--data-dir", required=True, type=Path, help="FSDD recordings/ directory")
     p.add_argument("--output-dir", "--out", dest="out", type=Path, default=Path("runs/speech_digits"),
                    help="where utterances, models and results go (default: runs/speech_digits, git-ignored)")
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         if not speakers:
             r = run_one(args, args.out, None)
             print(f"\nval  WER {r['val']['wer']:.2f}%  CER {r['val']['cer']:.2f}%")
-            print(f"test WER {r['test']['wer']:.2f}%  CER {r['test']['cer']:.2f}%  ({r['test']['utterances']} utterances)")
+            test = r["test"]
+            print(f"test WER {test['wer']:.2f}%  CER {test['cer']:.2f}%  ({test['utterances']} utterances)")
             for s, v in r["test"]["per_speaker"].items():
                 print(f"  {s:9s} WER {v['wer']:6.2f}%  CER {v['cer']:6.2f}%")
             return 0
