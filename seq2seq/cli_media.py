@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from typing import Any, Callable, Iterator
 
 import click
@@ -25,7 +26,7 @@ def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
     path = input_path or "-"
     if path != "-" and not os.path.isfile(path):
         raise click.ClickException(f"input file not found: {path}")
-    stream = click.get_text_stream("stdin") if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
     try:
         for line in stream:
             if line.strip():
