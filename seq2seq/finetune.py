@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from . import checkpoint as ckpt
-from .config import ConfigError, from_dict, load_dict, to_dict
+from .config import ConfigError, to_dict
+from .model_dir import read_config_and_tokenizers
 from .settings import Config
 from .tokenizer import TokenizerConfig, TokenizerError, TokenizerPair
 
@@ -79,18 +80,9 @@ def load_parent(path: str | Path, weights: bool = True, what: str = "--init-from
         if not (path / name).is_file():
             raise ckpt.CheckpointError(f"{what} {path}: not a complete model directory ({name} is missing)")
     try:
-        config = from_dict(Config, load_dict(path / ckpt.CONFIG))
-    except ConfigError as e:
-        raise ckpt.CheckpointError(f"{what} {path / ckpt.CONFIG}: {e}") from None
-    try:
-        tokenizers = TokenizerPair.load(path)
-    except TokenizerError as e:
-        raise ckpt.CheckpointError(f"{what} {path}: {e}") from None
-    for side, tok, size in (("source", tokenizers.src, config.model.src_vocab_size),
-                            ("target", tokenizers.tgt, config.model.tgt_vocab_size)):
-        if tok.vocab_size != size:
-            raise ckpt.CheckpointError(f"{what} {path}: the {side} tokenizer has {tok.vocab_size} pieces but the "
-                                       f"model was built for {size}; the tokenizer does not belong to this model")
+        config, tokenizers = read_config_and_tokenizers(path)
+    except (ckpt.CheckpointError, TokenizerError) as e:
+        raise ckpt.CheckpointError(f"{what} {e}") from None
     return Parent(path, config, tokenizers, path / ckpt.WEIGHTS if weights else None)
 
 

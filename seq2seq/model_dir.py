@@ -44,6 +44,18 @@ def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | 
     for name in (ckpt.CONFIG, ckpt.WEIGHTS):
         if not (path / name).is_file() and not (name == ckpt.WEIGHTS and weights):
             raise ckpt.CheckpointError(f"{path} is not a complete model directory: {name} is missing")
+    cfg, tokenizers = read_config_and_tokenizers(path)
+    model = build_model(cfg, encoder)
+    weights_path = Path(weights) if weights else path / ckpt.WEIGHTS
+    ckpt.load_into(model, ckpt.load_weights(weights_path), weights_path)
+    model.to(choose_device(device)).eval()
+    return LoadedModel(model, cfg, tokenizers, path)
+
+
+def read_config_and_tokenizers(path: Path) -> tuple[Config, TokenizerPair]:
+    """A model directory's config.yaml and tokenizer, checked against each other: CheckpointError
+    naming the file for a bad config or a tokenizer whose size does not fit the model, TokenizerError
+    when there is none."""
     try:
         cfg = from_dict(Config, load_dict(path / ckpt.CONFIG))
     except ConfigError as e:
@@ -55,8 +67,4 @@ def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | 
                 f"{path}: the {side} tokenizer has {tok.vocab_size} pieces but the model was built for "
                 f"{expected}; the tokenizer does not belong to this model"
             )
-    model = build_model(cfg, encoder)
-    weights_path = Path(weights) if weights else path / ckpt.WEIGHTS
-    ckpt.load_into(model, ckpt.load_weights(weights_path), weights_path)
-    model.to(choose_device(device)).eval()
-    return LoadedModel(model, cfg, tokenizers, path)
+    return cfg, tokenizers
