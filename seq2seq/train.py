@@ -183,36 +183,28 @@ class Trainer:
         return loss_sum / total_tokens, total_tokens
 
     def _accumulate_gradients(self, batches: list[Batch], total_tokens: int) -> tuple[float, bool]:
-        """Backpropagate each micro-batch's summed loss / total_tokens. Returns (summed loss, False
-        if a loss was not finite: the batches after it are not run)."""
-        if self.ddp is not None:
-            return self._accumulate_distributed(batches, total_tokens)
-        loss_sum = 0.0
-        for batch in batches:
-            batch = batch.to(self.device)
-            with autocast_context(self.device, self.precision):
-                loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
-                                     self.cfg.label_smoothing)
-            if not torch.isfinite(loss):
-                return loss_sum, False
-            self.scaler.scale(loss / total_tokens).backward()
-            loss_sum += loss.item()
-        return loss_sum, True
+        """Backpropagate each micro-batch's summed loss / total_tokens (the step's tokens over all
+        processes). Returns (the step's summed loss, False if a loss was not finite).
 
-    def _accumulate_distributed(self, batches: list[Batch], total_tokens: int) -> tuple[float, bool]:
-        """As `_accumulate_gradients`, for this process's share of the step under DDP: gradients are
-        all-reduced (averaged) with the last micro-batch only, so each loss is scaled by
-        world_size / total_tokens. A non-finite loss is still backpropagated: the NaN then reaches
-        every process through the all-reduce, and all of them skip the step together."""
+        One process stops at a non-finite loss. Under DDP (this process's share of the step) the
+        gradients are all-reduced, i.e. averaged, with the last micro-batch only (`no_sync` before),
+        so each loss is also scaled by world_size; a non-finite loss is still backpropagated, so that
+        the NaN reaches every process through the all-reduce and all of them skip the step together."""
         loss_sum, finite = 0.0, True
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
-            sync = contextlib.nullcontext() if i == len(batches) - 1 else self.ddp.no_sync()
-            with sync:
+            last = i == len(batches) - 1
+            with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
                 with autocast_context(self.device, self.precision):
-                    loss = self.ddp(batch.src, batch.tgt_in, batch.tgt_out)
+                    if self.ddp is None:
+                        loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
+                                             self.cfg.label_smoothing)
+                    else:
+                        loss = self.ddp(batch.src, batch.tgt_in, batch.tgt_out)
                 finite = finite and bool(torch.isfinite(loss))
-                self.scaler.scale(loss * (self.world / total_tokens)).backward()
+                if not finite and self.ddp is None:
+                    return loss_sum, False
+                self.scaler.scale(loss * self.world / total_tokens).backward()
             loss_sum += loss.item()
         return distributed.sum_float(loss_sum, self.device), finite
 
