@@ -384,6 +384,12 @@ class TrainingConfig:
     keep_last: int = 5  # checkpoints kept in checkpoints/ (for averaging)
     checkpoint_every: int | None = None  # also save (without validating) every N steps
     patience: int | None = None  # validations without improvement before stopping
+    # Plateau-triggered cooldown: after this many validations without improvement of best_metric,
+    # the cooldown starts now instead of at the end of the budget. The step budget shrinks to
+    # step / (1 - cooldown), so the learning rate reaches 0 and the run stops after another
+    # cooldown / (1 - cooldown) of the steps done so far. A machine fast enough to train past the
+    # best region therefore anneals there rather than overfitting at a high learning rate.
+    cooldown_patience: int | None = None
     log_every: int = 50
     tensorboard: bool = False  # also log to <output_dir>/tensorboard (pip install "seq2seq[tensorboard]")
     max_bad_steps: int = 20  # skipped non-finite steps before aborting
@@ -397,3 +403,6 @@ class TrainingConfig:
             raise ConfigError("training.precision fp16 needs CUDA; use bf16 on CPU")
         if not 0.0 <= self.cooldown <= 1.0:
             raise ConfigError(f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")
+        if self.cooldown_patience is not None and (self.cooldown_patience < 1 or not 0.0 < self.cooldown < 1.0):
+            raise ConfigError("training.cooldown_patience needs a value >= 1 and a training.cooldown in (0, 1), "
+                              f"got cooldown_patience {self.cooldown_patience} with cooldown {self.cooldown}")

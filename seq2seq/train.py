@@ -44,7 +44,8 @@ from .cpu import speed_up_for_cpu_training
 from .device import autocast_context, choose_device, resolve_precision
 from .evaluation import METRIC_KEYS, ValidData, is_better, validate
 from .loss import sequence_loss
-from .optim import build_optimizer, build_scheduler, cooldown_factor, lr_lambda  # noqa: F401 - re-exported
+# cooldown_factor and lr_lambda are re-exported for callers that import them from here
+from .optim import build_optimizer, build_scheduler, cooldown_factor, lr_lambda, plateau_budget  # noqa: F401
 from .search import SearchConfig
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Trainer", "TrainingAborted", "TrainingConfig", "ValidData", "cooldown_factor", "lr_lambda"]
 
 # Trainer attributes saved in the resume state (state.json), with the sampler's position.
-PROGRESS = ("step", "bad_steps", "elapsed", "best", "best_step", "validations_without_gain", "history")
+PROGRESS = ("step", "bad_steps", "elapsed", "best", "best_step", "validations_without_gain", "history",
+            "plateau_step")
 
 
 class TrainingAborted(RuntimeError):
@@ -102,15 +104,23 @@ class Trainer:
         self.step = self.bad_steps = self.best_step = self.validations_without_gain = 0
         self.elapsed = 0.0  # seconds of training so far, across resumes
         self.best: float | None = None
+        self.plateau_step: int | None = None  # where cfg.cooldown_patience started the cooldown
         self.history: list[dict[str, Any]] = []
         self.optimizer = build_optimizer(model, cfg)
-        self.scheduler = build_scheduler(self.optimizer, cfg, lambda: self.elapsed)
+        self.scheduler = build_scheduler(self.optimizer, cfg, lambda: self.elapsed, lambda: self.max_steps)
         self.tensorboard = open_tensorboard(self.out_dir) if cfg.tensorboard and distributed.is_main() else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16" and self.device.type == "cuda")
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
 
     # ---- the loop ------------------------------------------------------------------------
+
+    @property
+    def max_steps(self) -> int:
+        """The step budget: cfg.max_steps, shortened by a validation plateau (cfg.cooldown_patience)."""
+        if self.plateau_step is None:
+            return self.cfg.max_steps
+        return plateau_budget(self.cfg, self.plateau_step, self.cfg.max_steps)
 
     def _batch_stream(self) -> Iterator[list[int]]:
         while True:
@@ -122,15 +132,15 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Train until max_steps, max_epochs, max_time_minutes or early stopping; validate and save
         at the end. Returns the step, best score and step, the stop reason and the last log row."""
-        cfg, stream, stop_reason = self.cfg, self._batch_stream(), "max_steps"
+        cfg, stream = self.cfg, self._batch_stream()
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         window = _Window()
         # The bar needs a terminal; elsewhere (CI, nohup, a pipe) the same figures go to the log.
-        bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+        bar = tqdm(total=self.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    leave=False, disable=None if distributed.is_main() else True)
         self.model.train()
         try:
-            while self.step < cfg.max_steps:
+            while self.step < self.max_steps:
                 batches = [b for _, b in zip(range(cfg.accum_steps), stream)]
                 if not batches or (self.world > 1 and len(batches) < cfg.accum_steps):
                     stop_reason = "max_epochs"  # (several processes drop a last, partial step)
@@ -145,16 +155,19 @@ class Trainer:
                     self._log_training(window, bar)
                 bar.update(1)
                 out_of_time = cfg.max_time_minutes is not None and self.elapsed >= cfg.max_time_minutes * 60
-                if self.step % cfg.valid_every == 0 or self.step >= cfg.max_steps or out_of_time:
+                if self.step % cfg.valid_every == 0 or self.step >= self.max_steps or out_of_time:
                     if self._validate_and_save():
                         stop_reason = "early_stopping"
                         break
                     self.model.train()
+                    bar.total = self.max_steps
                 elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.save(best=False)
                 if out_of_time:
                     stop_reason = "max_time"
                     break
+            else:
+                stop_reason = "plateau_cooldown" if self.max_steps < cfg.max_steps else "max_steps"
         finally:
             bar.close()
         if not self.history or self.history[-1].get("step") != self.step or "valid_loss" not in self.history[-1]:
@@ -243,15 +256,28 @@ class Trainer:
                 self.validations_without_gain = 0
             else:
                 self.validations_without_gain += 1
+                self._check_plateau()
             self._log(metrics)
             shown = " ".join(f"{k}={v:.3f}" for k, v in metrics.items())
             log.info("step %d: %s%s", self.step, shown, " (best)" if improved else "")
         shared = distributed.broadcast_object((improved, self.best, self.best_step, self.validations_without_gain,
-                                               self.history))
-        improved, self.best, self.best_step, self.validations_without_gain, self.history = shared
+                                               self.history, self.plateau_step))
+        improved, self.best, self.best_step, self.validations_without_gain, self.history, self.plateau_step = shared
         self.save(best=improved)
         patience = self.cfg.patience
         return patience is not None and self.validations_without_gain >= patience
+
+    def _check_plateau(self) -> None:
+        """Start the cooldown now if cfg.cooldown_patience validations brought no improvement."""
+        patience = self.cfg.cooldown_patience
+        if patience is None or self.plateau_step is not None or self.validations_without_gain < patience:
+            return
+        before = self.max_steps
+        self.plateau_step = self.step
+        if self.max_steps < before:
+            log.info("no %s improvement in %d validation(s) since step %d: the learning rate now anneals to 0 "
+                     "by step %d (training.cooldown_patience)", self.cfg.best_metric, patience, self.best_step,
+                     self.max_steps)
 
     def _log_training(self, window: _Window, bar: tqdm) -> None:
         """Log the mean loss and tokens/s since the last log (to the bar, or the logger without one)."""
@@ -306,7 +332,7 @@ class Trainer:
         set_rng_state(ranks[distributed.rank()] if ranks and len(ranks) == self.world else objects["rng"])
         self.sampler.load_state_dict(progress["sampler"])
         for name in PROGRESS:
-            setattr(self, name, progress[name])
+            setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
         return True
 
 

@@ -53,3 +53,10 @@ def test_failed_download_leaves_no_partial_file(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"cannot download .*/train\.en\.gz: .*connection reset.*--data-dir"):
         recipe.download(tmp_path, ("en", "de"))
     assert list(tmp_path.iterdir()) == []  # no train.en.gz to be skipped as "already there" next time
+
+
+def test_a_time_budget_and_a_step_budget_together_are_refused(tmp_path):
+    result = run_recipe("--minutes", "5", "--steps", "100", "--output-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "give --minutes or --steps, not both" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists()

@@ -72,6 +72,63 @@ def test_trainer_lr_follows_schedule_times_cooldown(tmp_path):
     assert expected[-1] == 0.0 and expected[0] > 0
     assert lrs == pytest.approx(expected)
 
+def scripted_validation(trainer, losses):
+    """Make the trainer's validations return these losses, one per validation (then the last forever)."""
+    seen = []
+
+    def validate():
+        seen.append(trainer.step)
+        loss = losses[min(len(seen), len(losses)) - 1]
+        if isinstance(loss, BaseException):
+            raise loss
+        return {"valid_loss": loss}
+
+    trainer.validate = validate
+    return seen
+
+
+def test_a_validation_plateau_starts_the_cooldown_and_shortens_the_run(tmp_path):
+    trainer = make_trainer(tmp_path, toy_data(), max_steps=100, cooldown=0.5, cooldown_patience=1, warmup_steps=2)
+    validated_at = scripted_validation(trainer, [3.0, 2.0, 2.5, 1.0])  # no gain at the 3rd validation (step 12)
+    result = trainer.train()
+    assert trainer.plateau_step == 12 and trainer.max_steps == 24  # 12 / (1 - 0.5)
+    assert result["stop_reason"] == "plateau_cooldown" and result["step"] == 24
+    assert validated_at == [4, 8, 12, 16, 20, 24]
+    schedule = lr_lambda(trainer.cfg)
+    lrs = {row["step"]: row["lr"] for row in trainer.history if "lr" in row}
+    # before the plateau the 100-step budget's cooldown had not begun; after it, lr falls to 0 at step 24
+    expected = {s: trainer.cfg.lr * schedule(s) * min(1.0, (1 - s / (100 if s <= 12 else 24)) / 0.5) for s in lrs}
+    assert lrs == pytest.approx(expected) and lrs[24] == 0.0 and lrs[12] > lrs[14] > lrs[22] > 0
+
+
+def test_plateau_cooldown_never_lengthens_a_run_and_resumes_exactly(tmp_path):
+    short = make_trainer(tmp_path / "short", toy_data(), max_steps=16, cooldown=0.5, cooldown_patience=1)
+    scripted_validation(short, [3.0, 2.0, 2.5])
+    assert short.train()["step"] == 16  # the plateau at 12 would end at 24: the budget of 16 stays
+    rows = toy_data()
+    full = make_trainer(tmp_path / "full", rows, max_steps=100, cooldown=0.5, cooldown_patience=1)
+    scripted_validation(full, [3.0, 2.0, 2.5])
+    full.train()
+    part = make_trainer(tmp_path / "part", rows, max_steps=100, cooldown=0.5, cooldown_patience=1)
+    scripted_validation(part, [3.0, 2.0, 2.5, KeyboardInterrupt()])  # killed at step 16, saved at 12
+    with pytest.raises(KeyboardInterrupt):
+        part.train()
+    resumed = make_trainer(tmp_path / "part", rows, max_steps=100, cooldown=0.5, cooldown_patience=1)
+    torch.manual_seed(12345)
+    assert resumed.resume() and resumed.step == 12 and resumed.plateau_step == 12 and resumed.max_steps == 24
+    scripted_validation(resumed, [2.5])
+    assert resumed.train()["step"] == 24
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("settings", [dict(cooldown_patience=1), dict(cooldown_patience=0, cooldown=0.2),
+                                      dict(cooldown_patience=2, cooldown=1.0)])
+def test_cooldown_patience_needs_a_cooldown_fraction(settings):
+    with pytest.raises(ConfigError, match="training.cooldown_patience"):
+        TrainingConfig(**settings)
+
+
 def test_exact_resume_matches_uninterrupted_run(tmp_path):
     rows = toy_data()
     full = make_trainer(tmp_path / "full", rows)

@@ -70,6 +70,9 @@ def main() -> None:
     p.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k_en_de.yaml")
     p.add_argument("--output-dir", type=Path, default=None)
     p.add_argument("--minutes", type=float, default=None, help="training budget (default: the config's)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="train for this many steps instead of a time budget: what a machine that runs STEPS "
+                        "steps in the budget would do, e.g. to check the recipe on a faster or slower machine")
     p.add_argument("--skip-train", action="store_true", help="reuse a trained model directory")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
@@ -87,8 +90,12 @@ def main() -> None:
         f"data.valid_src={data}/val.{args.src}.gz", f"data.valid_tgt={data}/val.{args.tgt}.gz",
         f"training.output_dir={out}", *args.overrides,
     ]
+    if args.minutes is not None and args.steps is not None:
+        p.error("give --minutes or --steps, not both")
     if args.minutes is not None:
         overrides.append(f"training.max_time_minutes={args.minutes}")
+    if args.steps is not None:
+        overrides += [f"training.max_steps={args.steps}", "training.max_time_minutes=null"]
     cfg = load_config(args.config, overrides)
 
     t0 = time.perf_counter()
