@@ -272,9 +272,8 @@ class Trainer:
         patience = self.cfg.cooldown_patience
         if patience is None or self.plateau_step is not None or self.validations_without_gain < patience:
             return
-        before = self.max_steps
         self.plateau_step = self.step
-        if self.max_steps < before:
+        if self.max_steps < self.cfg.max_steps:
             log.info("no %s improvement in %d validation(s) since step %d: the learning rate now anneals to 0 "
                      "by step %d (training.cooldown_patience)", self.cfg.best_metric, patience, self.best_step,
                      self.max_steps)
