@@ -397,8 +397,6 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         if self.accum_steps < 1 or self.max_tokens < 1 or self.valid_every < 1:
             raise ConfigError("training.accum_steps, max_tokens and valid_every must be >= 1")
-        if self.max_steps < 1:
-            raise ConfigError(f"training.max_steps must be >= 1, got {self.max_steps}")
         if len(self.betas) != 2:
             raise ConfigError("training.betas must hold two numbers")
         if self.precision == "fp16" and self.device == "cpu":

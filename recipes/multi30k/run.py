@@ -92,6 +92,8 @@ def main() -> None:
     ]
     if args.minutes is not None and args.steps is not None:
         p.error("give --minutes or --steps, not both")
+    if args.steps is not None and args.steps < 1:
+        p.error(f"--steps must be >= 1, got {args.steps}")
     if args.minutes is not None:
         overrides.append(f"training.max_time_minutes={args.minutes}")
     if args.steps is not None:
