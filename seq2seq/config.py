@@ -306,6 +306,14 @@ class DataConfig:
     media_root: directory that relative paths are relative to (default: the table's directory).
     bad_sources: a missing or unreadable file fails the run naming its path ("fail"), or is
         skipped with a count and the first paths in the log ("skip").
+
+    Subword regularization (text training pairs only; validation and decoding keep the one best
+    segmentation): with `subword_alpha` set, each training pair is segmented anew every time it
+    is batched, sampled by SentencePiece (`seq2seq.data.sampling`).
+    subword_alpha: unigram tokenizers: the smoothing exponent of Kudo (2018), sampling from
+        P(segmentation)^alpha (lower: more varied and longer segmentations; 1: the model's own
+        distribution); bpe tokenizers: the merge dropout probability of BPE-dropout.
+    subword_nbest: unigram only: sample among the n best segmentations (-1: all of them).
     """
 
     train_src: str | None = None
@@ -327,8 +335,14 @@ class DataConfig:
     valid_max_sentences: int | None = None
     media_root: str | None = None
     bad_sources: Literal["fail", "skip"] = "fail"
+    subword_alpha: float | None = None
+    subword_nbest: int = -1
 
     def __post_init__(self) -> None:
+        if self.subword_alpha is not None and not 0.0 < self.subword_alpha <= 1.0:
+            raise ConfigError(f"data.subword_alpha must be in (0, 1] (or null: off), got {self.subword_alpha}")
+        if self.subword_nbest != -1 and self.subword_nbest < 2:
+            raise ConfigError(f"data.subword_nbest must be -1 (all segmentations) or >= 2, got {self.subword_nbest}")
         for split in ("train", "valid"):
             src, tgt = getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt")
             if (src is None) != (tgt is None):

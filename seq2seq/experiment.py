@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import logging
 import platform
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from . import finetune
 from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from .config import ConfigError
 from .data import prepare
+from .data.sampling import SubwordSampler
 from .device import choose_device
 from .encoders import Encoder, get_modality
 from .model import Seq2SeqTransformer
@@ -66,9 +68,15 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
                                 shuffle=True, seed=cfg.training.seed)
     columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
     src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
+    subwords = None
+    if cfg.data.subword_alpha is not None:  # a new segmentation every time a pair is batched
+        subwords = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
+                                  cfg.data.subword_nbest, cfg.data.max_len)
 
     def collate(indices: list[int]) -> Batch:
-        return collate_text([{"src_ids": src_col[i], "tgt_ids": tgt_col[i], "index": i} for i in indices])
+        src_ids, tgt_ids = ([src_col[i] for i in indices], [tgt_col[i] for i in indices]) if subwords is None \
+            else subwords.sample(indices, seed=random.getrandbits(32))  # Python's random: saved for resume
+        return collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)])
 
     valid = None
     if prepared.valid is not None and len(prepared.valid):
@@ -83,6 +91,9 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
 
 def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     """Image or audio files with their texts (see `seq2seq.sources`): every file loaded up front."""
+    if cfg.data.subword_alpha is not None:
+        raise ConfigError(f"data.subword_alpha (subword regularization) is for text sources; "
+                          f"model.encoder.type {cfg.model.encoder.type!r} does not support it")
     modality = get_modality(cfg.model.encoder.type)
     processor = modality.processor(cfg.model.encoder)
     data = prepare_media(cfg.data, cfg.tokenizer, modality, processor, out_dir)

@@ -133,6 +133,12 @@ class Tokenizer:
         """Texts -> subword ids, one list per text, without BOS/EOS."""
         return self._sp.encode(list(texts), out_type=int)
 
+    def sample(self, text: str, alpha: float, nbest: int = -1) -> list[int]:
+        """One text -> the ids of one sampled segmentation (subword regularization; unigram: from
+        the `nbest` best, -1 all, with probabilities ^ alpha; bpe: merges dropped with probability
+        alpha). SentencePiece's global generator draws: see `seq2seq.data.sampling` for seeding."""
+        return self._sp.encode(text, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=nbest)
+
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Id lists -> texts. Pad, BOS and EOS ids are skipped wherever they are."""
         skip = {PAD_ID, BOS_ID, EOS_ID}

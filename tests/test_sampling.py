@@ -1,0 +1,128 @@
+"""Subword regularization (data.subword_alpha): sampled segmentations of training pairs."""
+
+import random
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from seq2seq import checkpoint as ckpt
+from seq2seq.cli import cli
+from seq2seq.config import ConfigError, DataConfig
+from seq2seq.data.sampling import SubwordSampler
+from seq2seq.experiment import load_config, text_training_data
+from seq2seq.tokenizer import EOS_ID, TokenizerConfig, TokenizerPair, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def texts(multi30k_small):
+    en = multi30k_small["train.en"].read_text(encoding="utf-8").splitlines()
+    de = multi30k_small["train.de"].read_text(encoding="utf-8").splitlines()
+    return en, de
+
+
+@pytest.fixture(scope="module", params=["unigram", "bpe"])
+def pair(request, texts):
+    en, de = texts
+    tok = train_tokenizer(en + de, 400, TokenizerConfig(model_type=request.param))
+    return TokenizerPair(tok, tok, joint=True)
+
+
+def test_a_sampled_segmentation_spells_the_same_text_and_varies(pair, texts):
+    en = texts[0][:50]
+    best = pair.src.encode(en)
+    samples = [[pair.src.sample(t, alpha=0.3) for t in en] for _ in range(3)]
+    for sample in samples:
+        assert pair.src.decode(sample) == pair.src.decode(best)  # the same text, other pieces
+    changed = sum(s != b for sample in samples for s, b in zip(sample, best))
+    assert changed > 0.3 * 3 * len(en), changed
+    # alpha near 1 (unigram) or near 0 (bpe) samples less than alpha 0.3
+    gentle = 1.0 if pair.src.name.startswith("<trained unigram") else 0.02
+    assert sum(pair.src.sample(t, alpha=gentle) != b for t, b in zip(en, best)) < changed / 3
+
+
+def test_the_sampler_is_a_function_of_indices_and_seed(pair, texts):
+    en, de = texts
+    best_src = [ids + [EOS_ID] for ids in pair.src.encode(en)]
+    best_tgt = pair.tgt.encode(de)
+    sampler = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=200)
+    rows = list(range(0, 40, 3))
+    first = sampler.sample(rows, seed=7)
+    assert sampler.sample(rows, seed=7) == first
+    assert sampler.sample(rows, seed=8) != first
+    src_ids, tgt_ids = first
+    assert all(s[-1] == EOS_ID and EOS_ID not in t for s, t in zip(src_ids, tgt_ids))
+    assert pair.tgt.decode(tgt_ids) == pair.tgt.decode([best_tgt[i] for i in rows])
+    # a sampled side over max_len falls back to the best segmentation, which cleaning checked
+    short = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=3)
+    src_ids, tgt_ids = short.sample(rows, seed=7)
+    assert src_ids == [best_src[i] if len(best_src[i]) > 4 else s for i, s in zip(rows, src_ids)]
+    assert all(len(t) <= 3 or t == best_tgt[i] for i, t in zip(rows, tgt_ids))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("subword_alpha", 0.0, "data.subword_alpha must be in (0, 1]"),
+    ("subword_alpha", 1.5, "data.subword_alpha must be in (0, 1]"),
+    ("subword_nbest", 1, "data.subword_nbest must be -1"),
+])
+def test_bad_sampling_settings_are_refused_naming_the_key(key, value, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("]", r"\]")):
+        DataConfig(train_src="a", train_tgt="b", **{key: value})
+
+
+def write_config(tmp_path, files, out, **training):
+    cfg = {
+        "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
+                 "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"]), "subword_alpha": 0.3},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "layers": 1, "share_embeddings": True},
+        "training": {"output_dir": str(out), "max_steps": 12, "valid_every": 6, "checkpoint_every": 6,
+                     "max_tokens": 800, "lr": 2e-3, "warmup_steps": 4, "device": "cpu", "valid_bleu": False,
+                     **training},
+    }
+    path = tmp_path / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_training_batches_are_sampled_and_validation_is_not(tmp_path, multi30k_small):
+    cfg = load_config(write_config(tmp_path, multi30k_small, tmp_path / "m"))
+    data = text_training_data(cfg, tmp_path / "m")
+    indices = list(range(20))
+    random.seed(1)
+    a = data.collate(indices)
+    b = data.collate(indices)
+    random.seed(1)
+    assert torch.equal(data.collate(indices).src, a.src)  # the seed comes from Python's random
+    assert a.src.shape != b.src.shape or not torch.equal(a.src, b.src)
+    assert a.indices == indices
+    # validation batches are the best segmentation, the same every time
+    plain = text_training_data(load_config(write_config(tmp_path, multi30k_small, tmp_path / "m"),
+                                           ["data.subword_alpha=null"]), tmp_path / "m")
+    for va, vb in zip(data.valid.batches, plain.valid.batches):
+        assert torch.equal(va.src, vb.src) and torch.equal(va.tgt_out, vb.tgt_out)
+
+
+def test_a_run_with_sampling_resumes_exactly(tmp_path, multi30k_small):
+    def train(config, *extra):
+        result = CliRunner().invoke(cli, ["train", str(config), *extra])
+        assert result.exit_code == 0, result.output
+
+    train(write_config(tmp_path, multi30k_small, tmp_path / "full"))
+    part = write_config(tmp_path, multi30k_small, tmp_path / "part", max_steps=6)
+    train(part)
+    train(part, "--resume", "--set", "training.max_steps=12")
+    full = ckpt.load_weights(tmp_path / "full" / "checkpoints" / "step_12.safetensors")
+    resumed = ckpt.load_weights(tmp_path / "part" / "checkpoints" / "step_12.safetensors")
+    for name in full:
+        torch.testing.assert_close(full[name], resumed[name], msg=name)
+
+
+def test_image_and_audio_sources_refuse_subword_sampling(tmp_path):
+    from seq2seq.experiment import run_training
+
+    cfg = load_config(None, ["model.encoder.type=audio", "data.train=x.tsv", "data.subword_alpha=0.3",
+                             f"training.output_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="subword_alpha .* is for text sources"):
+        run_training(cfg)
