@@ -205,16 +205,22 @@ class TokenBatchSampler:
             self._cache = (epoch, self._make_batches(epoch))
         return self._cache[1]
 
+    def lengths(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, target) lengths of the rows in `epoch`: the same in every epoch here; a subclass
+        may change them (`seq2seq.data.sampling`: a new segmentation of the text each epoch)."""
+        return self.src_lengths, self.tgt_lengths
+
     def _make_batches(self, epoch: int) -> list[list[int]]:
-        n = len(self.src_lengths)
+        src_lengths, tgt_lengths = self.lengths(epoch)
+        n = len(src_lengths)
         rng = np.random.default_rng(self.seed + epoch)
         tie = rng.permutation(n) if self.shuffle else np.arange(n)
-        order = np.lexsort((tie, self.src_lengths, self.tgt_lengths))  # last key is the primary one
+        order = np.lexsort((tie, src_lengths, tgt_lengths))  # last key is the primary one
         batches: list[list[int]] = []
         current: list[int] = []
         max_src = max_tgt = 0
         for i in order.tolist():
-            s, t = int(self.src_lengths[i]), int(self.tgt_lengths[i])
+            s, t = int(src_lengths[i]), int(tgt_lengths[i])
             rows = len(current) + 1
             if current and (max(max_src, s) * rows > self.max_tokens or max(max_tgt, t) * rows > self.max_tokens):
                 batches.append(current)
@@ -234,7 +240,7 @@ class TokenBatchSampler:
             yield list(batches[k])
 
     def __len__(self) -> int:
-        """Batches per epoch (the same every epoch: only which rows share a batch changes)."""
+        """Batches in the current epoch (the same every epoch unless `lengths` changes)."""
         return len(self.batches())
 
     def state_dict(self) -> dict[str, int]:
@@ -245,4 +251,4 @@ class TokenBatchSampler:
 
     def padding_ratio(self, batches: Sequence[Sequence[int]] | None = None) -> float:
         """Padding fraction (source and target together) of `batches`, default this epoch's."""
-        return padding_ratio(self.batches() if batches is None else batches, self.src_lengths, self.tgt_lengths)
+        return padding_ratio(self.batches() if batches is None else batches, *self.lengths(self.epoch))

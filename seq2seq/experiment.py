@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import logging
 import platform
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +25,7 @@ from . import finetune
 from .batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from .config import ConfigError
 from .data import prepare
-from .data.sampling import SubwordSampler
+from .data.sampling import ResegmentedBatches, SubwordSampler
 from .device import choose_device
 from .encoders import Encoder, get_modality
 from .model import Seq2SeqTransformer
@@ -64,18 +63,22 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`."""
     prepared = prepare(cfg.data, cfg.tokenizer, out_dir, Path(cfg.data.cache_dir or out_dir / "cache"))
     tok, train = prepared.tokenizers, prepared.train
-    sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=cfg.training.max_tokens,
-                                shuffle=True, seed=cfg.training.seed)
     columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
     src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
-    subwords = None
-    if cfg.data.subword_alpha is not None:  # a new segmentation every time a pair is batched
-        subwords = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
-                                  cfg.data.subword_nbest, cfg.data.max_len)
+    if cfg.data.subword_alpha is None:
+        sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=cfg.training.max_tokens,
+                                    shuffle=True, seed=cfg.training.seed)
+
+        def rows(indices: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+            return [src_col[i] for i in indices], [tgt_col[i] for i in indices]
+    else:  # subword regularization: every epoch segmented anew, and batched by those lengths
+        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
+                                   cfg.data.subword_nbest, cfg.data.max_len, seed=cfg.training.seed)
+        sampler = ResegmentedBatches(segmenter, max_tokens=cfg.training.max_tokens, seed=cfg.training.seed)
+        rows = sampler.rows
 
     def collate(indices: list[int]) -> Batch:
-        src_ids, tgt_ids = ([src_col[i] for i in indices], [tgt_col[i] for i in indices]) if subwords is None \
-            else subwords.sample(indices, seed=random.getrandbits(32))  # Python's random: saved for resume
+        src_ids, tgt_ids = rows(indices)
         return collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)])
 
     valid = None

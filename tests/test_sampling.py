@@ -1,7 +1,5 @@
 """Subword regularization (data.subword_alpha): sampled segmentations of training pairs."""
 
-import random
-
 import pytest
 import torch
 import yaml
@@ -10,7 +8,7 @@ from click.testing import CliRunner
 from seq2seq import checkpoint as ckpt
 from seq2seq.cli import cli
 from seq2seq.config import ConfigError, DataConfig
-from seq2seq.data.sampling import SubwordSampler
+from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
 from seq2seq.experiment import load_config, text_training_data
 from seq2seq.tokenizer import EOS_ID, TokenizerConfig, TokenizerPair, train_tokenizer
 
@@ -42,23 +40,42 @@ def test_a_sampled_segmentation_spells_the_same_text_and_varies(pair, texts):
     assert sum(pair.src.sample(t, alpha=gentle) != b for t, b in zip(en, best)) < changed / 3
 
 
-def test_the_sampler_is_a_function_of_indices_and_seed(pair, texts):
+def test_an_epoch_segmentation_is_a_function_of_seed_and_epoch(pair, texts):
     en, de = texts
     best_src = [ids + [EOS_ID] for ids in pair.src.encode(en)]
     best_tgt = pair.tgt.encode(de)
-    sampler = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=200)
-    rows = list(range(0, 40, 3))
-    first = sampler.sample(rows, seed=7)
-    assert sampler.sample(rows, seed=7) == first
-    assert sampler.sample(rows, seed=8) != first
+    segmenter = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=200, seed=5)
+    first = segmenter.epoch(0)
+    assert segmenter.epoch(1) != first
+    again = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=200, seed=5)
+    assert again.epoch(1) == segmenter.epoch(1) and again.epoch(0) == first  # a fresh process, same samples
+    assert SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=200, seed=6).epoch(0) != first
     src_ids, tgt_ids = first
     assert all(s[-1] == EOS_ID and EOS_ID not in t for s, t in zip(src_ids, tgt_ids))
-    assert pair.tgt.decode(tgt_ids) == pair.tgt.decode([best_tgt[i] for i in rows])
+    assert pair.tgt.decode(tgt_ids) == pair.tgt.decode(best_tgt)
     # a sampled side over max_len falls back to the best segmentation, which cleaning checked
-    short = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=3)
-    src_ids, tgt_ids = short.sample(rows, seed=7)
-    assert src_ids == [best_src[i] if len(best_src[i]) > 4 else s for i, s in zip(rows, src_ids)]
-    assert all(len(t) <= 3 or t == best_tgt[i] for i, t in zip(rows, tgt_ids))
+    src_ids, tgt_ids = SubwordSampler(pair, en, de, best_src, best_tgt, alpha=0.2, max_len=3).epoch(0)
+    assert all(len(s) <= 4 or s == b for s, b in zip(src_ids, best_src))
+    assert all(len(t) <= 3 or t == b for t, b in zip(tgt_ids, best_tgt))
+    assert sum(s == b for s, b in zip(src_ids, best_src)) > len(en) / 2  # most sentences have > 3 pieces
+
+
+def test_batches_are_bucketed_by_the_epoch_sampled_lengths(pair, texts):
+    en, de = texts
+    best_src = [ids + [EOS_ID] for ids in pair.src.encode(en)]
+    segmenter = SubwordSampler(pair, en, de, best_src, pair.tgt.encode(de), alpha=0.2, seed=1)
+    sampler = ResegmentedBatches(segmenter, max_tokens=300, seed=1)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(len(en)))
+        src_ids, tgt_ids = segmenter.epoch(epoch)
+        for batch in batches:
+            src, tgt = sampler.rows(batch)
+            assert src == [src_ids[i] for i in batch] and tgt == [tgt_ids[i] for i in batch]
+            if len(batch) > 1:  # the budget holds for the sampled lengths (target + EOS)
+                assert max(map(len, src)) * len(batch) <= 300 and (max(map(len, tgt)) + 1) * len(batch) <= 300
+        assert sampler.padding_ratio() < 0.15
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -89,17 +106,17 @@ def write_config(tmp_path, files, out, **training):
 def test_training_batches_are_sampled_and_validation_is_not(tmp_path, multi30k_small):
     cfg = load_config(write_config(tmp_path, multi30k_small, tmp_path / "m"))
     data = text_training_data(cfg, tmp_path / "m")
-    indices = list(range(20))
-    random.seed(1)
-    a = data.collate(indices)
-    b = data.collate(indices)
-    random.seed(1)
-    assert torch.equal(data.collate(indices).src, a.src)  # the seed comes from Python's random
-    assert a.src.shape != b.src.shape or not torch.equal(a.src, b.src)
-    assert a.indices == indices
-    # validation batches are the best segmentation, the same every time
     plain = text_training_data(load_config(write_config(tmp_path, multi30k_small, tmp_path / "m"),
                                            ["data.subword_alpha=null"]), tmp_path / "m")
+    indices = list(range(20))
+    epoch0 = data.collate(indices)
+    data.sampler.set_epoch(1)
+    epoch1 = data.collate(indices)
+    best = plain.collate(indices)
+    assert epoch0.indices == epoch1.indices == indices
+    for a, b in ((epoch0, epoch1), (epoch0, best), (epoch1, best)):
+        assert a.src.shape != b.src.shape or not torch.equal(a.src, b.src)
+    # validation batches are the best segmentation, the same every time
     for va, vb in zip(data.valid.batches, plain.valid.batches):
         assert torch.equal(va.src, vb.src) and torch.equal(va.tgt_out, vb.tgt_out)
 
