@@ -13,10 +13,15 @@ training batches are sampled; validation, `translate` and scoring keep the one b
 
 Each epoch is segmented as a whole before it is batched, so the batches are bucketed by the
 sampled lengths and carry no more padding than without sampling (batching by the best
-segmentation's lengths instead padded the Multi30K batches by ~35% more at alpha 0.3). An epoch's
-segmentation is a function of (seed, epoch): SentencePiece's one global generator is seeded
-with them and the texts are encoded one by one in this thread. A resumed run therefore samples
-exactly what the uninterrupted run would have.
+segmentation's lengths instead padded the Multi30K batches by ~35% more at alpha 0.3).
+
+Reproducibility: the samples come from SentencePiece's own generator, which is seeded with
+(seed, epoch) before each epoch. Within one process that repeats an epoch's segmentation exactly,
+but SentencePiece mixes a per-process value into its generator, so another process (a new run,
+or a resumed one) draws other samples from the same distribution: a run with subword
+regularization is not bit-reproducible, and `--resume` continues it with a new segmentation of
+the current epoch (its remaining batches may repeat or skip a few rows). Everything else about
+the resume (weights, optimizer, schedule, position) is exact.
 """
 
 from __future__ import annotations
