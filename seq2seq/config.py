@@ -308,8 +308,8 @@ class DataConfig:
         skipped with a count and the first paths in the log ("skip").
 
     Subword regularization (text training pairs only; validation and decoding keep the one best
-    segmentation): with `subword_alpha` set, each training pair is segmented anew every time it
-    is batched, sampled by SentencePiece (`seq2seq.data.sampling`).
+    segmentation): with `subword_alpha` set, every training pair is segmented anew each epoch,
+    sampled by SentencePiece, and the epoch is batched by those lengths (`seq2seq.data.sampling`).
     subword_alpha: unigram tokenizers: the smoothing exponent of Kudo (2018), sampling from
         P(segmentation)^alpha (lower: more varied and longer segmentations; 1: the model's own
         distribution); bpe tokenizers: the merge dropout probability of BPE-dropout.

@@ -51,9 +51,6 @@ class SubwordSampler:
         self.alpha, self.nbest, self.max_len, self.seed = alpha, nbest, max_len, seed
         self._cache: tuple[int, list[list[int]], list[list[int]]] | None = None
 
-    def __len__(self) -> int:
-        return len(self.src_texts)
-
     def epoch(self, epoch: int) -> tuple[list[list[int]], list[list[int]]]:
         """(src_ids ending in EOS, tgt_ids) of every row in `epoch`'s segmentation."""
         if self._cache is None or self._cache[0] != epoch:
