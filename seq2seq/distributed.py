@@ -133,5 +133,8 @@ def shard(batches: list[Any]) -> list[Any]:
 
 
 def shutdown() -> None:
+    """Leave the process group together: a rank that tears its connections down while another
+    still uses them can abort the job at exit (gloo: 'terminate called without an active exception')."""
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
