@@ -18,9 +18,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.config import ModelConfig  # noqa: E402
-from seq2seq.model import Seq2SeqTransformer  # noqa: E402
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerConfig, train_tokenizer  # noqa: E402
+from seq2seq.config.schema import ModelConfig  # noqa: E402
+from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
+from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerConfig, train_tokenizer  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
 SIZES = dict(d_model=256, heads=4, ffn_dim=1024, layers=3, vocab=8000)
@@ -57,7 +57,7 @@ def machine_info(threads: int) -> str:
         f"CPU: {cpu} ({os.cpu_count()} logical cores; {' '.join(isa) or 'no AVX-512'})\n"
         f"torch {torch.__version__}, transformers {hf}, python {platform.python_version()}, "
         f"threads {threads}, load average {load}\n"
-        f"oneDNN kernel caches (bf16 on CPU; see seq2seq.cpu.limit_onednn_caches): "
+        f"oneDNN kernel caches (bf16 on CPU; see seq2seq.accel.cpu.limit_onednn_caches): "
         f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'default')}, "
         f"LRU_CACHE_CAPACITY={os.environ.get('LRU_CACHE_CAPACITY', 'default')}"
     )

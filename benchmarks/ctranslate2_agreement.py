@@ -9,7 +9,7 @@ Translates --src (default: ../shared/data/multi30k/val.en.gz) with the model dir
 and with its CTranslate2 export (--engine-dir, else MODEL_DIR/ctranslate2 when it exists, else a
 fresh export in a temporary directory), same search options, and prints the share of identical
 output lines (the target: >= 99% at fp32), how many lines reached the length limit (where the
-engine is least exact, see seq2seq/engines.py), the largest score difference on identical lines,
+engine is least exact, see seq2seq/deploy/engine.py), the largest score difference on identical lines,
 and the first --show differing lines with both outputs and scores. Exit code 1 when the agreement
 is below --min-agreement.
 """
@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-agreement", type=float, default=0.99, help="Exit 1 below this share.")
     args = parser.parse_args(argv)
 
-    from seq2seq.engines import CTranslate2Translator, find_export
-    from seq2seq.export import ExportError, export_ctranslate2
-    from seq2seq.textio import read_input_lines
-    from seq2seq.translator import Translator
+    from seq2seq.deploy.engine import CTranslate2Translator, find_export
+    from seq2seq.deploy.export import ExportError, export_ctranslate2
+    from seq2seq.text.lines import read_input_lines
+    from seq2seq.inference.translator import Translator
 
     torch.set_num_threads(args.threads)
     path = Path(args.src)

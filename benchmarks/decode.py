@@ -15,7 +15,7 @@ weights never choose to stop, so output lengths are forced: every sentence of a 
 exactly L new tokens (L = the batch's longest source, EOS included, or --new-tokens), both sides
 run exactly L decoder steps (ours: min_len = max_len = L - 1 plus the final EOS; HF:
 min_new_tokens = max_new_tokens = L). Ours runs as `Translator` runs it at fp32 on CPU, with the
-decoder's weights pre-packed for MKL (`seq2seq.packed`; `--no-pack` for the plain model). Greedy
+decoder's weights pre-packed for MKL (`seq2seq.accel.packed`; `--no-pack` for the plain model). Greedy
 and beam 5, fp32, torch.inference_mode, `--threads`
 intra-op threads. Runs are interleaved (ours, HF, ours, HF, ...) and the median of `--repeats`
 is reported as sentences/s and generated tokens/s (sentences x L / seconds) with the ratio
@@ -42,10 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, read_gz, tokenizer  # noqa: E402
-from seq2seq.batching import pad_sequences  # noqa: E402
-from seq2seq.packed import mkl_packing_available, pack_decoder  # noqa: E402
-from seq2seq.search import SearchConfig, search  # noqa: E402
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from seq2seq.data.batching import pad_sequences  # noqa: E402
+from seq2seq.accel.packed import mkl_packing_available, pack_decoder  # noqa: E402
+from seq2seq.inference.search import SearchConfig, search  # noqa: E402
+from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 MODES = (("greedy", 1), ("beam5", 5))
 
@@ -145,8 +145,8 @@ def equal_work(args, ids: list[list[int]]) -> None:
 
 
 def natural_lengths(args, sources: list[str], refs: list[str]) -> None:
-    from seq2seq.metrics import score
-    from seq2seq.translator import Translator
+    from seq2seq.text.metrics import score
+    from seq2seq.inference.translator import Translator
 
     print(f"\ntrained model {args.model_dir}: {len(sources)} sentences at natural lengths, batches of {args.batch_size}")
     translators = {p: Translator.load(args.model_dir, device="cpu", precision=p) for p in ("fp32", "bf16", "int8")}

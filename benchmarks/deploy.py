@@ -15,7 +15,7 @@ cut into batches of --batch-size, one call per batch, --threads intra-op threads
   max_new_tokens = the batch's longest limit + 1 and HF's own length penalty (score / length **
   lenpen), so its outputs may differ slightly from ours;
 * ctranslate2 fp32 / int8: `seq2seq export --to ctranslate2` run through
-  `seq2seq.engines.CTranslate2Translator` (our search exactly, see its docstring), fp32 as exported
+  `seq2seq.deploy.engine.CTranslate2Translator` (our search exactly, see its docstring), fp32 as exported
   and int8 (compute_type int8: weights quantized when loaded);
 * ctranslate2 raw fp32 / int8: plain `translate_batch` (CTranslate2's own length normalisation, one
   limit per batch, no re-scoring): what a user calling CTranslate2 directly gets; the difference to
@@ -64,11 +64,11 @@ def main() -> None:
 
     import ctranslate2
 
-    from seq2seq.engines import CTranslate2Translator
-    from seq2seq.export import export_ctranslate2, export_hf
-    from seq2seq.textio import read_input_lines
-    from seq2seq.tokenizer import EOS_ID, PAD_ID
-    from seq2seq.translator import Translator
+    from seq2seq.deploy.engine import CTranslate2Translator
+    from seq2seq.deploy.export import export_ctranslate2, export_hf
+    from seq2seq.text.lines import read_input_lines
+    from seq2seq.text.tokenizer import EOS_ID, PAD_ID
+    from seq2seq.inference.translator import Translator
 
     torch.set_num_threads(args.threads)
     path = Path(args.src)
@@ -116,7 +116,7 @@ def main() -> None:
         import transformers
         from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
-        from seq2seq.batching import pad_sequences
+        from seq2seq.data.batching import pad_sequences
 
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()

@@ -7,7 +7,7 @@
 What is measured: steady-state throughput in non-pad target tokens per second of a full training
 step (forward, label-smoothed loss, backward, AdamW step) on real Multi30K en-de batches of ~3000
 target tokens (token-bucketed as in training), after warm-up steps. Systems: ours in fp32, ours with
-bf16 autocast (both with the CPU module variants the Trainer swaps in, `seq2seq.cpu`), and MarianMTModel in fp32 (d_model 256, 3+3 layers, 4 heads, FFN 1024, shared 8000
+bf16 autocast (both with the CPU module variants the Trainer swaps in, `seq2seq.accel.cpu`), and MarianMTModel in fp32 (d_model 256, 3+3 layers, 4 heads, FFN 1024, shared 8000
 vocabulary, tied embeddings, dropout 0.1 for all). Runs are interleaved (ours fp32, HF, ours bf16,
 ...) and repeated; the median is reported, with each system's peak resident memory growth and its
 achieved GFLOP/s as a fraction of this machine's matmul peak (1024x1024 fp32 and bf16 matmuls,
@@ -30,11 +30,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, read_gz, tokenizer  # noqa: E402
-from seq2seq.batching import TokenBatchSampler, collate_text  # noqa: E402
-from seq2seq.cpu import limit_onednn_caches, speed_up_for_cpu_training  # noqa: E402
-from seq2seq.loss import sequence_loss  # noqa: E402
-from seq2seq.tokenizer import PAD_ID  # noqa: E402
-from seq2seq.device import autocast_context  # noqa: E402
+from seq2seq.data.batching import TokenBatchSampler, collate_text  # noqa: E402
+from seq2seq.accel.cpu import limit_onednn_caches, speed_up_for_cpu_training  # noqa: E402
+from seq2seq.model.loss import sequence_loss  # noqa: E402
+from seq2seq.text.tokenizer import PAD_ID  # noqa: E402
+from seq2seq.accel.device import autocast_context  # noqa: E402
 
 
 def batches(tok, n: int, max_tokens: int) -> list:
@@ -84,7 +84,7 @@ class System:
 
     def __init__(self, name: str, kind: str, precision: str) -> None:
         self.name, self.kind, self.precision = name, kind, precision
-        if kind == "ours":  # as the Trainer trains it on a CPU: with the CPU module variants (seq2seq.cpu)
+        if kind == "ours":  # as the Trainer trains it on a CPU: with the CPU module variants (seq2seq.accel.cpu)
             self.model = speed_up_for_cpu_training(build_ours(SIZES["vocab"], dropout=0.1))
         else:
             self.model = build_hf(SIZES["vocab"], dropout=0.1)

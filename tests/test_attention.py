@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.attention import KVCache, MultiHeadAttention, attention_reference, scaled_dot_product_attention
+from seq2seq.model.attention import KVCache, MultiHeadAttention, attention_reference, scaled_dot_product_attention
 
 ENCODINGS = torch.tensor([[1.16, 0.23], [0.57, 1.36], [4.41, -2.16]])
 

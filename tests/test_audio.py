@@ -10,9 +10,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from seq2seq.config import ConfigError, ModelConfig, from_dict, load, save, to_dict
-from seq2seq.encoders import SourceError, get_modality
-from seq2seq.encoders.audio import (
+from seq2seq.config.schema import ConfigError, ModelConfig, from_dict, load, save, to_dict
+from seq2seq.model.encoders import SourceError, get_modality
+from seq2seq.model.encoders.audio import (
     AudioEncoder,
     AudioEncoderConfig,
     AudioProcessor,
@@ -22,7 +22,7 @@ from seq2seq.encoders.audio import (
     spec_augment,
     subsampled_length,
 )
-from seq2seq.settings import Config
+from seq2seq.config.root import Config
 
 SMALL = {"type": "audio", "sample_rate": 8000, "n_fft": 256, "win_length": 200, "hop_length": 80, "n_mels": 40}
 
@@ -370,7 +370,7 @@ def test_train_then_transcribe_end_to_end(tone_model, tone_data, tmp_path):
     from click.testing import CliRunner
 
     from seq2seq.cli import cli
-    from seq2seq.generator import Transcriber
+    from seq2seq.inference.generator import Transcriber
 
     model_dir, _ = tone_model
     rows = [line.split("\t") for line in (tone_data / "test.tsv").read_text().splitlines()[1:]]
@@ -408,7 +408,7 @@ def test_train_then_transcribe_end_to_end(tone_model, tone_data, tmp_path):
 def test_model_directory_round_trip_keeps_audio_settings(tone_model, tone_data):
     import yaml
 
-    from seq2seq.generator import Transcriber
+    from seq2seq.inference.generator import Transcriber
 
     model_dir, cfg = tone_model
     saved = yaml.safe_load((model_dir / "config.yaml").read_text())["model"]["encoder"]

@@ -1,4 +1,4 @@
-"""Tests for seq2seq.batching: collation and the token-bounded, resumable batch sampler."""
+"""Tests for seq2seq.data.batching: collation and the token-bounded, resumable batch sampler."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import datasets
 import pytest
 import torch
 
-from seq2seq.batching import (
+from seq2seq.data.batching import (
     Batch, IndexedRows, TokenBatchSampler, collate_text, make_target, pad_sequences, padding_ratio,
 )
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_TOKENS = 300
 

@@ -15,8 +15,8 @@ import yaml
 from click.testing import CliRunner
 
 from seq2seq.cli import cli
-from seq2seq.config import EncoderConfig, encoder_config_class, from_dict, to_dict
-from seq2seq.settings import Config, load_config
+from seq2seq.config.schema import EncoderConfig, encoder_config_class, from_dict, to_dict
+from seq2seq.config.root import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "configs" / "example.yaml"
@@ -112,7 +112,7 @@ def test_example_yaml_values_are_the_defaults_unless_its_comment_says_so():
 
 def test_example_yaml_trains_on_the_files_the_quickstart_writes(tmp_path):
     """Its data paths are where `seq2seq quickstart` (default --output-dir) writes the corpus."""
-    from seq2seq.synthetic import make_splits, write_splits
+    from seq2seq.data.synthetic import make_splits, write_splits
 
     default_out = next(p.default for p in cli.commands["quickstart"].params if p.name == "output_dir")
     write_splits(make_splits(n_train=5, n_valid=5, n_test=5), tmp_path / default_out / "data")  # as run_quickstart
@@ -132,8 +132,8 @@ def shipped_configs() -> dict[Path, dict[str, Any]]:
 
 
 def encoder_types() -> list[str]:
-    import seq2seq.encoders  # noqa: F401 - registers the built-in encoder types
-    from seq2seq.config import _ENCODER_CONFIGS
+    import seq2seq.model.encoders  # noqa: F401 - registers the built-in encoder types
+    from seq2seq.config.schema import _ENCODER_CONFIGS
 
     return sorted(t for t in _ENCODER_CONFIGS if t != "text")
 

@@ -1,4 +1,4 @@
-"""seq2seq.cpu: the CPU training variants swap in for the standard modules of any encoder, compute
+"""seq2seq.accel.cpu: the CPU training variants swap in for the standard modules of any encoder, compute
 what the standard modules compute, and the oneDNN cache caps are set when training starts."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seq2seq.attention import MultiHeadAttention
-from seq2seq.config import ModelConfig
-from seq2seq.cpu import (CACHE_VARIABLES, CpuAttention, CpuDropout, CpuFeedForward, CpuLinear,
+from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.config.schema import ModelConfig
+from seq2seq.accel.cpu import (CACHE_VARIABLES, CpuAttention, CpuDropout, CpuFeedForward, CpuLinear,
                          speed_up_for_cpu_training)
-from seq2seq.encoders import Encoder
-from seq2seq.layers import EncoderLayer, FeedForward
-from seq2seq.loss import sequence_loss
-from seq2seq.model import Seq2SeqTransformer
+from seq2seq.model.encoders import Encoder
+from seq2seq.model.layers import EncoderLayer, FeedForward
+from seq2seq.model.loss import sequence_loss
+from seq2seq.model.transformer import Seq2SeqTransformer
 
 STANDARD = (nn.Dropout, nn.Linear, FeedForward, MultiHeadAttention)
 
@@ -226,11 +226,11 @@ def test_trainer_on_cpu_uses_the_variants_and_caps_the_onednn_caches(tmp_path, m
 ONEDNN_PROBE = textwrap.dedent("""
     import os, sys
     import torch
-    import seq2seq, seq2seq.train, seq2seq.translator
+    import seq2seq, seq2seq.training.trainer, seq2seq.inference.translator
     print("SET AT IMPORT", [os.environ.get(n) for n in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")])
     torch.set_num_threads(1)
     torch.randn(64, 64) @ torch.randn(64, 64)  # fp32 runs before: MKL, not oneDNN
-    from seq2seq.cpu import limit_onednn_caches
+    from seq2seq.accel.cpu import limit_onednn_caches
     limit_onednn_caches(int(sys.argv[1]))
     w = torch.randn(16, 32, dtype=torch.bfloat16)
     for m in (17, 33, 17):  # two shapes, then the first again

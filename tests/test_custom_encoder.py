@@ -13,12 +13,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes" / "custom
 
 import bigru  # noqa: E402 - registers model.encoder.type "bigru"
 
-from seq2seq.config import ModelConfig  # noqa: E402
-from seq2seq.experiment import load_config, run_training  # noqa: E402
-from seq2seq.model import Seq2SeqTransformer  # noqa: E402
-from seq2seq.model_dir import load_model_dir  # noqa: E402
-from seq2seq.search import SearchConfig, search  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.config.schema import ModelConfig  # noqa: E402
+from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
+from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
+from seq2seq.inference.search import SearchConfig, search  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
 
 
 def test_an_injected_encoder_keeps_its_weights_and_the_decoder_is_initialised():

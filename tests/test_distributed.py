@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
-from seq2seq import checkpoint as ckpt
-from seq2seq.model_dir import load_model_dir
+from seq2seq.storage import files as ckpt
+from seq2seq.storage.model_dir import load_model_dir
 
 
 def write_config(files: dict, out: Path, **training) -> Path:

@@ -1,4 +1,4 @@
-"""Deployment (seq2seq.export, seq2seq.engines, `seq2seq export` / `import-hf` / `translate --engine`):
+"""Deployment (seq2seq.deploy.export, seq2seq.deploy.engine, `seq2seq export` / `import-hf` / `translate --engine`):
 CTranslate2 and transformers compute what our model computes, and the CTranslate2 engine finds what our
 search finds.
 
@@ -28,17 +28,17 @@ else:
     ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
     transformers = pytest.importorskip("transformers", reason="the export extra: pip install -e '.[export]'")
 
-from seq2seq import checkpoint as ckpt  # noqa: E402
-from seq2seq.batching import pad_sequences  # noqa: E402
+from seq2seq.storage import files as ckpt  # noqa: E402
+from seq2seq.data.batching import pad_sequences  # noqa: E402
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.config import ModelConfig, save  # noqa: E402
-from seq2seq.engines import CTranslate2Translator  # noqa: E402
-from seq2seq.export import ExportError, export_ctranslate2, export_hf  # noqa: E402
-from seq2seq.model import Seq2SeqTransformer  # noqa: E402
-from seq2seq.model_dir import load_model_dir  # noqa: E402
-from seq2seq.settings import Config  # noqa: E402
-from seq2seq.tokenizer import EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, train_tokenizer  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.config.schema import ModelConfig, save  # noqa: E402
+from seq2seq.deploy.engine import CTranslate2Translator  # noqa: E402
+from seq2seq.deploy.export import ExportError, export_ctranslate2, export_hf  # noqa: E402
+from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
+from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
+from seq2seq.config.root import Config  # noqa: E402
+from seq2seq.text.tokenizer import EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, train_tokenizer  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()

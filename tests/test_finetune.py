@@ -1,4 +1,4 @@
-"""Fine-tuning (`seq2seq train CONFIG --init-from MODEL_DIR`, seq2seq/finetune.py): the run starts from
+"""Fine-tuning (`seq2seq train CONFIG --init-from MODEL_DIR`, seq2seq/training/finetune.py): the run starts from
 the parent's weights and tokenizer with a fresh optimizer and schedule, refuses a config that does not
 fit the parent with one message naming the problem, resumes, and works for text, image and audio models.
 The parent of the text tests is the session's `tiny_model_dir`, which is only read."""
@@ -16,8 +16,8 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from seq2seq.cli import cli
-from seq2seq.config import ConfigError
-from seq2seq.experiment import load_config, run_training
+from seq2seq.config.schema import ConfigError
+from seq2seq.training.experiment import load_config, run_training
 
 TRAIN = {"max_tokens": 1500, "lr": 0.001, "warmup_steps": 4, "device": "cpu", "threads": 1, "valid_bleu": False,
          "best_metric": "loss", "log_every": 1, "seed": 5}
@@ -126,7 +126,7 @@ def test_the_parents_own_settings_and_tokenizer_file_are_accepted(tmp_path, tiny
     config = text_config(tmp_path, multi30k_small, "ft", model=parent_cfg["model"], tokenizer={
         **parent_cfg["tokenizer"], "src_model": str(tiny_model_dir / "spm.model")})
     cfg = load_config(config)
-    from seq2seq import finetune
+    from seq2seq.training import finetune
 
     parent = finetune.setup(cfg, tiny_model_dir, tmp_path / "ft", resume=False)
     assert parent is not None and cfg.model.d_model == 64

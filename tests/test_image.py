@@ -1,4 +1,4 @@
-"""The image modality (seq2seq/encoders/image.py) and the captioning recipe's scene generator:
+"""The image modality (seq2seq/model/encoders/image.py) and the captioning recipe's scene generator:
 encoder shapes and patch order, batch invariance, image loading (resize, normalisation, modes, bad
 files), config validation and round trips, the attention plot, and a tiny train + caption end to end."""
 
@@ -16,10 +16,10 @@ import yaml
 from click.testing import CliRunner
 from PIL import Image
 
-from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
-from seq2seq.encoders import SourceError, get_modality
-from seq2seq.encoders.image import ImageEncoder, ImageEncoderConfig, ImageProcessor, plot_image_attention
-from seq2seq.model import Seq2SeqTransformer
+from seq2seq.config.schema import ConfigError, ModelConfig, from_dict, to_dict
+from seq2seq.model.encoders import SourceError, get_modality
+from seq2seq.model.encoders.image import ImageEncoder, ImageEncoderConfig, ImageProcessor, plot_image_attention
+from seq2seq.model.transformer import Seq2SeqTransformer
 
 SCENES = Path(__file__).resolve().parents[1] / "recipes" / "captioning" / "scenes.py"
 
@@ -78,7 +78,7 @@ def test_memory_is_row_major_over_the_patch_grid():
 
 
 def test_sinusoidal_positions_encode_row_then_column():
-    from seq2seq.encoders.image import sinusoidal_2d
+    from seq2seq.model.encoders.image import sinusoidal_2d
 
     table = sinusoidal_2d(3, 4, 16).view(3, 4, 16)
     assert torch.equal(table[0, :, :8], table[0, :1, :8].expand(4, 8))  # first half: the row only
@@ -311,7 +311,7 @@ def caption_model(scene_data, tmp_path_factory):
 
 def test_train_then_caption_end_to_end(caption_model, scene_data, tmp_path):
     from seq2seq.cli import cli
-    from seq2seq.generator import Captioner
+    from seq2seq.inference.generator import Captioner
 
     model_dir, cfg = caption_model
     images = [str(scene_data / f"images/test/{i:05d}.png") for i in range(4)]
@@ -338,7 +338,7 @@ def test_train_then_caption_end_to_end(caption_model, scene_data, tmp_path):
 
 
 def test_model_directory_round_trip_keeps_image_settings(caption_model, scene_data, tmp_path):
-    from seq2seq.generator import Captioner
+    from seq2seq.inference.generator import Captioner
 
     model_dir, cfg = caption_model
     saved = yaml.safe_load((model_dir / "config.yaml").read_text())["model"]["encoder"]

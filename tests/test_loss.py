@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.config import ModelConfig
-from seq2seq.loss import linear_cross_entropy, sequence_loss
-from seq2seq.model import Seq2SeqTransformer
+from seq2seq.config.schema import ModelConfig
+from seq2seq.model.loss import linear_cross_entropy, sequence_loss
+from seq2seq.model.transformer import Seq2SeqTransformer
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])

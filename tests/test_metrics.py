@@ -6,7 +6,7 @@ import random
 import pytest
 import sacrebleu
 
-from seq2seq.metrics import cer, edit_distance, format_scores, reference_streams, score, wer
+from seq2seq.text.metrics import cer, edit_distance, format_scores, reference_streams, score, wer
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park ."]
 REFS = ["the cat sat on a mat", "the dog is running in the park ."]

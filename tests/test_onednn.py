@@ -1,4 +1,4 @@
-"""Bucketed matmul rows for bf16 training on CPU (seq2seq/onednn.py) and the padded loss chunk."""
+"""Bucketed matmul rows for bf16 training on CPU (seq2seq/accel/onednn.py) and the padded loss chunk."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.loss import linear_cross_entropy
-from seq2seq.onednn import bucket, buckets_rows, rowwise
+from seq2seq.model.loss import linear_cross_entropy
+from seq2seq.accel.onednn import bucket, buckets_rows, rowwise
 
 
 def test_bucket_pads_at_most_an_eighth_with_eight_sizes_per_doubling():
@@ -92,16 +92,16 @@ def test_loss_pads_its_short_last_chunk_under_bf16_without_changing_the_result()
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 def test_bf16_training_stops_compiling_kernels_after_warm_up():
-    """With the CPU training variants (seq2seq.cpu) under bf16 autocast, once batches have covered
+    """With the CPU training variants (seq2seq.accel.cpu) under bf16 autocast, once batches have covered
     the bucket sizes of a range of row counts, batches of new shapes in that range compile no new
     oneDNN kernel (ONEDNN_VERBOSE counts). The plain model, for contrast, compiles new kernels."""
     code = textwrap.dedent("""
         import torch
         import sys
-        from seq2seq.config import ModelConfig
-        from seq2seq.cpu import speed_up_for_cpu_training
-        from seq2seq.loss import sequence_loss
-        from seq2seq.model import Seq2SeqTransformer
+        from seq2seq.config.schema import ModelConfig
+        from seq2seq.accel.cpu import speed_up_for_cpu_training
+        from seq2seq.model.loss import sequence_loss
+        from seq2seq.model.transformer import Seq2SeqTransformer
         torch.manual_seed(0)
         torch.set_num_threads(1)
         cfg = ModelConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, heads=2, ffn_dim=64, layers=1)

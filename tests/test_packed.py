@@ -1,4 +1,4 @@
-"""seq2seq.packed: MKL pre-packed decoder linears give the plain results, and decoding is unchanged."""
+"""seq2seq.accel.packed: MKL pre-packed decoder linears give the plain results, and decoding is unchanged."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 from test_search import assert_same, sources, tiny_model
 
-from seq2seq.attention import MultiHeadAttention
-from seq2seq.cpu import speed_up_for_cpu_training
-from seq2seq.packed import MAX_PACKED_ROWS, PackedAttention, PackedLinear, mkl_packing_available, pack_decoder
-from seq2seq.search import SearchConfig, search
+from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.accel.cpu import speed_up_for_cpu_training
+from seq2seq.accel.packed import MAX_PACKED_ROWS, PackedAttention, PackedLinear, mkl_packing_available, pack_decoder
+from seq2seq.inference.search import SearchConfig, search
 
 pytestmark = pytest.mark.skipif(not mkl_packing_available(), reason="this torch build has no MKL packed sgemm")
 
@@ -88,8 +88,8 @@ def test_a_model_trained_with_the_cpu_variants_packs_and_decodes_alike():
 
 
 def test_int8_model_keeps_an_accurate_output_projection():
-    from seq2seq.device import native_bf16
-    from seq2seq.translator import Bf16Linear, quantize_int8
+    from seq2seq.accel.device import native_bf16
+    from seq2seq.inference.translator import Bf16Linear, quantize_int8
 
     model, src = tiny_model(), sources()
     int8 = quantize_int8(model)

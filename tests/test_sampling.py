@@ -5,12 +5,12 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from seq2seq import checkpoint as ckpt
+from seq2seq.storage import files as ckpt
 from seq2seq.cli import cli
-from seq2seq.config import ConfigError, DataConfig
+from seq2seq.config.schema import ConfigError, DataConfig
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
-from seq2seq.experiment import load_config, text_training_data
-from seq2seq.tokenizer import EOS_ID, TokenizerConfig, TokenizerPair, train_tokenizer
+from seq2seq.training.experiment import load_config, text_training_data
+from seq2seq.text.tokenizer import EOS_ID, TokenizerConfig, TokenizerPair, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_a_run_with_sampling_trains_resumes_and_translates(tmp_path, multi30k_sm
     assert [row.split(",")[0] for row in log[1:] if row.split(",")[0] in ("6", "12")] == ["6", "12"]
     assert state["sampler"]["position"] == 6  # resumed mid-epoch (more than 6 batches an epoch)
     # inference never samples: the same input translates the same way twice
-    from seq2seq.translator import Translator
+    from seq2seq.inference.translator import Translator
 
     translator = Translator.load(tmp_path / "part", device="cpu")
     lines = multi30k_small["val.en"].read_text(encoding="utf-8").splitlines()[:5]
@@ -143,7 +143,7 @@ def test_a_run_with_sampling_trains_resumes_and_translates(tmp_path, multi30k_sm
 
 
 def test_image_and_audio_sources_refuse_subword_sampling(tmp_path):
-    from seq2seq.experiment import run_training
+    from seq2seq.training.experiment import run_training
 
     cfg = load_config(None, ["model.encoder.type=audio", "data.train=x.tsv", "data.subword_alpha=0.3",
                              f"training.output_dir={tmp_path}"])

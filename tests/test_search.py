@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
-from seq2seq.model import Seq2SeqTransformer
-from seq2seq.search import Hypothesis, SearchConfig, block_repeated_ngrams, search, top_p_filter
+from seq2seq.config.schema import ConfigError, ModelConfig, from_dict, to_dict
+from seq2seq.model.transformer import Seq2SeqTransformer
+from seq2seq.inference.search import Hypothesis, SearchConfig, block_repeated_ngrams, search, top_p_filter
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 V = 8  # scripted vocabulary: specials 0-3, words 4-7

@@ -1,4 +1,4 @@
-"""`seq2seq serve` (seq2seq/serve.py, seq2seq/cli_serve.py): the HTTP API gives what the CLI gives,
+"""`seq2seq serve` (seq2seq/serve/app.py, seq2seq/cli/serve.py): the HTTP API gives what the CLI gives,
 concurrent requests share model calls, bad requests get a 4xx with a message, the server stops cleanly.
 
 Servers run on 127.0.0.1 only (uvicorn in a thread, or `seq2seq serve` as a subprocess), on a port the
@@ -28,8 +28,8 @@ else:
     uvicorn = pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
 
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.serve import Batcher, Limits, create_app  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.serve.app import Batcher, Limits, create_app  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
 
 TIMEOUT = 60
 SENTENCES = ["A dog runs.", "Two men are talking in a park.", "", "A woman with a red hat.",
@@ -371,8 +371,8 @@ def image_model(tmp_path_factory):
 
 
 def test_image_models_caption_uploaded_files(image_model):
-    from seq2seq.generator import Captioner
-    from seq2seq.serve import load_model
+    from seq2seq.inference.generator import Captioner
+    from seq2seq.serve.app import load_model
 
     image = image_model / "img" / "1.png"
     expected = Captioner.load(image_model / "model", device="cpu").generate([str(image)], beam=2, nbest=2)[0]

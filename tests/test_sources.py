@@ -1,4 +1,4 @@
-"""Image/audio training data (seq2seq.sources): tables of (file, text) rows, loading with a bad-file
+"""Image/audio training data (seq2seq.data.media): tables of (file, text) rows, loading with a bad-file
 policy, the target-only tokenizer, multi-reference validation and collation."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.config import ConfigError, DataConfig
+from seq2seq.config.schema import ConfigError, DataConfig
 from seq2seq.data import DataError
-from seq2seq.encoders import Modality, SourceError, SourceProcessor
-from seq2seq.sources import collate_media, load_sources, prepare_media, read_source_table, source_lengths
-from seq2seq.tokenizer import TokenizerConfig
+from seq2seq.model.encoders import Modality, SourceError, SourceProcessor
+from seq2seq.data.media import collate_media, load_sources, prepare_media, read_source_table, source_lengths
+from seq2seq.text.tokenizer import TokenizerConfig
 
 
 class BytesProcessor(SourceProcessor):
@@ -141,7 +141,7 @@ def test_prepare_media_refuses_text_only_keys_and_missing_tables(tmp_path):
 
 
 def test_unknown_encoder_type_and_keys_are_refused_by_name():
-    from seq2seq.experiment import load_config
+    from seq2seq.training.experiment import load_config
 
     with pytest.raises(ConfigError, match="unknown encoder type 'video'; choose one of .*'audio'.*'image'.*'text'"):
         load_config(None, ["model.encoder.type=video"])

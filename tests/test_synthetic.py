@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from seq2seq import synthetic
-from seq2seq.synthetic import (
+from seq2seq.data import synthetic
+from seq2seq.data.synthetic import (
     NP,
     Clause,
     generate_pairs,

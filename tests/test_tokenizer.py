@@ -1,4 +1,4 @@
-"""Tests for seq2seq.tokenizer: special ids, round trips, save/load, joint vs separate models."""
+"""Tests for seq2seq.text.tokenizer: special ids, round trips, save/load, joint vs separate models."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from seq2seq.tokenizer import (
+from seq2seq.text.tokenizer import (
     BOS_ID, EOS_ID, JOINT_MODEL, PAD_ID, SRC_MODEL, TGT_MODEL, UNK_ID,
     Tokenizer, TokenizerConfig, TokenizerError, TokenizerPair, train_tokenizer,
 )
@@ -115,7 +115,7 @@ def test_model_with_other_special_ids_is_rejected(tmp_path: Path) -> None:
 
 def test_too_large_vocab_is_lowered_with_warning(caplog) -> None:
     texts = ["the cat sat on the mat", "a dog ran in the park"] * 10
-    with caplog.at_level(logging.WARNING, logger="seq2seq.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.text.tokenizer"):
         tok = train_tokenizer(texts, 5000, TokenizerConfig())
     assert 4 < tok.vocab_size < 5000
     assert "too large" in caplog.text
@@ -123,7 +123,7 @@ def test_too_large_vocab_is_lowered_with_warning(caplog) -> None:
 
 
 def test_config_rejects_bad_values() -> None:
-    from seq2seq.config import ConfigError, from_dict
+    from seq2seq.config.schema import ConfigError, from_dict
     with pytest.raises(ConfigError, match="vocab_size"):
         from_dict(TokenizerConfig, {"vocab_size": 3})
     with pytest.raises(ConfigError, match="model_type"):

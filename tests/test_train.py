@@ -8,14 +8,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from seq2seq import checkpoint as ckpt
-from seq2seq.batching import TokenBatchSampler, collate_text
+from seq2seq.storage import files as ckpt
+from seq2seq.data.batching import TokenBatchSampler, collate_text
 from seq2seq.cli import cli
-from seq2seq.config import ConfigError, ModelConfig
-from seq2seq.model import Seq2SeqTransformer
-from seq2seq.evaluation import is_better
-from seq2seq.search import SearchConfig
-from seq2seq.train import Trainer, TrainingAborted, TrainingConfig, ValidData, cooldown_factor, lr_lambda
+from seq2seq.config.schema import ConfigError, ModelConfig
+from seq2seq.model.transformer import Seq2SeqTransformer
+from seq2seq.training.validation import is_better
+from seq2seq.inference.search import SearchConfig
+from seq2seq.training.trainer import Trainer, TrainingAborted, TrainingConfig, ValidData, cooldown_factor, lr_lambda
 
 
 def toy_data(n=48, seed=0):
@@ -153,7 +153,7 @@ def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch
     good_weights = ckpt.load_weights(tmp_path / "model.safetensors")
     good_state = json.loads((tmp_path / "train_state" / "state.json").read_text())
 
-    import seq2seq.checkpoint as module
+    import seq2seq.storage.files as module
 
     def broken_save_file(tensors, path):
         Path(path).write_bytes(b"half a file")
@@ -183,7 +183,7 @@ def test_interrupted_state_swap_falls_back_to_old(tmp_path):
 def test_non_finite_loss_skips_the_step_then_aborts(tmp_path, monkeypatch):
     rows = toy_data()
     trainer = make_trainer(tmp_path, rows, max_steps=6, max_bad_steps=2)
-    import seq2seq.train as train_module
+    import seq2seq.training.trainer as train_module
 
     real = train_module.sequence_loss
     calls = {"n": 0}
@@ -254,7 +254,7 @@ def test_cli_train_end_to_end_writes_a_loadable_model_dir(tmp_path, multi30k_sma
     meta = json.loads((model_dir / "metadata.json").read_text())
     assert meta["step"] == 30 and meta["train_pairs"] > 350 and len(meta["data_fingerprint"]) >= 16
     assert {"valid_bleu", "valid_chrf", "valid_wer", "valid_cer"} <= set(meta["last_validation"])
-    from seq2seq.experiment import load_model_dir
+    from seq2seq.training.experiment import load_model_dir
 
     loaded = load_model_dir(model_dir)
     assert loaded.model.cfg.src_vocab_size == loaded.tokenizers.src.vocab_size
@@ -323,8 +323,8 @@ def toy_valid(rows, extra_references=True):
 
 
 def test_validation_scores_bleu_chrf_wer_cer_of_greedy_decoding_against_every_reference(tmp_path, monkeypatch):
-    import seq2seq.evaluation as evaluation
-    from seq2seq.metrics import cer, reference_streams, score, wer
+    import seq2seq.training.validation as evaluation
+    from seq2seq.text.metrics import cer, reference_streams, score, wer
 
     rows = toy_data(12, seed=5)
     valid = toy_valid(rows)

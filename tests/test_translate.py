@@ -15,10 +15,10 @@ import sacrebleu
 import torch
 from click.testing import CliRunner
 
-from seq2seq import checkpoint as ckpt
+from seq2seq.storage import files as ckpt
 from seq2seq.cli import cli
-from seq2seq.textio import decoded_lines, formatter, translate_stream
-from seq2seq.translator import Translator
+from seq2seq.text.lines import decoded_lines, formatter, translate_stream
+from seq2seq.inference.translator import Translator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -251,7 +251,7 @@ def test_nbest_format_fairseq_gives_the_same_hypotheses_as_h_lines(tiny_model_di
 
 
 def test_nbest_formats_exactly():
-    from seq2seq.translator import Translation
+    from seq2seq.inference.translator import Translation
 
     def hyp(text, score, logprob):
         return Translation(text=text, score=score, logprob=logprob, token_ids=[], pieces=[], token_logprobs=[],
@@ -282,9 +282,9 @@ def test_show_attention_writes_a_png_for_one_sentence_only(tiny_model_dir, tmp_p
 
 
 def test_interactive_mode_prompts_and_translates_each_line(tiny_model_dir, monkeypatch):
-    import seq2seq.cli as cli_module
+    import seq2seq.cli.common as cli_module
 
-    monkeypatch.setattr(cli_module, "_stdin_is_tty", lambda: True)
+    monkeypatch.setattr(cli_module, "stdin_is_tty", lambda: True)
     result = run(["translate", tiny_model_dir, "--greedy"], input="A man.\n\nTwo dogs.\n")
     assert result.exit_code == 0, result.output
     out = out_lines(result)
@@ -309,7 +309,7 @@ def test_incomplete_model_dir_is_refused_with_one_clear_line(tiny_model_dir, tmp
 
 
 def test_tokenizer_of_another_size_is_refused(tiny_model_dir, tmp_path, multi30k_small):
-    from seq2seq.tokenizer import TokenizerConfig, train_tokenizer
+    from seq2seq.text.tokenizer import TokenizerConfig, train_tokenizer
 
     model = copy_model(tiny_model_dir, tmp_path / "model")
     texts = multi30k_small["train.en"].read_text(encoding="utf-8").splitlines()

@@ -35,10 +35,10 @@ sys.path.insert(0, str(HERE))
 
 import scenes  # noqa: E402
 
-from seq2seq import checkpoint as ckpt  # noqa: E402
-from seq2seq.cli import user_error_types  # noqa: E402
-from seq2seq.experiment import load_config, run_training  # noqa: E402
-from seq2seq.metrics import score  # noqa: E402
+from seq2seq.storage import files as ckpt  # noqa: E402
+from seq2seq.cli.common import user_error_types  # noqa: E402
+from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.text.metrics import score  # noqa: E402
 
 log = logging.getLogger("recipe")
 SPLITS = ("val", "test", "compositional")
@@ -125,7 +125,7 @@ def main() -> None:
         result = run_training(cfg, resume=ckpt.train_state_dir(model_dir) is not None, config_source=str(args.config))
         log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
 
-    from seq2seq.generator import Captioner
+    from seq2seq.inference.generator import Captioner
 
     captioner = Captioner.load(model_dir, device="cpu")
     limits = {"max_len_a": cfg.decoding.max_len_a, "max_len_b": cfg.decoding.max_len_b}

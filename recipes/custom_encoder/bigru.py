@@ -2,7 +2,7 @@
 `model.encoder.type: bigru`. It reads text, so it has no SourceProcessor: the text pipeline
 (tokenizer, cleaning, batching) and `Translator` serve it unchanged.
 
-The contract an encoder meets (seq2seq/encoders/base.py):
+The contract an encoder meets (seq2seq/model/encoders/base.py):
   forward(src) -> (memory [B, S, d_model], memory_pad_mask [B, S], True at padding)
   d_model attribute equal to model.d_model (project if your backbone is wider)
   batch invariance: a source encoded inside a padded batch equals the source encoded alone.
@@ -10,7 +10,7 @@ The contract an encoder meets (seq2seq/encoders/base.py):
 Registering the name makes `seq2seq train` / `translate` rebuild it from a model directory's
 config.yaml; a package does it for the command line with an entry point:
 
-    [project.entry-points."seq2seq.encoders"]
+    [project.entry-points."seq2seq.model.encoders"]
     bigru = "my_package.bigru"
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
-from seq2seq.encoders import Encoder, Modality, register
+from seq2seq.config.schema import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.model.encoders import Encoder, Modality, register
 
 
 @register_encoder_config

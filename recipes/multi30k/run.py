@@ -24,12 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from seq2seq import checkpoint as ckpt  # noqa: E402
-from seq2seq.cli import user_error_types  # noqa: E402
+from seq2seq.storage import files as ckpt  # noqa: E402
+from seq2seq.cli.common import user_error_types  # noqa: E402
 from seq2seq.data import DataError, read_lines  # noqa: E402
-from seq2seq.experiment import load_config, run_training  # noqa: E402
-from seq2seq.metrics import format_scores, score  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.text.metrics import format_scores, score  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
 
 log = logging.getLogger("recipe")
 PUBLIC_RAW = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"

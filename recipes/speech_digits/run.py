@@ -34,10 +34,10 @@ sys.path.insert(0, str(HERE))
 import make_data
 import torch
 
-from seq2seq.cli import user_error_types
-from seq2seq.experiment import load_config, run_training
-from seq2seq.generator import Transcriber
-from seq2seq.metrics import cer, wer
+from seq2seq.cli.common import user_error_types
+from seq2seq.training.experiment import load_config, run_training
+from seq2seq.inference.generator import Transcriber
+from seq2seq.text.metrics import cer, wer
 
 log = logging.getLogger("recipe")
 

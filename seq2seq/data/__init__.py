@@ -20,11 +20,11 @@ Sources (one per split, see `DataConfig`):
 src, tgt (the optionally lowercased texts).
 """
 
-from seq2seq.config import DataConfig
+from seq2seq.config.schema import DataConfig
 
-from .cache import CACHE_VERSION, TOKENIZER_META, PreparedData, prepare
-from .cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate
-from .readers import (
+from seq2seq.data.cache import CACHE_VERSION, TOKENIZER_META, PreparedData, prepare
+from seq2seq.data.cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate
+from seq2seq.data.readers import (
     DataError, fingerprint,
     hf_pairs, load_hf, read_lines, read_parallel, read_table, read_text,
 )

@@ -20,11 +20,11 @@ from typing import Callable
 
 import datasets
 
-from seq2seq.config import DataConfig, to_dict
-from seq2seq.tokenizer import Tokenizer, TokenizerConfig, TokenizerError, TokenizerPair
+from seq2seq.config.schema import DataConfig, to_dict
+from seq2seq.text.tokenizer import Tokenizer, TokenizerConfig, TokenizerError, TokenizerPair
 
-from .cleaning import CleaningReport, clean, tokenize, truncate
-from .readers import _hash, fingerprint, load_hf, read_parallel, read_table
+from seq2seq.data.cleaning import CleaningReport, clean, tokenize, truncate
+from seq2seq.data.readers import _hash, fingerprint, load_hf, read_parallel, read_table
 
 logger = logging.getLogger("seq2seq.data")
 

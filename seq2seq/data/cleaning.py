@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 
-from seq2seq.config import DataConfig
-from seq2seq.tokenizer import EOS_ID, TokenizerPair
+from seq2seq.config.schema import DataConfig
+from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
 
-from .readers import DataError, _hash
+from seq2seq.data.readers import DataError, _hash
 
 RATIO_EXEMPT_LEN = 5  # pairs whose longer side has at most this many tokens skip the ratio check
 

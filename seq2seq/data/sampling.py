@@ -31,8 +31,8 @@ from typing import Sequence
 import numpy as np
 import sentencepiece as spm
 
-from seq2seq.batching import TokenBatchSampler
-from seq2seq.tokenizer import EOS_ID, TokenizerPair
+from seq2seq.data.batching import TokenBatchSampler
+from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
 
 
 class SubwordSampler:

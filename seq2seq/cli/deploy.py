@@ -1,0 +1,127 @@
+"""`seq2seq export` and `seq2seq import-hf`: a model directory for the engines users deploy with, and
+existing Hugging Face weights as a model directory; plus `translate --engine`'s loading.
+
+    seq2seq export runs/mine --to ctranslate2 [OUT] [--quantize int8]   # OUT: runs/mine/ctranslate2
+    seq2seq export runs/mine --to hf [OUT]                              # OUT: runs/mine/hf
+    seq2seq import-hf HF_DIR OUT_MODEL_DIR
+    seq2seq translate runs/mine --engine ctranslate2 [--engine-dir OUT]
+
+The work is done by `seq2seq.deploy.export` and `seq2seq.deploy.engine`; see docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from seq2seq.cli.common import user_errors
+from seq2seq.text.lines import warn
+
+TARGETS = ("ctranslate2", "hf")
+DEFAULT_SUBDIR = {"ctranslate2": "ctranslate2", "hf": "hf"}
+
+
+def export_errors(fn: Callable) -> Callable:
+    """ExportError (and the engines' ValueErrors) as `error: ...` and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from seq2seq.deploy.export import ExportError
+
+        try:
+            return fn(*args, **kwargs)
+        except ExportError as e:
+            raise click.ClickException(str(e)) from None
+
+    return wrapper
+
+
+def _quiet_transformers() -> None:
+    try:
+        import transformers
+    except ImportError:
+        return
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+@click.command("export")
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--to", "target", type=click.Choice(TARGETS), required=True,
+              help="ctranslate2: a CTranslate2 model; hf: a Hugging Face transformers model directory.")
+@click.option("--quantize", type=click.Choice(["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                                               "float16", "bfloat16"]),
+              default=None, help="CTranslate2 weight quantization (default: fp32).")
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="Export these weights instead of MODEL_DIR/model.safetensors (e.g. from `seq2seq average`).")
+@click.option("--force", is_flag=True, help="Replace OUT_DIR if it holds an earlier export.")
+@user_errors
+@export_errors
+def export_command(model_dir: str, out_dir: str | None, target: str, quantize: str | None, weights: str | None,
+                   force: bool) -> None:
+    """Write MODEL_DIR for another engine, with its SentencePiece model(s).
+
+    OUT_DIR defaults to MODEL_DIR/ctranslate2 or MODEL_DIR/hf. `--to ctranslate2` is what
+    `seq2seq translate MODEL_DIR --engine ctranslate2` uses; `--to hf` gives a directory that
+    transformers' AutoModelForSeq2SeqLM and AutoTokenizer load (MarianMTModel for post-norm models,
+    BlenderbotForConditionalGeneration for pre-norm ones), computing the same logits.
+    """
+    from seq2seq.deploy.export import export_ctranslate2, export_hf
+
+    out = Path(out_dir) if out_dir else Path(model_dir) / DEFAULT_SUBDIR[target]
+    if target == "ctranslate2":
+        path = export_ctranslate2(model_dir, out, quantize=quantize, weights=weights, force=force)
+    else:
+        if quantize:
+            raise click.UsageError("--quantize is for --to ctranslate2")
+        _quiet_transformers()
+        path = export_hf(model_dir, out, weights=weights, force=force)
+    click.echo(f"exported {model_dir} -> {path} ({target}{', ' + quantize if quantize else ''})")
+
+
+@click.command("import-hf")
+@click.argument("hf_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Replace OUT_DIR if it holds an earlier export or import.")
+@user_errors
+@export_errors
+def import_hf_command(hf_dir: str, out_dir: str, force: bool) -> None:
+    """Make a model directory from a Hugging Face MarianMTModel (or BlenderbotForConditionalGeneration)
+    directory, exactly: the same logits. Needs its MarianTokenizer files (source.spm, target.spm,
+    vocab.json) with SentencePiece ids pad 0, unk 1, bos 2, eos 3 (as `seq2seq export --to hf`
+    writes them); weights in safetensors."""
+    from seq2seq.deploy.export import import_hf
+
+    _quiet_transformers()
+    path = import_hf(hf_dir, out_dir, force=force)
+    click.echo(f"imported {hf_dir} -> {path} (translate with: seq2seq translate {path})")
+
+
+def load_engine(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,
+                weights: str | None, search: dict[str, Any]) -> Any:
+    """`translate --engine ctranslate2`: the engine's translator, its search options checked once; every
+    problem as a one-line error."""
+    from seq2seq.deploy.engine import CTranslate2Translator, find_export, stale_export_warning
+    from seq2seq.deploy.export import ExportError
+
+    if engine != "ctranslate2":
+        raise click.UsageError(f"unknown engine {engine!r}")
+    if weights:
+        raise click.UsageError("--weights is for the torch engine; export those weights instead "
+                               "(seq2seq export MODEL_DIR --to ctranslate2 --weights FILE)")
+    try:
+        path = find_export(model_dir, engine_dir)
+        message = stale_export_warning(model_dir, path)
+        if message:
+            warn(message)
+        translator = CTranslate2Translator.load(path, device=device, precision=precision, seed=search.get("seed"))
+        translator.search_config(**search)
+    except ExportError as e:
+        raise click.ClickException(str(e)) from None
+    except ValueError as e:  # also CheckpointError / TokenizerError: a broken export directory
+        raise click.ClickException(str(e)) from None
+    return translator

@@ -1,0 +1,95 @@
+"""`seq2seq evaluate` (score hypotheses) and `seq2seq test` (translate, then score)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from seq2seq.cli.common import PROGRESS_OPTION, load_translator, model_options, search_options, search_overrides, show_progress, user_errors
+from seq2seq.text.lines import formatter, read_input_lines, translate_stream
+
+
+@click.command()
+@click.option("--hyp", "hyp_path", required=True, help="Hypotheses, one per line (.gz read as gzip).")
+@click.option("--ref", "ref_paths", required=True, multiple=True, help="References, line-parallel (repeat for several).")
+@click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
+@user_errors
+def evaluate(hyp_path: str, ref_paths: tuple[str, ...], metrics: str, as_json: bool) -> None:
+    """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER and their signatures)."""
+    hyps = read_input_lines(hyp_path)
+    if not hyps:
+        raise click.ClickException(f"{hyp_path} is empty: nothing to score")
+    refs = _read_references(ref_paths, len(hyps), hyp_path, "hypotheses")
+    _print_scores(hyps, refs, metrics, as_json)
+
+
+def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) -> list[list[str]]:
+    refs = []
+    for path in ref_paths:
+        lines = read_input_lines(path)
+        if len(lines) != n:
+            raise click.ClickException(
+                f"{other} has {n} lines but {path} has {len(lines)}: {what} and references must be line-parallel"
+            )
+        refs.append(lines)
+    return refs
+
+
+def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json: bool) -> dict[str, Any]:
+    from seq2seq.text.metrics import METRICS, format_scores, score
+
+    names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METRICS]
+    if unknown or not names:
+        raise click.UsageError(f"--metrics: unknown {unknown}; choose from {', '.join(METRICS)}")
+    result = score(hyps, refs, names)
+    if as_json:
+        click.echo(json.dumps({k: {"score": v["score"], "signature": v["signature"]} for k, v in result.items()}, indent=2))
+    else:
+        click.echo(format_scores(result))
+    return result
+
+
+@click.command("test")
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("--src", "src_path", required=True, help="Source sentences, one per line (.gz read as gzip).")
+@click.option("--ref", "ref_paths", required=True, multiple=True, help="References, line-parallel (repeat for several).")
+@click.option("-o", "--output", "output_path", default=None,
+              help="Where the hypotheses go (default: SRC's file name + .hyp, in the current directory).")
+@click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
+@search_options
+@PROGRESS_OPTION
+@model_options
+@user_errors
+def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
+                 as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
+                 batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
+    """Translate --src with MODEL_DIR, write the hypotheses, and score them against --ref."""
+    from seq2seq.storage.files import atomic_path
+
+    search = search_overrides(kw)
+    sources = read_input_lines(src_path)
+    if not sources:
+        raise click.ClickException(f"{src_path} is empty: nothing to translate")
+    refs = _read_references(ref_paths, len(sources), src_path, "sources")
+    translator = load_translator(model_dir, device, precision, weights, search)
+    output = Path(output_path or Path(src_path).name.removesuffix(".gz") + ".hyp")
+    hyps: list[str] = []
+    plain = formatter("text", 1)
+
+    def emit(index: int, results: list) -> str:
+        line = plain(index, results)
+        hyps.append(line[:-1])
+        return line
+
+    with atomic_path(output) as tmp, open(tmp, "wb") as out:
+        translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, search,
+                         progress=show_progress(progress, str(output)), total=len(sources))
+    click.echo(f"hypotheses: {output} ({len(hyps)} lines)", err=True)
+    _print_scores(hyps, refs, metrics, as_json)
+

@@ -1,0 +1,126 @@
+"""`seq2seq caption` and `seq2seq transcribe`: text from image or audio files with a model directory.
+
+Both are one command with two names: the model directory's encoder type must match (an image model
+for `caption`, an audio model for `transcribe`). Sources are the FILES arguments, or, without any,
+one path per line from `-i FILE` or stdin. Exactly one output line per source, in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+import click
+
+from seq2seq.cli.common import model_options, search_options, search_overrides, user_errors
+from seq2seq.text.lines import json_line, one_line, warn
+
+
+def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
+    if files and input_path is not None:
+        raise click.UsageError("give source files as arguments or with -i/--input, not both")
+    if files:
+        yield from files
+        return
+    path = input_path or "-"
+    if path != "-" and not os.path.isfile(path):
+        raise click.ClickException(f"input file not found: {path}")
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    try:
+        for line in stream:
+            if line.strip():
+                yield line.strip()
+    finally:
+        if path != "-":
+            stream.close()
+
+
+def _emitter(fmt: str, nbest: int) -> Callable[[str, list], str]:
+    def emit(path: str, hyps: list) -> str:
+        if fmt == "json":
+            obj = hyps[0].to_json() if hyps else {"source": path, "text": "", "error": "unreadable"}
+            if nbest > 1:
+                obj["nbest"] = [h.to_json() for h in hyps]
+            return json_line(obj) + "\n"
+        if nbest > 1:
+            return "".join(f"{path}\t{h.score:.4f}\t{one_line(h.text)}\n" for h in hyps) or f"{path}\t\t\n"
+        text = one_line(hyps[0].text) if hyps else ""
+        return f"{path}\t{text}\n" if fmt == "path" else text + "\n"
+
+    return emit
+
+
+def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str,
+         as_json: bool, with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool,
+         device: str, precision: str, weights: str | None, batch_tokens: int, chunk_lines: int,
+         **kw: Any) -> None:
+    from seq2seq.model.encoders.base import SourceError
+    from seq2seq.inference.generator import Captioner, Transcriber
+
+    search = search_overrides(kw)
+    if show_attention:
+        search["attention_layer"] = attention_layer
+    cls = Captioner if kind == "image" else Transcriber
+    try:
+        generator = cls.load(model_dir, device=device, precision=precision, weights=weights)
+        nbest = generator.search_config(**search).nbest
+    except ValueError as e:  # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options
+        raise click.ClickException(str(e)) from None
+    emit = _emitter("json" if as_json else "path" if with_path else "text", nbest)
+    sources = _sources(files, input_path)
+    out = click.open_file(output_path, "w", encoding="utf-8")
+    try:
+        if show_attention:
+            paths = list(sources)
+            if len(paths) != 1:
+                raise click.ClickException(f"--show-attention draws one source, but {len(paths)} were given")
+            results = generator.generate(paths, batch_tokens=batch_tokens, **search)
+            out.write(emit(paths[0], results[0]))
+            generator.plot_attention(results[0][0], show_attention)
+            click.echo(f"attention plot: {show_attention}", err=True)
+            return
+        while True:
+            chunk = list(itertools.islice(sources, chunk_lines))
+            if not chunk:
+                break
+            results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn, **search)
+            out.write("".join(emit(p, r) for p, r in zip(chunk, results)))
+            out.flush()
+    except SourceError as e:
+        raise click.ClickException(f"{e} (--skip-bad writes an empty line for such a file and goes on)") from None
+    finally:
+        if output_path != "-":
+            out.close()
+
+
+def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
+    @click.command(name, help=f"""{summary}
+
+    Sources are FILES, or one path per line from -i FILE or stdin. Writes one line per source, in
+    order: the text (--with-path: "path<TAB>text"; --json: one object per source; --nbest N > 1:
+    N lines "path<TAB>score<TAB>text" per source). MODEL_DIR must hold {noun} model.""")
+    @click.argument("model_dir", type=click.Path(file_okay=False))
+    @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+    @click.option("-i", "--input", "input_path", default=None, help="File listing one source path per line ('-': stdin).")
+    @click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
+    @search_options
+    @click.option("--nbest", type=click.IntRange(min=1), default=None, help="Hypotheses per source.")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON object per source: source, text, score, tokens.")
+    @click.option("--with-path", is_flag=True, help="Print 'path<TAB>text'.")
+    @click.option("--show-attention", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+                  help="Draw each generated word's cross-attention over the (single) source.")
+    @click.option("--attention-layer", type=int, default=-1, show_default=True,
+                  help="Decoder layer for --show-attention (negative: from the last).")
+    @click.option("--skip-bad", is_flag=True, help="An unreadable file gives an empty line and a warning instead of an error.")
+    @model_options
+    @user_errors
+    def command(**kwargs: Any) -> None:
+        _run(kind, **kwargs)
+
+    return command
+
+
+caption = _command("caption", "image", "an image", "Caption images with MODEL_DIR (an image-to-text model).")
+transcribe = _command("transcribe", "audio", "an audio", "Transcribe audio files with MODEL_DIR (a speech-to-text model).")

@@ -1,0 +1,89 @@
+"""`seq2seq serve MODEL_DIR`: the HTTP server of `seq2seq.serve.app` (needs the `serve` extra)."""
+
+from __future__ import annotations
+
+import click
+
+from seq2seq.accel.device import INFERENCE_PRECISIONS
+from seq2seq.cli.common import user_errors
+
+EXTRA_MISSING = ("`seq2seq serve` needs the optional 'serve' dependencies, FastAPI and uvicorn ({name} is not "
+                 "installed): pip install 'seq2seq[serve]'")
+
+
+def require_serve_extra() -> None:
+    """ClickException naming the extra when FastAPI or uvicorn cannot be imported."""
+    for name in ("fastapi", "uvicorn"):
+        try:
+            __import__(name)
+        except ImportError:
+            raise click.ClickException(EXTRA_MISSING.format(name=name)) from None
+
+
+@click.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port to listen on.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, mps.")
+@click.option("--precision", type=click.Choice(INFERENCE_PRECISIONS), default="fp32", show_default=True,
+              help="bf16: bfloat16 weights and autocast; int8: dynamically quantized linear layers (CPU).")
+@click.option("--weights", type=click.Path(dir_okay=False), default=None,
+              help="Use these weights instead of MODEL_DIR/model.safetensors (e.g. from `seq2seq average`).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Torch CPU threads (default: torch's choice).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Texts per model call, gathered from concurrent requests.")
+@click.option("--batch-window-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="How long a batch waits for more requests to join it.")
+@click.option("--batch-tokens", type=click.IntRange(min=1), default=4000, show_default=True,
+              help="Padded source tokens per batch inside a model call.")
+@click.option("--max-texts", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Texts (or files) per request; more: 413.")
+@click.option("--max-chars", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Characters per text; more: 413.")
+@click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Largest beam and nbest a request may ask for; more: 413.")
+@click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Texts waiting for the model; more: 503.")
+@click.option("--allow-paths", is_flag=True,
+              help="Image/audio models: /generate may read files on this machine named in {\"paths\": [...]}.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True, help="uvicorn's log level.")
+@user_errors
+def serve(model_dir: str, host: str, port: int, device: str, precision: str, weights: str | None,
+          threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
+          max_chars: int, max_beam: int, max_queue: int, allow_paths: bool, log_level: str) -> None:
+    """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first).
+
+    \b
+    POST /translate  {"text": "..."} or {"texts": [...]}, plus search options ("beam": 5, ...)
+    POST /generate   image/audio models: the file's bytes (search options in the query string)
+    GET  /health
+    Concurrent requests are batched into shared model calls. See docs/serving.md.
+    """
+    require_serve_extra()
+    import torch
+
+    from seq2seq.serve.app import Limits, create_app, load_model, run_server
+
+    try:
+        limits = Limits(max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_batch=max_batch,
+                        batch_window_ms=batch_window_ms, max_queue=max_queue, batch_tokens=batch_tokens)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        model = load_model(model_dir, device=device, precision=precision, weights=weights)
+    except ValueError as e:  # CheckpointError, TokenizerError, SourceError, bad device or precision
+        raise click.ClickException(str(e)) from None
+    except RuntimeError as e:
+        raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
+    app = create_app(model, limits, allow_paths=allow_paths)
+    endpoint = "/generate" if hasattr(model, "generate") else "/translate"
+    click.echo(f"serving {model_dir} on http://{host}:{port} (POST {endpoint}, GET /health); Ctrl+C stops", err=True)
+    try:
+        run_server(app, host=host, port=port, log_level=log_level)
+    except OSError as e:  # e.g. the port is taken
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e}") from None
+    click.echo("server stopped", err=True)

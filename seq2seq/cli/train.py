@@ -1,0 +1,76 @@
+"""`seq2seq train`, `seq2seq config` and `seq2seq quickstart`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from seq2seq.cli.common import user_errors
+
+
+@click.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a config value, e.g. --set training.lr=3e-4 (repeatable).")
+@click.option("--resume", is_flag=True, help="Continue the run in training.output_dir exactly where it stopped.")
+@click.option("--output-dir", "-o", default=None, help="Shortcut for --set training.output_dir=DIR.")
+@click.option("--init-from", "init_from", default=None, type=click.Path(file_okay=False), metavar="MODEL_DIR",
+              help="Fine-tune: start from MODEL_DIR's weights and tokenizer (fresh optimizer and schedule).")
+@user_errors
+def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str | None,
+          init_from: str | None) -> None:
+    """Train a model from a YAML CONFIG (see configs/example.yaml) into the model directory
+    training.output_dir, the directory `translate`, `test` and `average` take."""
+    from seq2seq.training.experiment import load_config, run_training
+
+    overrides = list(overrides) + ([f"training.output_dir={output_dir}"] if output_dir else [])
+    cfg = load_config(config, overrides)
+    result = run_training(cfg, resume=resume, config_source=config, init_from=init_from)
+    click.echo(f"model directory: {result['out_dir']} (best {cfg.training.best_metric} "
+               f"{result['best'] if result['best'] is not None else float('nan'):.2f} at step {result['best_step']})")
+
+
+@click.command("config")
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a config value, as for `seq2seq train` (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@user_errors
+def config_command(config: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Print the full resolved config: every key of every section, defaults filled in.
+
+    CONFIG (optional: without it, the defaults) is read and checked as `seq2seq train` reads it,
+    --set overrides applied; `model.encoder.type` decides which encoder keys appear. The output is
+    itself a valid config file.
+    """
+    from seq2seq.config.schema import to_dict
+    from seq2seq.config.root import config_yaml, load_config
+
+    cfg = load_config(config, list(overrides))
+    if as_json:
+        click.echo(json.dumps(to_dict(cfg), indent=2))
+        return
+    source = config or "the defaults"
+    click.echo(f"# {source}{' + ' + ' '.join(overrides) if overrides else ''}: every key, defaults filled in")
+    click.echo(config_yaml(cfg), nl=False)
+
+
+@click.command()
+@click.option("--output-dir", "-o", default="runs/quickstart", show_default=True, help="Where data and model go.")
+@click.option("--minutes", default=3.5, show_default=True, help="Training budget in wall-clock minutes.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, mps.")
+@click.option("--seed", default=1, show_default=True, help="Seed for the corpus and the training run.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUTPUT_DIR/model.")
+@user_errors
+def quickstart(output_dir: str, minutes: float, device: str, seed: int, overwrite: bool) -> None:
+    """Generate a small English->German corpus, train on it, report held-out BLEU and chrF.
+
+    No download needed: the corpus comes from a seeded grammar with agreement, verb-final
+    subordinate clauses and numbers written as words. Leaves the corpus in OUTPUT_DIR/data and
+    a model directory, OUTPUT_DIR/model, that `seq2seq translate` loads.
+    """
+    from seq2seq.training.quickstart import run_quickstart
+
+    run_quickstart(output_dir, minutes=minutes, device=device, seed=seed, overwrite=overwrite)
+

@@ -1,0 +1,138 @@
+"""`seq2seq translate`: one output line per input line, from a file, stdin or a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import Any, BinaryIO, Callable, Iterator
+
+import click
+
+from seq2seq.cli import common
+from seq2seq.cli.common import PROGRESS_OPTION, load_translator, model_options, search_options, search_overrides, show_progress, user_errors
+from seq2seq.text.lines import NBEST_FORMATS, count_lines, decoded_lines, formatter, open_binary, std_binary, translate_stream, warn
+
+
+@click.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("-i", "--input", "input_path", default="-", show_default=True, help="Input file ('-': stdin; .gz read as gzip).")
+@click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
+@search_options
+@click.option("--nbest", type=click.IntRange(min=1), default=None,
+              help="Hypotheses per input line; > 1 prints an n-best list (see --nbest-format).")
+@click.option("--nbest-format", type=click.Choice(NBEST_FORMATS), default=None,
+              help="n-best lines, best first, LINE counted from 0: marian 'LINE ||| text ||| F0= logprob ||| score' "
+                   "(the default for --nbest > 1) or fairseq 'H-LINE<TAB>score<TAB>text'.")
+@click.option("--scores", is_flag=True, help="Print 'score<TAB>translation' (score: length-penalised log-probability).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per input line: text, score, logprob, tokens.")
+@click.option("--alignment", is_flag=True, help="With --json: add the cross-attention matrix and the source tokens.")
+@click.option("--show-attention", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+              help="Plot the cross-attention of the (single) input sentence as a heatmap.")
+@click.option("--attention-layer", type=int, default=-1, show_default=True,
+              help="Decoder layer for --alignment / --show-attention (negative: from the last).")
+@click.option("--engine", type=click.Choice(["torch", "ctranslate2"]), default="torch", show_default=True,
+              help="ctranslate2: run the model's CTranslate2 export (see `seq2seq export`, docs/deployment.md).")
+@click.option("--engine-dir", type=click.Path(file_okay=False), default=None,
+              help="The CTranslate2 export to use (default: MODEL_DIR/ctranslate2).")
+@PROGRESS_OPTION
+@model_options
+@user_errors
+def translate(model_dir: str, input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
+              alignment: bool, show_attention: str | None, attention_layer: int, engine: str, engine_dir: str | None,
+              progress: bool | None, device: str, precision: str, weights: str | None, batch_tokens: int,
+              chunk_lines: int, **kw: Any) -> None:
+    """Translate text with MODEL_DIR: one output line per input line, in order.
+
+    Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
+    time. With a terminal on stdin it is interactive: type a sentence after the "> " prompt.
+    """
+    search = search_overrides(kw)
+    if alignment and not as_json:
+        raise click.UsageError("--alignment adds the attention to --json output; add --json")
+    if scores and as_json:
+        raise click.UsageError("--json already holds the scores; use one of --scores and --json")
+    if nbest_format and (as_json or scores):
+        raise click.UsageError(f"--nbest-format is an output format of its own; drop {'--json' if as_json else '--scores'}")
+    if alignment or show_attention:
+        search["attention_layer"] = attention_layer
+    if input_path != "-" and not os.path.isfile(input_path):
+        raise click.ClickException(f"input file not found: {input_path}")
+    if input_path != "-" and output_path != "-" and os.path.exists(output_path) \
+            and os.path.samefile(input_path, output_path):
+        raise click.ClickException(f"-o {output_path} is the input file; writing it would destroy the input")
+    interactive = input_path == "-" and common.stdin_is_tty()
+    lines: list[str] | None = None  # --show-attention reads its one sentence up front
+    if show_attention and not interactive:
+        with open_binary(input_path, "rb") as f:
+            lines = list(decoded_lines(f, input_path))
+        if len(lines) != 1 or not lines[0].strip():
+            what = "an empty line" if len(lines) == 1 else f"{len(lines)} lines"
+            raise click.ClickException(
+                f"--show-attention plots one sentence, but the input has {what}; give exactly one non-empty line"
+            )
+    if engine == "torch":
+        if engine_dir:
+            raise click.UsageError("--engine-dir is for --engine ctranslate2")
+        translator = load_translator(model_dir, device, precision, weights, search)
+    else:  # seq2seq/cli/deploy.py
+        from seq2seq.cli.deploy import load_engine
+
+        translator = load_engine(engine, model_dir, engine_dir, device, precision, weights, search)
+    nbest = translator.search_config(**search).nbest
+    emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
+
+    def plot(results: list) -> None:
+        from seq2seq.report.plots import plot_attention
+
+        best = results[0][0]
+        plot_attention(best.attention, best.src_pieces, best.pieces + ["</s>"], show_attention)
+        click.echo(f"attention plot: {show_attention}", err=True)
+
+    out = open_binary(output_path, "wb")
+    try:
+        if interactive:
+            _translate_interactively(out, translator, emit, show_attention, plot, search, batch_tokens)
+        elif lines is not None:
+            results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=warn, **search)
+            out.write(emit(0, results[0]).encode("utf-8"))
+            out.flush()
+            plot(results)
+        else:
+            show_bar = show_progress(progress, output_path)
+            total = count_lines(input_path) if show_bar and input_path != "-" else None
+            with open_binary(input_path, "rb") as f:
+                translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
+                                 emit, chunk_lines, batch_tokens, search, progress=show_bar, total=total)
+    except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+        sys.exit(1)
+    finally:
+        if output_path != "-":
+            out.close()
+
+
+def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int, list], str],
+                             show_attention: str | None, plot: Callable[[list], None], search: dict[str, Any],
+                             batch_tokens: int) -> None:
+    """Prompt "> " on stderr, translate each line typed, until end of input."""
+
+    def prompted(stream: BinaryIO) -> Iterator[bytes]:
+        while True:
+            click.echo("> ", err=True, nl=False)
+            raw = stream.readline()
+            if not raw:
+                click.echo("", err=True)
+                return
+            yield raw
+
+    for number, line in enumerate(decoded_lines(prompted(std_binary("stdin")), "stdin"), 1):
+        results = translator.translate_nbest([line], batch_tokens=batch_tokens, first_line=number, warn=warn, **search)
+        out.write(emit(number - 1, results[0]).encode("utf-8"))
+        out.flush()
+        if show_attention and results[0]:
+            plot(results)
+

@@ -1,0 +1,40 @@
+"""The root config of an experiment, as written in a YAML file under configs/.
+
+    Config = data + tokenizer + model + training + decoding
+
+Each section is a dataclass of its own module's concern (config.py: data, model, training;
+tokenizer.py; search.py); this module only assembles them, so loading a model directory's
+config.yaml imports neither the training loop nor the data pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from seq2seq.config.schema import DataConfig, ModelConfig, TrainingConfig, apply_overrides, from_dict, load_dict, to_dict
+from seq2seq.inference.search import SearchConfig
+from seq2seq.text.tokenizer import TokenizerConfig
+
+
+@dataclass
+class Config:
+    """The whole experiment, as written in a YAML file under configs/."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    decoding: SearchConfig = field(default_factory=SearchConfig)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read a YAML/JSON config, apply `section.key=value` overrides, validate every key."""
+    data = load_dict(path) if path is not None else {}
+    return from_dict(Config, apply_overrides(data, list(overrides)))
+
+
+def config_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -1,0 +1,326 @@
+"""The image modality: a ViT-style encoder over a grid of patches, its config and its image loader.
+
+    image file --ImageProcessor.load--> uint8 [C, H, W] (converted, resized; kept in memory)
+    examples --ImageProcessor.collate--> float [B, C, H, W], normalised (x / 255 - mean) / std
+    images --ImageEncoder--> memory [B, S, D], S = gh * gw patches in row-major order
+
+    model:
+      encoder: {type: image, image_size: 64, patch_size: 8}
+
+Preprocessing is defined by `ImageEncoderConfig` alone, which is saved in the model directory's
+config.yaml, so training and inference read images identically: the image is decoded with Pillow,
+turned upright by its EXIF orientation, flattened onto white where it has transparency, converted
+to RGB (channels 3) or 8-bit grey (channels 1), and stretched to height x width with Pillow's
+antialiasing bicubic filter (the aspect ratio is not kept: a 200x100 photo fills the whole square).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config.schema import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.model.layers import EncoderLayer, sinusoidal_table
+from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
+
+
+@register_encoder_config
+@dataclass
+class ImageEncoderConfig(EncoderConfig):
+    """`model.encoder` for `type: image`.
+
+    image_size: images are resized to image_size x image_size, unless height and width are set
+        (both; then height x width).
+    patch_size: side of the square patches; height and width must be multiples of it. The encoder
+        sees (height / patch_size) * (width / patch_size) positions.
+    channels: 3 (RGB) or 1 (grey); inputs of any mode are converted.
+    conv_stem: a small convolutional stem before the patch embedding (as in Xiao et al. 2021, "Early
+        convolutions help transformers see better"): two 3x3 stride-2 convolutions (stem_channels / 2,
+        then stem_channels wide, each followed by GELU), then the patch embedding as a
+        (patch_size / 4)-sized convolution over that 4x smaller feature map, so the grid is the same.
+        Needs patch_size divisible by 4.
+    positions: how patch positions are encoded: "sinusoidal" (fixed 2-D: the first half of d_model
+        encodes the row, the second half the column; needs d_model divisible by 4) or "learned"
+        (a learned row vector plus a learned column vector).
+    mean, std: normalisation of pixel values scaled to [0, 1]: one value per channel, or a single
+        value for every channel (the default, 0.5 and 0.5, maps pixels to [-1, 1]).
+
+    Search counts an image's length as its number of patches, so the default output limit
+    (decoding.max_len_a * patches + max_len_b) depends on the grid: with few patches, set
+    decoding.max_len_a: 0 and max_len_b above the longest caption, or captions are cut short.
+    """
+
+    type: str = "image"
+    image_size: int = 64
+    height: int | None = None
+    width: int | None = None
+    patch_size: int = 8
+    channels: int = 3
+    conv_stem: bool = False
+    stem_channels: int = 32
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    mean: list[float] = field(default_factory=lambda: [0.5])
+    std: list[float] = field(default_factory=lambda: [0.5])
+
+    def __post_init__(self) -> None:
+        key = "model.encoder"
+        if self.type != "image":
+            raise ConfigError(f"{key}.type must be 'image' for an ImageEncoderConfig, got {self.type!r}")
+        if (self.height is None) != (self.width is None):
+            raise ConfigError(f"{key}.height and {key}.width must be set together (or neither: {key}.image_size)")
+        if self.channels not in (1, 3):
+            raise ConfigError(f"{key}.channels must be 3 (RGB) or 1 (grey), got {self.channels}")
+        if self.patch_size < 1:
+            raise ConfigError(f"{key}.patch_size must be positive, got {self.patch_size}")
+        sizes = {"image_size": self.image_size} if self.height is None else {"height": self.height, "width": self.width}
+        for name, value in sizes.items():
+            if value < 1:
+                raise ConfigError(f"{key}.{name} must be positive, got {value}")
+            if value % self.patch_size:
+                raise ConfigError(f"{key}.{name} ({value}) must be divisible by {key}.patch_size ({self.patch_size})")
+        if self.conv_stem and self.stem_channels < 2:
+            raise ConfigError(f"{key}.stem_channels must be at least 2, got {self.stem_channels}")
+        if self.conv_stem and self.patch_size % 4:
+            raise ConfigError(f"{key}.conv_stem needs {key}.patch_size divisible by 4 (the stem downsamples 4x), "
+                              f"got {self.patch_size}")
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if len(values) not in (1, self.channels):
+                raise ConfigError(f"{key}.{name} needs one value, or one per channel ({self.channels}); got {values}")
+        if any(not s > 0 for s in self.std):
+            raise ConfigError(f"{key}.std must be positive, got {self.std}")
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) in pixels after resizing."""
+        return (self.image_size, self.image_size) if self.height is None else (self.height, self.width)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(gh, gw): patches per column and per row."""
+        h, w = self.size
+        return h // self.patch_size, w // self.patch_size
+
+
+# --------------------------------------------------------------------------------------------
+# The encoder
+# --------------------------------------------------------------------------------------------
+
+
+def sinusoidal_2d(gh: int, gw: int, d_model: int) -> Tensor:
+    """Fixed 2-D positions [gh * gw, D], row-major: dims [0, D/2) = the 1-D sinusoid of the row,
+    dims [D/2, D) = that of the column."""
+    half = d_model // 2
+    rows = sinusoidal_table(gh, half)[:, None, :].expand(gh, gw, half)
+    cols = sinusoidal_table(gw, half)[None, :, :].expand(gh, gw, half)
+    return torch.cat([rows, cols], dim=-1).reshape(gh * gw, d_model)
+
+
+class ImageEncoder(Encoder):
+    """ViT-style encoder: (optional conv stem) -> patch embedding -> + 2-D positions -> dropout ->
+    `model_cfg.n_encoder_layers` self-attention layers -> final LayerNorm (pre-norm models).
+
+    forward(images [B, C, H, W] float, normalised) -> (memory [B, S, D], pad_mask [B, S] all False),
+    S = gh * gw, memory row-major over the patch grid: position r * gw + c is the patch in row r,
+    column c. `self.grid = (gh, gw)`.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        enc = cfg.encoder
+        if not isinstance(enc, ImageEncoderConfig):
+            raise ConfigError(f"model.encoder must be an image encoder config, got {type(enc).__name__}")
+        if enc.positions == "sinusoidal" and cfg.d_model % 4:
+            raise ConfigError(f"model.encoder.positions 'sinusoidal' needs model.d_model divisible by 4, got {cfg.d_model}")
+        self.d_model = cfg.d_model
+        self.size = enc.size
+        self.grid = enc.grid
+        gh, gw = self.grid
+        in_channels, patch = enc.channels, enc.patch_size
+        if enc.conv_stem:  # [B, C, H, W] -> [B, stem_channels, H / 4, W / 4]
+            half = enc.stem_channels // 2
+            self.stem: nn.Module = nn.Sequential(
+                nn.Conv2d(enc.channels, half, 3, stride=2, padding=1), nn.GELU(),
+                nn.Conv2d(half, enc.stem_channels, 3, stride=2, padding=1), nn.GELU(),
+            )
+            in_channels, patch = enc.stem_channels, patch // 4
+        else:
+            self.stem = nn.Identity()
+        # A convolution with kernel = stride = patch size is a linear map of each flattened patch.
+        self.patch_embed = nn.Conv2d(in_channels, cfg.d_model, kernel_size=patch, stride=patch)
+        if enc.positions == "learned":
+            self.row_embed = nn.Parameter(torch.randn(gh, cfg.d_model) * 0.02)  # [gh, D]
+            self.col_embed = nn.Parameter(torch.randn(gw, cfg.d_model) * 0.02)  # [gw, D]
+        else:
+            self.register_buffer("table", sinusoidal_2d(gh, gw, cfg.d_model), persistent=False)  # [S, D]
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+
+    def positions(self) -> Tensor:
+        """Position encodings [S, D], row-major over the grid."""
+        if hasattr(self, "table"):
+            return self.table
+        gh, gw = self.grid
+        return (self.row_embed[:, None, :] + self.col_embed[None, :, :]).reshape(gh * gw, self.d_model)
+
+    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """images [B, C, H, W] -> (memory [B, S, D], pad_mask [B, S], all False)."""
+        if images.dim() != 4 or tuple(images.shape[2:]) != self.size:
+            raise ValueError(f"expected images [B, C, {self.size[0]}, {self.size[1]}], got {list(images.shape)}")
+        x = self.patch_embed(self.stem(images))  # [B, D, gh, gw]
+        x = x.flatten(2).transpose(1, 2)  # [B, S, D], row-major
+        x = self.dropout(x + self.positions().to(x.dtype))
+        for layer in self.layers:
+            x = layer(x, None)  # every patch is real: no padding mask
+        memory = self.final_norm(x)
+        pad_mask = torch.zeros(memory.shape[:2], dtype=torch.bool, device=memory.device)
+        return memory, pad_mask
+
+
+# --------------------------------------------------------------------------------------------
+# Reading images
+# --------------------------------------------------------------------------------------------
+
+
+def _to_8bit(image, channels: int):
+    """Any Pillow image -> mode "RGB" (channels 3) or "L" (channels 1); transparency flattened on white."""
+    from PIL import Image
+
+    if image.mode.startswith(("I", "F")):  # deep grey: scaled to 8 bits, not clipped
+        # 16-bit modes span 0..65535; a 32-bit int or float image is read as 16-bit when its values
+        # exceed 255, as 8-bit when they do not, and as 0..1 when a float image stays within it.
+        mode = image.mode
+        image = image.convert("F")
+        hi = image.getextrema()[1]
+        top = 65535.0 if mode.startswith("I;16") or hi > 255 else 1.0 if mode == "F" and hi <= 1.0 else 255.0
+        image = image.point(lambda v: v * 255.0 / top + 0.5).convert("L")  # rounded (convert truncates)
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
+        image.mode == "P" and "transparency" in image.info)
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, rgba)
+    return image.convert("RGB" if channels == 3 else "L")
+
+
+class ImageProcessor(SourceProcessor):
+    """Image file -> uint8 [C, H, W] (`load`); examples -> normalised float [B, C, H, W] (`collate`)."""
+
+    def __init__(self, cfg: ImageEncoderConfig) -> None:
+        self.cfg = cfg
+        self.size = cfg.size
+        gh, gw = cfg.grid
+        self.positions = gh * gw
+        self.mean = torch.tensor(cfg.mean, dtype=torch.float32).view(1, -1, 1, 1)  # [1, C or 1, 1, 1]
+        self.std = torch.tensor(cfg.std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def load(self, path: str | Path) -> Tensor:
+        """Read, convert and resize one image: uint8 [C, H, W]. SourceError naming the path when the
+        file is missing, empty, not an image, or truncated/corrupt."""
+        from PIL import Image, ImageOps
+
+        p = Path(path)
+        if not p.exists():
+            raise SourceError(f"image not found: {path}")
+        if not p.is_file():
+            raise SourceError(f"not a file: {path}")
+        try:
+            if p.stat().st_size == 0:
+                raise SourceError(f"empty image file: {path}")
+            with Image.open(p) as im:
+                im.load()  # decode everything now: a truncated or corrupt file fails here, not later
+                im = ImageOps.exif_transpose(im)
+                im = _to_8bit(im, self.cfg.channels)
+            h, w = self.size
+            if im.size != (w, h):
+                im = im.resize((w, h), Image.Resampling.BICUBIC)
+            data = im.tobytes()
+        except SourceError:
+            raise
+        except Image.UnidentifiedImageError:
+            raise SourceError(f"not an image (or a format Pillow cannot read): {path}") from None
+        except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, zlib.error, ... on bad data
+            raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
+        c = self.cfg.channels
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(h, w, c).permute(2, 0, 1).contiguous()
+
+    def length(self, example: Tensor) -> int:
+        """Every image becomes gh * gw encoder positions."""
+        return self.positions
+
+    def collate(self, examples: list[Tensor]) -> Tensor:
+        """uint8 [C, H, W] examples -> float [B, C, H, W] = (pixel / 255 - mean) / std."""
+        if not examples:
+            raise ValueError("collate needs at least one image")
+        expected = (self.cfg.channels, *self.size)
+        for i, x in enumerate(examples):
+            if tuple(x.shape) != expected:
+                raise ValueError(f"image {i} has shape {list(x.shape)}, expected {list(expected)} (use ImageProcessor.load)")
+        batch = torch.stack(examples).to(torch.float32).div_(255.0)
+        return batch.sub_(self.mean).div_(self.std)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention plot
+# --------------------------------------------------------------------------------------------
+
+
+def plot_image_attention(encoder_cfg: ImageEncoderConfig, example: Tensor, attention: list[list[float]],
+                         words: list[str], png_path: str | Path) -> None:
+    """PNG of the image with each generated word's cross-attention shown on it, one panel per word.
+
+    example: uint8 [C, H, W] from `ImageProcessor.load` (the image as the model sees it);
+    attention: [len(words), gh * gw]. Each row is reshaped row-major to the patch grid, scaled so
+    that its largest weight is 1, stretched bilinearly over the image and painted on it in cyan,
+    opaque in proportion to the weight: the cyan parts of a panel are where that word looked.
+    """
+    from seq2seq.report.plots import _save, plt
+
+    gh, gw = encoder_cfg.grid
+    if len(attention) != len(words):
+        raise ValueError(f"{len(attention)} attention rows for {len(words)} words")
+    for i, row in enumerate(attention):
+        if len(row) != gh * gw:
+            raise ValueError(f"attention row {i} has {len(row)} positions, the {gh}x{gw} patch grid has {gh * gw}")
+    h, w = example.shape[1:]
+    image = example.permute(1, 2, 0).numpy()
+    grey = image.shape[2] == 1
+    if grey:
+        image = image[:, :, 0]
+    extent = (0, w, h, 0)  # the image and the (coarser) attention grid cover the same square
+    n = max(len(words), 1)
+    cols = min(n, 6)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols, 2.2 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    if not words:
+        axes[0, 0].imshow(image, cmap="gray" if grey else None, vmin=0, vmax=255, extent=extent)
+        axes[0, 0].set_title("(empty caption)", fontsize=9)
+    for k, word in enumerate(words):
+        ax = axes.flat[k]
+        ax.imshow(image, cmap="gray" if grey else None, vmin=0, vmax=255, extent=extent)
+        weights = torch.tensor(attention[k], dtype=torch.float32).view(gh, gw)
+        weights = weights / weights.max().clamp_min(1e-9)
+        shade = torch.zeros(gh, gw, 4)
+        shade[..., 1:3] = 1.0  # cyan, a colour no scene of the recipe uses
+        shade[..., 3] = 0.7 * weights
+        ax.imshow(shade.numpy(), interpolation="bilinear", extent=extent)
+        ax.set_title(word.replace("\u2581", " ").strip() or repr(word), fontsize=9)
+    fig.tight_layout()
+    _save(fig, png_path)
+
+
+register(Modality(
+    "image",
+    build_encoder=lambda cfg, shared: ImageEncoder(cfg),
+    processor=ImageProcessor,
+    plot_attention=plot_image_attention,
+    noun="image",
+))

@@ -1,0 +1,37 @@
+"""The text encoder: token embedding + positions + a stack of self-attention layers."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from seq2seq.config.schema import ModelConfig
+from seq2seq.model.layers import Embedding, EncoderLayer
+from seq2seq.model.encoders.base import Encoder, Modality, register
+
+
+class TextEncoder(Encoder):
+    """src token ids [B, S] (padded with pad_id) -> (memory [B, S, D], pad mask [B, S])."""
+
+    def __init__(self, cfg: ModelConfig, embedding: Embedding | None = None) -> None:
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.pad_id = cfg.pad_id
+        self.embed = embedding if embedding is not None else Embedding(cfg.src_vocab_size, cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+
+    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        pad_mask = src.eq(self.pad_id)
+        x = self.embed(src)
+        # Fully unpadded batches skip the mask, which lets SDPA take its fastest kernel.
+        mask = pad_mask if bool(pad_mask.any()) else None
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.final_norm(x), pad_mask
+
+    def source_lengths(self, src: Tensor) -> Tensor:
+        return src.ne(self.pad_id).sum(dim=1)
+
+
+# Text sources are tokenized by the text data pipeline (seq2seq.data) and the Translator: no processor.
+register(Modality("text", build_encoder=lambda cfg, shared: TextEncoder(cfg, embedding=shared), noun="sentence"))

@@ -1,0 +1,126 @@
+"""The training loss: label-smoothed cross-entropy of the output projection, fused and chunked.
+
+With smoothing eps over a vocabulary of V, the target distribution is q = (1 - eps) onehot(y) + eps / V
+(as in torch.nn.functional.cross_entropy(label_smoothing=eps)). For a hidden state h, output
+weights W [V, D], logits z = W h:
+
+    loss = -sum_v q_v log softmax(z)_v = logsumexp(z) - (1 - eps) z_y - (eps / V) sum_v z_v
+    d loss / d z = softmax(z) - q,   d loss / d h = W^T (softmax(z) - q),   d loss / d W = (softmax(z) - q) h^T
+
+Composed from PyTorch ops, the [N, V] logits, their fp32 copy, the log-probabilities, a zero
+gradient, the smoothing term and the casts back are all separate [N, V] buffers, each freshly
+allocated (and page-faulted) every step: on a CPU that was a quarter of a small model's training
+step. `linear_cross_entropy` instead walks the N positions in chunks of a few MB that stay in cache,
+and since the loss is a scalar it computes the gradients of h and W in the same pass (when grad
+mode needs them), scaling them by the incoming gradient in backward. Under autocast, fp32 inputs
+are multiplied in the autocast dtype (bf16 on CPU); softmax, the loss and the accumulated weight
+gradient are fp32 (fp64 for fp64 inputs). With fp16 the gradient matmuls stay fp32, so that small
+probabilities do not underflow before GradScaler's scale is applied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.accel.onednn import bucket
+
+CHUNK_BYTES = 8 << 20  # the fp32 [rows, V] block of one chunk (262 rows for V = 8000)
+
+
+def _compute_dtype(t: Tensor) -> torch.dtype:
+    if t.dtype == torch.float32 and torch.is_autocast_enabled(t.device.type):
+        return torch.get_autocast_dtype(t.device.type)
+    return t.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
+                need_grad: bool) -> Tensor:
+        dtype = _compute_dtype(hidden)
+        grad_dtype = torch.float32 if dtype == torch.float16 else dtype
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            vocab = w.size(0)
+            acc_dtype = torch.promote_types(dtype, torch.float32)
+            loss = torch.zeros((), dtype=acc_dtype, device=h.device)
+            grad_h = torch.empty(h.shape, dtype=grad_dtype, device=h.device) if need_grad else None
+            grad_w = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device) if need_grad else None
+            if need_grad:  # the operands of the gradient matmuls, cast once
+                h_g, w_g = h.to(grad_dtype), w.to(grad_dtype)
+            # bf16 training on CPU: the short last chunk is padded to a bucketed row count (zero rows,
+            # whose loss and gradient are dropped), so its matmuls reuse oneDNN kernels. The same rule
+            # as onednn.buckets_rows, which cannot be asked here: a Function's forward runs without grad.
+            pad_rows = need_grad and h.is_cpu and dtype == torch.bfloat16
+            for start in range(0, h.size(0), chunk):
+                h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
+                rows = h_c.size(0)
+                padding = bucket(rows) - rows if pad_rows and rows < chunk else 0
+                if padding:
+                    h_c, t_c = F.pad(h_c, (0, 0, 0, padding)), F.pad(t_c, (0, 0, 0, padding))
+                z = h_c @ w.t()  # [c, V] in the compute dtype; read in acc_dtype without a copy
+                picked = z.gather(1, t_c).squeeze(1).to(acc_dtype)
+                total = z.sum(dim=1, dtype=acc_dtype) if smoothing else None
+                m = z.amax(dim=1, keepdim=True).to(acc_dtype)
+                p = (z.sub_(m) if z.dtype == acc_dtype else torch.sub(z, m)).exp_()  # [c, V] in acc_dtype
+                s = p.sum(dim=1, keepdim=True)
+                lse = (s.log() + m).squeeze(1)
+                chunk_loss = lse - (1.0 - smoothing) * picked
+                if total is not None:
+                    chunk_loss = chunk_loss - (smoothing / vocab) * total
+                loss += chunk_loss[:rows].sum()
+                if need_grad:
+                    g = p.div_(s)  # softmax(z) - q, in place
+                    if smoothing:
+                        g.sub_(smoothing / vocab)
+                    g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
+                    g = g.to(grad_dtype)
+                    # Same dtype: reuse the sliced (and padded) chunk. Only bf16 pads, and then h_g is h.
+                    h_gc = h_c if h_g is h else h_g[start : start + chunk]
+                    grad_h[start : start + chunk] = (g @ w_g)[:rows]
+                    grad_w += g.t() @ h_gc  # summed in fp32 (or fp64); zero padded rows add nothing
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.dtypes = (hidden.dtype, weight.dtype)
+        return loss
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        grad_h, grad_w = ctx.saved_tensors
+        if grad_h is None:
+            raise RuntimeError("linear_cross_entropy was computed without gradients (grad mode was off)")
+        hidden_dtype, weight_dtype = ctx.dtypes
+        return (grad_h * grad).to(hidden_dtype), (grad_w * grad).to(weight_dtype), None, None, None, None
+
+
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0,
+                         chunk: int | None = None) -> Tensor:
+    """Summed label-smoothed cross-entropy of the logits hidden @ weight.T (fp32 softmax and sum).
+
+    hidden [N, D], weight [V, D] (a bias-free output projection), target [N] class ids (no padding)
+    -> scalar. smoothing=0 gives the plain summed NLL. `chunk` rows at a time (default: ~8 MB of
+    fp32 logits).
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.size(1) != weight.size(1) or target.shape != hidden.shape[:1]:
+        raise ValueError(f"expected hidden [N, D], weight [V, D], target [N]; got {tuple(hidden.shape)}, "
+                         f"{tuple(weight.shape)}, {tuple(target.shape)}")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    chunk = chunk or max(1, CHUNK_BYTES // (4 * weight.size(0)))
+    need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk, need_grad)
+
+
+def sequence_loss(model: torch.nn.Module, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
+                  smoothing: float = 0.0) -> Tensor:
+    """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.
+
+    Only the non-pad positions of tgt_out are projected to the vocabulary and scored.
+    """
+    keep = tgt_out.ne(pad_id)
+    hidden = model.features(src, tgt_in)[keep]  # [K, D]
+    return linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out[keep], smoothing)

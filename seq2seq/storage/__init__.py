@@ -1,0 +1,1 @@
+"""Files on disk: atomic writes, pickle-free weights, and the model directory."""

@@ -1,0 +1,262 @@
+"""SentencePiece subword tokenizers with fixed special ids.
+
+Every model this toolkit trains or loads uses the same special ids, so that padding, masking
+and decoding never need to ask the tokenizer:
+
+    PAD_ID = 0, UNK_ID = 1, BOS_ID = 2, EOS_ID = 3
+
+`Tokenizer` wraps one SentencePiece model (kept as its serialized bytes, so it can be saved
+after loading). `TokenizerPair` holds the source and target tokenizers: one shared (joint)
+model, written as `spm.model`, or two separate ones, `spm.src.model` and `spm.tgt.model`.
+
+Training runs in memory from lists of sentences with a fixed random seed and a fixed number of
+threads: SentencePiece's result depends on the thread count, so fixing it makes the same
+corpus give the same model on any machine.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import sentencepiece as spm
+
+from seq2seq.config.schema import ConfigError
+
+logger = logging.getLogger(__name__)
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+SPECIAL_IDS = {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+
+JOINT_MODEL = "spm.model"
+SRC_MODEL = "spm.src.model"
+TGT_MODEL = "spm.tgt.model"
+
+TRAIN_SEED = 1234
+TRAIN_THREADS = 4  # fixed, not os.cpu_count(): the trained model depends on the thread count
+
+
+class TokenizerError(ValueError):
+    """A tokenizer model that cannot be used: not SentencePiece, or different special ids."""
+
+
+@dataclass
+class TokenizerConfig:
+    """How to build the subword vocabularies.
+
+    joint: one SentencePiece model shared by source and target (needed for shared embeddings).
+    vocab_size: size of the joint model, and the default of src_vocab_size / tgt_vocab_size
+        for separate models. Lowered automatically (with a warning) when the corpus is too small.
+    input_sentence_size: at most this many sentences (randomly sampled, fixed seed) are used
+        for training.
+    src_model / tgt_model: existing `.model` files to load instead of training; with
+        joint=True only src_model is used.
+    """
+
+    joint: bool = True
+    model_type: Literal["unigram", "bpe"] = "unigram"
+    vocab_size: int = 8000
+    src_vocab_size: int | None = None
+    tgt_vocab_size: int | None = None
+    character_coverage: float = 1.0
+    input_sentence_size: int = 1_000_000
+    src_model: str | None = None
+    tgt_model: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "src_vocab_size", "tgt_vocab_size"):
+            value = getattr(self, name)
+            if value is not None and value <= len(SPECIAL_IDS):
+                raise ConfigError(f"tokenizer.{name} must be larger than {len(SPECIAL_IDS)}, got {value}")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise ConfigError(f"tokenizer.character_coverage must be in (0, 1], got {self.character_coverage}")
+        if self.input_sentence_size <= 0:
+            raise ConfigError(f"tokenizer.input_sentence_size must be positive, got {self.input_sentence_size}")
+        if not self.joint and (self.src_model is None) != (self.tgt_model is None):
+            raise ConfigError("tokenizer.src_model and tokenizer.tgt_model must be set together when joint is false")
+
+
+class Tokenizer:
+    """One SentencePiece model. Ids never include BOS/EOS unless the caller adds them."""
+
+    def __init__(self, model_proto: bytes, name: str = "<in memory>") -> None:
+        """Load a model from its serialized bytes; `name` (a path) is used in error messages."""
+        self.name = name
+        self._proto = bytes(model_proto)
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(self._proto)
+        except (RuntimeError, OSError, TypeError) as e:
+            raise TokenizerError(f"{name} is not a SentencePiece model: {e}") from None
+        if self._sp.get_piece_size() <= len(SPECIAL_IDS):
+            raise TokenizerError(f"{name} is not a usable SentencePiece model (vocabulary of {self._sp.get_piece_size()})")
+        actual = {"pad_id": self._sp.pad_id(), "unk_id": self._sp.unk_id(),
+                  "bos_id": self._sp.bos_id(), "eos_id": self._sp.eos_id()}
+        if actual != SPECIAL_IDS:
+            raise TokenizerError(
+                f"{name} has special ids {actual}, but this toolkit needs {SPECIAL_IDS}; "
+                "train it with --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3"
+            )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise TokenizerError(f"tokenizer model not found: {path}")
+        return cls(path.read_bytes(), name=str(path))
+
+    def save(self, path: str | Path) -> None:
+        """Write the model bytes (exactly what was loaded or trained)."""
+        Path(path).write_bytes(self._proto)
+
+    @property
+    def model_proto(self) -> bytes:
+        return self._proto
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Texts -> subword ids, one list per text, without BOS/EOS."""
+        return self._sp.encode(list(texts), out_type=int)
+
+    def sample(self, text: str, alpha: float, nbest: int = -1) -> list[int]:
+        """One text -> the ids of one sampled segmentation (subword regularization; unigram: from
+        the `nbest` best, -1 all, with probabilities ^ alpha; bpe: merges dropped with probability
+        alpha). SentencePiece's global generator draws: see `seq2seq.data.sampling` for seeding."""
+        return self._sp.encode(text, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=nbest)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Id lists -> texts. Pad, BOS and EOS ids are skipped wherever they are."""
+        skip = {PAD_ID, BOS_ID, EOS_ID}
+        return self._sp.decode([[int(i) for i in seq if int(i) not in skip] for seq in ids])
+
+    def pieces(self, text: str) -> list[str]:
+        """One text -> its subword pieces (for inspection)."""
+        return self._sp.encode(text, out_type=str)
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self._sp.id_to_piece(token_id)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size})"
+
+
+def train_tokenizer(
+    texts: list[str],
+    vocab_size: int,
+    cfg: TokenizerConfig,
+    num_threads: int = TRAIN_THREADS,
+    seed: int = TRAIN_SEED,
+) -> Tokenizer:
+    """Train one SentencePiece model in memory on `texts`.
+
+    If the corpus is too small for `vocab_size`, retrains with the largest size SentencePiece
+    reports as possible (or, failing that, with hard_vocab_limit=False) and logs a warning.
+    """
+    if not any(t.strip() for t in texts):
+        raise TokenizerError("cannot train a tokenizer: the training text is empty")
+    options = dict(
+        model_type=cfg.model_type,
+        character_coverage=cfg.character_coverage,
+        input_sentence_size=cfg.input_sentence_size,
+        shuffle_input_sentence=True,
+        num_threads=num_threads,
+        minloglevel=2,
+        **SPECIAL_IDS,
+    )
+
+    def run(size: int, **extra: object) -> bytes:
+        spm.set_random_generator_seed(seed)
+        writer = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts), model_writer=writer, vocab_size=size, **options, **extra
+        )
+        return writer.getvalue()
+
+    try:
+        proto = run(vocab_size)
+    except RuntimeError as e:
+        if "Vocabulary size too high" not in str(e):
+            raise TokenizerError(f"SentencePiece training failed: {e}") from None
+        match = re.search(r"value <= (\d+)", str(e))
+        if match and int(match.group(1)) > len(SPECIAL_IDS):
+            smaller = int(match.group(1))
+            logger.warning("vocab_size %d is too large for this corpus; training with %d instead", vocab_size, smaller)
+            proto = run(smaller)
+        else:
+            logger.warning("vocab_size %d is too large for this corpus; training with hard_vocab_limit=False", vocab_size)
+            try:
+                proto = run(vocab_size, hard_vocab_limit=False)
+            except RuntimeError as e2:
+                raise TokenizerError(f"SentencePiece training failed: {e2}") from None
+    return Tokenizer(proto, name=f"<trained {cfg.model_type} {vocab_size}>")
+
+
+@dataclass
+class TokenizerPair:
+    """Source and target tokenizers; with `joint` they are one and the same model."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+    joint: bool = True
+
+    @classmethod
+    def train(
+        cls, cfg: TokenizerConfig, src_texts: list[str], tgt_texts: list[str], out_dir: str | Path
+    ) -> TokenizerPair:
+        """Train (or, when cfg.src_model/tgt_model are set, load) and save into `out_dir`."""
+        if cfg.src_model is not None:
+            src = Tokenizer.load(cfg.src_model)
+            tgt = src if cfg.joint else Tokenizer.load(cfg.tgt_model or cfg.src_model)
+            logger.info("loaded tokenizer model(s) %s", cfg.src_model if cfg.joint else (cfg.src_model, cfg.tgt_model))
+        elif cfg.joint:
+            src = tgt = train_tokenizer(list(src_texts) + list(tgt_texts), cfg.vocab_size, cfg)
+        else:
+            src = train_tokenizer(list(src_texts), cfg.src_vocab_size or cfg.vocab_size, cfg)
+            tgt = train_tokenizer(list(tgt_texts), cfg.tgt_vocab_size or cfg.vocab_size, cfg)
+        pair = cls(src, tgt, joint=cfg.joint)
+        pair.save(out_dir)
+        return pair
+
+    @classmethod
+    def load(cls, directory: str | Path) -> TokenizerPair:
+        """Load `spm.model` (joint) or `spm.src.model` + `spm.tgt.model` from `directory`."""
+        directory = Path(directory)
+        if (directory / JOINT_MODEL).is_file():
+            tok = Tokenizer.load(directory / JOINT_MODEL)
+            return cls(tok, tok, joint=True)
+        if (directory / SRC_MODEL).is_file() and (directory / TGT_MODEL).is_file():
+            return cls(Tokenizer.load(directory / SRC_MODEL), Tokenizer.load(directory / TGT_MODEL), joint=False)
+        raise TokenizerError(f"no tokenizer in {directory}: expected {JOINT_MODEL} or {SRC_MODEL} + {TGT_MODEL}")
+
+    def save(self, directory: str | Path) -> None:
+        """Write the model file(s); removes model files of the other layout so `load` is unambiguous."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            self.src.save(directory / JOINT_MODEL)
+            stale = [SRC_MODEL, TGT_MODEL]
+        else:
+            self.src.save(directory / SRC_MODEL)
+            self.tgt.save(directory / TGT_MODEL)
+            stale = [JOINT_MODEL]
+        for name in stale:
+            (directory / name).unlink(missing_ok=True)
+
+    @property
+    def files(self) -> list[str]:
+        return [JOINT_MODEL] if self.joint else [SRC_MODEL, TGT_MODEL]

@@ -1,0 +1,11 @@
+"""Training: from a config to a model directory.
+
+    experiment   the pipeline: data, tokenizer, model, `Trainer`, model directory (`run_training`)
+    trainer      the training loop: steps, accumulation, validation cadence, stopping, resume
+    optim        optimizer and learning-rate schedule
+    validation   validation loss and scores during training
+    run_state    a run's checkpoints and resume state on disk
+    distributed  torchrun process groups
+    finetune     `train --init-from`: starting from another model directory
+    quickstart   the built-in corpus job behind `seq2seq quickstart`
+"""

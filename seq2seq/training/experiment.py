@@ -1,0 +1,209 @@
+"""An experiment's training pipeline: data -> model -> Trainer -> model directory.
+
+    run_training(cfg): prepare data -> build model -> Trainer -> model directory
+
+The root `Config` lives in `seq2seq.config.root` and model-directory loading in `seq2seq.storage.model_dir`
+(both re-exported here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from seq2seq import __version__
+from seq2seq.storage import files as ckpt
+from seq2seq.training import distributed
+from seq2seq.training import finetune
+from seq2seq.data.batching import Batch, IndexedRows, TokenBatchSampler, collate_text
+from seq2seq.config.schema import ConfigError
+from seq2seq.data import prepare
+from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
+from seq2seq.accel.device import choose_device
+from seq2seq.model.encoders import Encoder, get_modality
+from seq2seq.model.transformer import Seq2SeqTransformer
+from seq2seq.storage.model_dir import LoadedModel, build_model, load_model_dir  # noqa: F401 - re-exported
+from seq2seq.config.root import Config, config_yaml, load_config  # noqa: F401 - re-exported
+from seq2seq.data.media import collate_media, prepare_media, source_lengths
+from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
+from seq2seq.training.trainer import Trainer, ValidData
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingData:
+    """What the trainer needs from the data, whatever the modality."""
+
+    tokenizers: TokenizerPair
+    sampler: TokenBatchSampler  # batches of training row indices
+    collate: Callable[[list[int]], Batch]  # row indices -> Batch
+    valid: ValidData | None
+    fingerprint: str
+    summary: str  # what cleaning kept and dropped
+    n_train: int
+    n_valid: int
+
+
+def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
+    """Validation batches in length order (fixed across validations)."""
+    sampler = TokenBatchSampler(list(dataset["src_len"]), list(dataset["tgt_len"]), max_tokens=max_tokens, shuffle=False, seed=0)
+    rows = IndexedRows(dataset)
+    return [collate_text(rows.__getitems__(idx)) for idx in sampler]
+
+
+def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
+    """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`."""
+    prepared = prepare(cfg.data, cfg.tokenizer, out_dir, Path(cfg.data.cache_dir or out_dir / "cache"))
+    tok, train = prepared.tokenizers, prepared.train
+    columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
+    src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
+    if cfg.data.subword_alpha is None:
+        sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=cfg.training.max_tokens,
+                                    shuffle=True, seed=cfg.training.seed)
+
+        def rows(indices: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+            return [src_col[i] for i in indices], [tgt_col[i] for i in indices]
+    else:  # subword regularization: every epoch segmented anew, and batched by those lengths
+        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
+                                   cfg.data.subword_nbest, cfg.data.max_len, seed=cfg.training.seed)
+        sampler = ResegmentedBatches(segmenter, max_tokens=cfg.training.max_tokens, seed=cfg.training.seed)
+        rows = sampler.rows
+
+    def collate(indices: list[int]) -> Batch:
+        src_ids, tgt_ids = rows(indices)
+        return collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)])
+
+    valid = None
+    if prepared.valid is not None and len(prepared.valid):
+        valid = ValidData(
+            batches=valid_batches(prepared.valid, cfg.training.max_tokens),
+            references=[[t] for t in prepared.valid["tgt"]],
+            detokenize=tok.tgt.decode,
+        )
+    n_valid = 0 if prepared.valid is None else len(prepared.valid)
+    return TrainingData(tok, sampler, collate, valid, prepared.fingerprint, prepared.report.summary(), len(train), n_valid)
+
+
+def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
+    """Image or audio files with their texts (see `seq2seq.data.media`): every file loaded up front."""
+    if cfg.data.subword_alpha is not None:
+        raise ConfigError(f"data.subword_alpha (subword regularization) is for text sources; "
+                          f"model.encoder.type {cfg.model.encoder.type!r} does not support it")
+    modality = get_modality(cfg.model.encoder.type)
+    processor = modality.processor(cfg.model.encoder)
+    data = prepare_media(cfg.data, cfg.tokenizer, modality, processor, out_dir)
+    train, valid_split = data.train, data.valid
+    tgt_lens = [len(t) + 1 for t in train.tgt_ids]
+    sampler = TokenBatchSampler(source_lengths(train, processor), tgt_lens, max_tokens=cfg.training.max_tokens,
+                                shuffle=True, seed=cfg.training.seed)
+    valid = None
+    if valid_split is not None:
+        order = TokenBatchSampler(source_lengths(valid_split, processor), [len(t) + 1 for t in valid_split.tgt_ids],
+                                  max_tokens=cfg.training.max_tokens, shuffle=False, seed=0)
+        valid = ValidData(batches=[collate_media(valid_split, processor, idx) for idx in order],
+                          references=data.valid_references, detokenize=data.tokenizers.tgt.decode)
+    return TrainingData(data.tokenizers, sampler, functools.partial(collate_media, train, processor), valid,
+                        data.fingerprint, data.summary, len(train), 0 if valid_split is None else len(valid_split))
+
+
+def run_training(cfg: Config, resume: bool = False, config_source: str | None = None,
+                 encoder: Encoder | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
+    """Prepare data, build the model and train it into cfg.training.output_dir.
+
+    init_from: a model directory to fine-tune: its weights, tokenizer and model config, with a fresh
+    optimizer and schedule (see `seq2seq.training.finetune`; cfg's model/tokenizer sections must fit it).
+
+    encoder: an `Encoder` instance to use instead of the one model.encoder.type builds (e.g. a
+    pretrained backbone); it keeps its weights. Pass the same kind of instance to
+    `load_model_dir(..., encoder=...)` to load the result.
+
+    Started by torchrun, every process runs this (see `seq2seq.training.distributed`): rank 0 prepares the
+    data and tokenizer first, the others then reuse them; only rank 0 writes the model directory.
+    """
+    started = distributed.init(choose_device(cfg.training.device).type)
+    try:
+        return _run_training(cfg, resume, config_source, encoder, init_from)
+    finally:
+        if started:
+            distributed.shutdown()
+
+
+def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder: Encoder | None,
+                  init_from: str | Path | None) -> dict[str, Any]:
+    out_dir = Path(cfg.training.output_dir)
+    state_dir = ckpt.train_state_dir(out_dir)
+    if state_dir is not None and not resume:
+        raise ConfigError(
+            f"{out_dir} already holds a training run; pass --resume to continue it, or set "
+            f"training.output_dir to a new directory"
+        )
+    if resume and state_dir is None:
+        log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
+    parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    text_source = get_modality(cfg.model.encoder.type).processor is None  # text, or a custom text encoder
+    with distributed.main_first():
+        data = text_training_data(cfg, out_dir) if text_source else media_training_data(cfg, out_dir)
+    tok = data.tokenizers
+    cfg.model = dataclasses.replace(
+        cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
+    )
+    if cfg.model.share_embeddings and not tok.joint:
+        raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
+    torch.manual_seed(cfg.training.seed)
+    model = Seq2SeqTransformer(cfg.model, encoder)
+    if parent is not None:
+        parent.init_weights(model)
+
+    if distributed.is_main():
+        write_static_files(out_dir, cfg, data, model, config_source, parent)
+
+    search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
+    trainer = Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
+    log.info("resolved config:\n%s", config_yaml(cfg))
+    log.info("model: %s parameters; device: %s; precision: %s; processes: %d", f"{model.num_parameters():,}",
+             trainer.device, trainer.precision, distributed.world_size())
+    log.info(
+        "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",
+        f"{data.n_train:,}", f"{data.n_valid:,}", data.summary, len(data.sampler),
+        100 * data.sampler.padding_ratio(),
+    )
+    if resume:
+        trainer.resume()
+    result = trainer.train()
+    result["out_dir"] = str(out_dir)
+    return result
+
+
+def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Seq2SeqTransformer,
+                       config_source: str | None, parent: Any) -> None:
+    """The model directory's static part (config, tokenizer, metadata), written before training so
+    that a checkpoint is always usable."""
+    ckpt.write_text_atomic(out_dir / ckpt.CONFIG, config_yaml(cfg))
+    data.tokenizers.save(out_dir)
+    meta_path = out_dir / ckpt.METADATA
+    meta = ckpt.read_json(meta_path) if meta_path.is_file() else {}
+    meta.update(
+        {
+            "seq2seq_version": __version__,
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+            "config_source": config_source,
+            "data_fingerprint": data.fingerprint,
+            "cleaning": data.summary,
+            "train_pairs": data.n_train,
+            "valid_pairs": data.n_valid,
+            "parameters": model.num_parameters(),
+        }
+    )
+    finetune.record(meta, parent, out_dir)
+    ckpt.write_json_atomic(meta_path, meta)

@@ -1,0 +1,84 @@
+"""The optimizer and the learning-rate schedule of training.
+
+    optimizer: AdamW; weight decay on weight matrices only (not on biases, norms or embeddings)
+    lr(step)  = cfg.lr * schedule(step) * cooldown(step, elapsed)
+    schedule:   linear warmup over warmup_steps, then inverse_sqrt, linear, cosine or constant
+    cooldown:   linear annealing to 0 over the last `cfg.cooldown` fraction of the step or time budget
+                (the step budget may shrink during training: see TrainingConfig.cooldown_patience)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from seq2seq.config.schema import TrainingConfig
+
+
+def build_optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.AdamW:
+    """AdamW over two groups: decay (weight matrices) and no decay (vectors, norms, embeddings)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name or "embed" in name else decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.adam_eps,
+    )
+
+
+def lr_lambda(cfg: TrainingConfig) -> Callable[[int], float]:
+    """Multiplier of cfg.lr at a step: linear warmup, then the chosen decay."""
+    warmup = max(cfg.warmup_steps, 0)
+
+    def factor(step: int) -> float:
+        step = step + 1
+        if step <= warmup:
+            return step / warmup
+        if cfg.schedule == "inverse_sqrt":
+            return math.sqrt(max(warmup, 1) / step)
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, cfg.max_steps - warmup))
+        floor = cfg.min_lr_ratio
+        if cfg.schedule == "linear":
+            return floor + (1.0 - floor) * (1.0 - progress)
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def cooldown_factor(cfg: TrainingConfig, step: int, elapsed_s: float, max_steps: int | None = None) -> float:
+    """Multiplier that anneals the learning rate linearly to 0 over the last cfg.cooldown of the run.
+
+    The run's progress is the larger of step / max_steps and elapsed / max_time_minutes, so a
+    wall-clock budget ends with the same annealing as a step budget (warmup-stable-decay).
+    `max_steps` is the run's current step budget (default cfg.max_steps; a validation plateau
+    shortens it, see `plateau_budget`)."""
+    if cfg.cooldown <= 0:
+        return 1.0
+    progress = step / max(cfg.max_steps if max_steps is None else max_steps, 1)
+    if cfg.max_time_minutes:
+        progress = max(progress, elapsed_s / (cfg.max_time_minutes * 60))
+    return max(0.0, min(1.0, (1.0 - progress) / cfg.cooldown))
+
+
+def plateau_budget(cfg: TrainingConfig, step: int, max_steps: int) -> int:
+    """The step budget after a validation plateau at `step`: the run ends at step / (1 - cooldown),
+    so that `step` is exactly where the cooldown begins (never later than the budget it had)."""
+    return min(max_steps, math.ceil(step / (1.0 - cfg.cooldown)))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainingConfig, elapsed_s: Callable[[], float],
+                    max_steps: Callable[[], int] | None = None) -> torch.optim.lr_scheduler.LambdaLR:
+    """lr = cfg.lr * lr_lambda(cfg)(step) * cooldown_factor(step, elapsed_s(), max_steps()), re-evaluated
+    at every scheduler step; `elapsed_s` gives the seconds trained so far (across resumes) and
+    `max_steps` the current step budget (default: cfg.max_steps)."""
+    schedule = lr_lambda(cfg)
+    budget = max_steps or (lambda: cfg.max_steps)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: schedule(step) * cooldown_factor(cfg, step, elapsed_s(), budget()))

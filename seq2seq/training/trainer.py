@@ -1,0 +1,373 @@
+"""Training: one clear loop with label smoothing, AdamW, warmup schedules, AMP, validation,
+checkpoints and exact resume.
+
+The trainer knows nothing about text: a batch's `src` goes to the model's encoder as it is, and
+validation decodes with the shared search module and scores detokenized strings.
+
+    for each step:
+        accumulate `accum_steps` token-bucketed batches (loss = sum over tokens / tokens in the step)
+        skip the step if the loss or gradient is not finite (abort after `max_bad_steps`)
+        clip, optimizer step, schedule step
+        every `valid_every` steps: validate, save (best, last K, resume state), log, plot
+
+Under torchrun the same loop runs in every process with DistributedDataParallel (see
+`seq2seq.training.distributed`): each process takes its share of a step's `accum_steps` batches, gradients
+are all-reduced once per step (`no_sync` on the others), rank 0 alone validates and writes, and the
+elapsed time and early stopping are decided once and shared, so all processes stop together.
+
+The pieces live beside it: the optimizer and schedule in `seq2seq.training.optim`, validation in
+`seq2seq.training.validation`, the run's checkpoints in `seq2seq.training.run_state`. On a CPU the model's modules
+are swapped for their CPU training variants first (`seq2seq.accel.cpu.speed_up_for_cpu_training`, which
+also caps oneDNN's kernel caches before the first step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from seq2seq.training import distributed
+
+from seq2seq.data.batching import Batch, TokenBatchSampler
+from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
+from seq2seq.config.schema import TrainingConfig  # noqa: F401 - re-exported: the `training` section
+from seq2seq.accel.cpu import speed_up_for_cpu_training
+from seq2seq.accel.device import autocast_context, choose_device, resolve_precision
+from seq2seq.training.validation import METRIC_KEYS, ValidData, is_better, validate
+from seq2seq.model.loss import sequence_loss
+# cooldown_factor and lr_lambda are re-exported for callers that import them from here
+from seq2seq.training.optim import build_optimizer, build_scheduler, cooldown_factor, lr_lambda, plateau_budget  # noqa: F401
+from seq2seq.inference.search import SearchConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Trainer", "TrainingAborted", "TrainingConfig", "ValidData", "cooldown_factor", "lr_lambda"]
+
+# Trainer attributes saved in the resume state (state.json), with the sampler's position.
+PROGRESS = ("step", "bad_steps", "elapsed", "best", "best_step", "validations_without_gain", "history",
+            "plateau_step")
+
+
+class TrainingAborted(RuntimeError):
+    """Training cannot go on (too many non-finite steps); the last good checkpoint is kept."""
+
+
+class Trainer:
+    """Trains `model` on batches of `sampler` (indices) collated by `collate`, into `out_dir`.
+
+    On a CPU the model is switched in place to its CPU training variants (`seq2seq.accel.cpu`).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: TrainingConfig,
+        sampler: TokenBatchSampler,
+        collate: Callable[[list[int]], Batch],
+        valid: ValidData | None,
+        out_dir: str | Path,
+        search_cfg: SearchConfig | None = None,
+        pad_id: int = 0,
+    ) -> None:
+        self.cfg = cfg
+        self.device = choose_device(cfg.device)
+        self.world = distributed.world_size()
+        if self.world > 1:
+            if cfg.accum_steps % self.world:
+                raise TrainingAborted(
+                    f"training.accum_steps ({cfg.accum_steps}) must be a multiple of the number of processes "
+                    f"({self.world}): the config's batch is the global batch, shared out over the processes")
+            self.device = distributed.local_device(self.device.type)
+        if self.device.type == "cpu":
+            if cfg.threads:
+                torch.set_num_threads(cfg.threads)
+            speed_up_for_cpu_training(model)
+        self.model = model.to(self.device)
+        # Under torchrun, the loss is computed inside DDP's forward so that its gradient hooks run.
+        self.ddp = DistributedDataParallel(_TeacherForcedLoss(self.model, pad_id, cfg.label_smoothing)) \
+            if self.world > 1 else None
+        self.precision = resolve_precision(cfg.precision, self.device)
+        self.sampler, self.collate, self.valid = sampler, collate, valid
+        self.out_dir = Path(out_dir)
+        self.checkpoints = Checkpoints(out_dir, cfg.keep_last, cfg.best_metric)
+        self.pad_id = pad_id
+        self.search_cfg = search_cfg or SearchConfig(strategy="greedy")
+        self.step = self.bad_steps = self.best_step = self.validations_without_gain = 0
+        self.elapsed = 0.0  # seconds of training so far, across resumes
+        self.best: float | None = None
+        self.plateau_step: int | None = None  # where cfg.cooldown_patience started the cooldown
+        self.history: list[dict[str, Any]] = []
+        self.optimizer = build_optimizer(model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg, lambda: self.elapsed, lambda: self.max_steps)
+        self.tensorboard = open_tensorboard(self.out_dir) if cfg.tensorboard and distributed.is_main() else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16" and self.device.type == "cuda")
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    @property
+    def max_steps(self) -> int:
+        """The step budget: cfg.max_steps, shortened by a validation plateau (cfg.cooldown_patience)."""
+        if self.plateau_step is None:
+            return self.cfg.max_steps
+        return plateau_budget(self.cfg, self.plateau_step, self.cfg.max_steps)
+
+    def _batch_stream(self) -> Iterator[list[int]]:
+        while True:
+            yield from self.sampler
+            if self.cfg.max_epochs is not None and self.sampler.epoch + 1 >= self.cfg.max_epochs:
+                return
+            self.sampler.set_epoch(self.sampler.epoch + 1)
+
+    def train(self) -> dict[str, Any]:
+        """Train until max_steps, max_epochs, max_time_minutes or early stopping; validate and save
+        at the end. Returns the step, best score and step, the stop reason and the last log row."""
+        cfg, stream = self.cfg, self._batch_stream()
+        start_elapsed, t0 = self.elapsed, time.perf_counter()
+        window = _Window()
+        # The bar needs a terminal; elsewhere (CI, nohup, a pipe) the same figures go to the log.
+        bar = tqdm(total=self.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+                   leave=False, disable=None if distributed.is_main() else True)
+        self.model.train()
+        try:
+            while self.step < self.max_steps:
+                batches = [b for _, b in zip(range(cfg.accum_steps), stream)]
+                if not batches or (self.world > 1 and len(batches) < cfg.accum_steps):
+                    stop_reason = "max_epochs"  # (several processes drop a last, partial step)
+                    break
+                loss, n_tokens = self._train_step([self.collate(b) for b in distributed.shard(batches)])
+                # One clock for all processes: the schedule's cooldown and the time budget must agree.
+                self.elapsed = distributed.broadcast_float(start_elapsed + time.perf_counter() - t0, self.device)
+                if loss is None:  # skipped: nothing was learned, nothing to log or save
+                    continue
+                window.add(loss, n_tokens)
+                if self.step % cfg.log_every == 0:
+                    self._log_training(window, bar)
+                bar.update(1)
+                out_of_time = cfg.max_time_minutes is not None and self.elapsed >= cfg.max_time_minutes * 60
+                if self.step % cfg.valid_every == 0 or self.step >= self.max_steps or out_of_time:
+                    if self._validate_and_save():
+                        stop_reason = "early_stopping"
+                        break
+                    self.model.train()
+                    bar.total = self.max_steps
+                elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.save(best=False)
+                if out_of_time:
+                    stop_reason = "max_time"
+                    break
+            else:
+                stop_reason = "plateau_cooldown" if self.max_steps < cfg.max_steps else "max_steps"
+        finally:
+            bar.close()
+        if not self.history or self.history[-1].get("step") != self.step or "valid_loss" not in self.history[-1]:
+            self._validate_and_save()
+        log.info("training stopped (%s) at step %d after %.1f min; best %s %.2f at step %d",
+                 stop_reason, self.step, self.elapsed / 60, cfg.best_metric, self.best or float("nan"), self.best_step)
+        return {"step": self.step, "best": self.best, "best_step": self.best_step, "stop_reason": stop_reason,
+                "elapsed_s": self.elapsed, "last": self.history[-1] if self.history else {}}
+
+    def _train_step(self, batches: list[Batch]) -> tuple[float | None, int]:
+        """One optimizer step over micro-batches. Returns (mean token loss or None if skipped, tokens)."""
+        total_tokens = distributed.sum_int(sum(b.n_tgt_tokens for b in batches), self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, finite = self._accumulate_gradients(batches, total_tokens)
+        if finite:
+            self.scaler.unscale_(self.optimizer)
+            max_norm = self.cfg.clip_norm if self.cfg.clip_norm else float("inf")
+            finite = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
+        if not finite and not self.scaler.is_enabled():
+            self._skip_step()
+            return None, total_tokens
+        self.scaler.step(self.optimizer)  # the fp16 scaler skips non-finite steps itself
+        self.scaler.update()
+        self.scheduler.step()
+        self.step += 1
+        return loss_sum / total_tokens, total_tokens
+
+    def _accumulate_gradients(self, batches: list[Batch], total_tokens: int) -> tuple[float, bool]:
+        """Backpropagate each micro-batch's summed loss / total_tokens (the step's tokens over all
+        processes). Returns (the step's summed loss, False if a loss was not finite).
+
+        One process stops at a non-finite loss. Under DDP (this process's share of the step) the
+        gradients are all-reduced, i.e. averaged, with the last micro-batch only (`no_sync` before),
+        so each loss is also scaled by world_size; a non-finite loss is still backpropagated, so that
+        the NaN reaches every process through the all-reduce and all of them skip the step together."""
+        loss_sum, finite = 0.0, True
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            last = i == len(batches) - 1
+            with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
+                with autocast_context(self.device, self.precision):
+                    if self.ddp is None:
+                        loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
+                                             self.cfg.label_smoothing)
+                    else:
+                        loss = self.ddp(batch.src, batch.tgt_in, batch.tgt_out)
+                finite = finite and bool(torch.isfinite(loss))
+                if not finite and self.ddp is None:
+                    return loss_sum, False
+                self.scaler.scale(loss * self.world / total_tokens).backward()
+            loss_sum += loss.item()
+        return distributed.sum_float(loss_sum, self.device), finite
+
+    def _skip_step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_steps += 1
+        log.warning("non-finite loss or gradient at step %d: batch skipped (%d so far)", self.step + 1, self.bad_steps)
+        if self.bad_steps > self.cfg.max_bad_steps:
+            raise TrainingAborted(
+                f"{self.bad_steps} steps had a non-finite loss or gradient (limit training.max_bad_steps="
+                f"{self.cfg.max_bad_steps}); try a lower training.lr or precision fp32. "
+                f"The last good checkpoint is in {self.out_dir}"
+            )
+
+    # ---- validation and logging --------------------------------------------------------------
+
+    def validate(self) -> dict[str, float]:
+        """Validation loss/perplexity, and BLEU/chrF/WER/CER of greedy decoding if cfg.valid_bleu
+        (see `seq2seq.training.validation.validate`); {} without a validation set."""
+        if self.valid is None:
+            return {}
+        return validate(self.model, self.valid, self.device, self.precision, self.pad_id, self.search_cfg,
+                        decode=self.cfg.valid_bleu)
+
+    def _validate_and_save(self) -> bool:
+        """Validate, save checkpoints and log. Returns True when early stopping says stop.
+
+        Under torchrun rank 0 validates and decides; the others receive its bookkeeping."""
+        improved = False
+        if distributed.is_main():
+            metrics = self.validate()
+            value = metrics.get(METRIC_KEYS[self.cfg.best_metric])
+            improved = is_better(self.cfg.best_metric, value, self.best)
+            if improved:
+                self.best, self.best_step = value, self.step
+                self.validations_without_gain = 0
+            else:
+                self.validations_without_gain += 1
+                self._check_plateau()
+            self._log(metrics)
+            shown = " ".join(f"{k}={v:.3f}" for k, v in metrics.items())
+            log.info("step %d: %s%s", self.step, shown, " (best)" if improved else "")
+        shared = distributed.broadcast_object((improved, self.best, self.best_step, self.validations_without_gain,
+                                               self.history, self.plateau_step))
+        improved, self.best, self.best_step, self.validations_without_gain, self.history, self.plateau_step = shared
+        self.save(best=improved)
+        patience = self.cfg.patience
+        return patience is not None and self.validations_without_gain >= patience
+
+    def _check_plateau(self) -> None:
+        """Start the cooldown now if cfg.cooldown_patience validations brought no improvement."""
+        patience = self.cfg.cooldown_patience
+        if patience is None or self.plateau_step is not None or self.validations_without_gain < patience:
+            return
+        self.plateau_step = self.step
+        if self.max_steps < self.cfg.max_steps:
+            log.info("no %s improvement in %d validation(s) since step %d: the learning rate now anneals to 0 "
+                     "by step %d (training.cooldown_patience)", self.cfg.best_metric, patience, self.best_step,
+                     self.max_steps)
+
+    def _log_training(self, window: _Window, bar: tqdm) -> None:
+        """Log the mean loss and tokens/s since the last log (to the bar, or the logger without one)."""
+        if not window.tokens:
+            return
+        mean_loss, tok_s = window.take()
+        lr = self.optimizer.param_groups[0]["lr"]
+        bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+        if bar.disable:
+            log.info("step %d: loss %.3f, lr %.2e, %s tokens/s, %.1f min",
+                     self.step, mean_loss, lr, f"{tok_s:,.0f}", self.elapsed / 60)
+        self._log({"train_loss": mean_loss, "lr": lr, "tokens_per_s": tok_s})
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        if self.tensorboard is not None:
+            for key, value in metrics.items():
+                self.tensorboard.add_scalar(key, value, self.step)
+        row = {"step": self.step, "time_min": round(self.elapsed / 60, 3), **metrics}
+        if self.history and self.history[-1]["step"] == self.step:
+            self.history[-1].update(row)
+        else:
+            self.history.append(row)
+
+    # ---- checkpoints -----------------------------------------------------------------------
+
+    def save(self, best: bool) -> None:
+        """Last-K checkpoint, the best weights (if `best`), the resume state, the log and the plot;
+        all atomic (see `seq2seq.training.run_state`)."""
+        rngs = distributed.gather_objects(rng_state())  # every process's random state, for an exact resume
+        if not distributed.is_main():
+            return
+        objects = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                   "scaler": self.scaler.state_dict(), "rng": rngs[0]}
+        if self.world > 1:
+            objects["rng_ranks"] = rngs
+        progress = {name: getattr(self, name) for name in PROGRESS}
+        progress["sampler"] = self.sampler.state_dict()
+        self.checkpoints.save(self.model, objects, progress, best)
+        if self.tensorboard is not None:
+            self.tensorboard.flush()
+
+    def resume(self) -> bool:
+        """Restore everything from train_state/. Returns False when there is nothing to resume."""
+        loaded = self.checkpoints.load(self.model)
+        if loaded is None:
+            return False
+        objects, progress = loaded
+        self.optimizer.load_state_dict(objects["optimizer"])
+        self.scheduler.load_state_dict(objects["scheduler"])
+        self.scaler.load_state_dict(objects["scaler"])
+        ranks = objects.get("rng_ranks")
+        set_rng_state(ranks[distributed.rank()] if ranks and len(ranks) == self.world else objects["rng"])
+        self.sampler.load_state_dict(progress["sampler"])
+        for name in PROGRESS:
+            setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
+        return True
+
+
+def open_tensorboard(out_dir: Path) -> Any:
+    """A SummaryWriter for out_dir/tensorboard; TrainingAborted naming the extra when it is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise TrainingAborted('training.tensorboard: true needs the tensorboard package: '
+                              'pip install "seq2seq[tensorboard]" (or set training.tensorboard: false)') from None
+    return SummaryWriter(str(out_dir / "tensorboard"))
+
+
+class _TeacherForcedLoss(nn.Module):
+    """The summed training loss as a module's forward, for DistributedDataParallel to wrap."""
+
+    def __init__(self, model: nn.Module, pad_id: int, smoothing: float) -> None:
+        super().__init__()
+        self.model, self.pad_id, self.smoothing = model, pad_id, smoothing
+
+    def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing)
+
+
+class _Window:
+    """Target tokens, summed loss and wall time since the last training log."""
+
+    def __init__(self) -> None:
+        self.tokens, self.loss, self.start = 0, 0.0, time.perf_counter()
+
+    def add(self, mean_loss: float, tokens: int) -> None:
+        self.tokens += tokens
+        self.loss += mean_loss * tokens
+
+    def take(self) -> tuple[float, float]:
+        """(mean loss per token, tokens/s) of the window, which starts again."""
+        result = self.loss / self.tokens, self.tokens / (time.perf_counter() - self.start)
+        self.__init__()
+        return result

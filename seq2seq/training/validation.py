@@ -1,0 +1,84 @@
+"""Validation during training: loss and perplexity, greedy decoding, and corpus metrics.
+
+Whatever the modality, a validation set is batches of (src, target ids) and, per row, the reference
+texts: one sentence for translation, several captions for an image, one transcript for audio.
+
+    validate(model, valid, device, precision, pad_id, search_cfg, decode=True)
+      -> {"valid_loss", "valid_ppl", and with decode: "valid_bleu", "valid_chrf", "valid_wer", "valid_cer"}
+
+`best_metric` names the entry the trainer keeps the best checkpoint by: bleu and chrf are better
+higher; loss, wer and cer lower.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from seq2seq.data.batching import Batch
+from seq2seq.accel.device import autocast_context
+from seq2seq.model.loss import sequence_loss
+from seq2seq.text.metrics import cer, reference_streams, score, wer
+from seq2seq.inference.search import SearchConfig, search
+
+METRIC_KEYS = {"bleu": "valid_bleu", "chrf": "valid_chrf", "wer": "valid_wer", "cer": "valid_cer",
+               "loss": "valid_loss"}
+LOWER_IS_BETTER = frozenset({"loss", "wer", "cer"})
+
+
+@dataclass
+class ValidData:
+    """A fixed validation set: batches in order, the references of each row, a detokenizer.
+
+    references[i] lists the reference texts of row i (Batch.indices index it): one or more.
+    detokenize: target id lists -> texts.
+    """
+
+    batches: list[Batch]
+    references: list[list[str]]
+    detokenize: Callable[[list[list[int]]], list[str]]
+
+
+def corpus_metrics(hyps: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """BLEU and chrF against every reference of each row, WER and CER against the first."""
+    scores = score(hyps, reference_streams(references), metrics=("bleu", "chrf"))
+    return {"valid_bleu": scores["bleu"]["score"], "valid_chrf": scores["chrf"]["score"],
+            "valid_wer": wer(hyps, references), "valid_cer": cer(hyps, references)}
+
+
+@torch.inference_mode()
+def validate(model: nn.Module, valid: ValidData, device: torch.device, precision: str, pad_id: int,
+             search_cfg: SearchConfig, decode: bool = True) -> dict[str, float]:
+    """Validation loss (plain NLL per target token) and perplexity; with `decode`, the metrics of
+    `search_cfg` decoding (greedy in training). Leaves the model in eval mode."""
+    model.eval()
+    nll, tokens = 0.0, 0
+    hyps: dict[int, list[int]] = {}
+    for batch in valid.batches:
+        batch = batch.to(device)
+        with autocast_context(device, precision):
+            nll += sequence_loss(model, batch.src, batch.tgt_in, batch.tgt_out, pad_id).item()
+            results = search(model, batch.src, search_cfg) if decode else []
+        tokens += batch.n_tgt_tokens
+        for i, nbest in zip(batch.indices, results):
+            hyps[i] = nbest[0].tokens
+    loss = nll / max(tokens, 1)
+    metrics = {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50))}
+    if hyps:
+        order = sorted(hyps)
+        texts = valid.detokenize([hyps[i] for i in order])
+        metrics.update(corpus_metrics(texts, [valid.references[i] for i in order]))
+    return metrics
+
+
+def is_better(best_metric: str, value: float | None, best: float | None) -> bool:
+    """Is `value` of `best_metric` an improvement on `best`? A first value always is; a missing
+    value (the metric was not computed) only when there is no best yet."""
+    if value is None or best is None:
+        return best is None
+    return value < best if best_metric in LOWER_IS_BETTER else value > best
