@@ -146,7 +146,7 @@ def test_config_round_trip_and_validation(tmp_path):
     cfg = tiny_config(norm="post", positions="learned", encoder_layers=4)
     assert from_dict(ModelConfig, to_dict(cfg)) == cfg
     assert cfg.n_encoder_layers == 4 and cfg.n_decoder_layers == 2
-    from seq2seq.config.schema import schema as C
+    from seq2seq.config import schema as C
 
     for suffix in (".yaml", ".json"):
         C.save(cfg, tmp_path / f"m{suffix}")

@@ -15,7 +15,10 @@ from seq2seq.config.schema import ConfigError, ModelConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.training.validation import is_better
 from seq2seq.inference.search import SearchConfig
-from seq2seq.training.trainer import Trainer, TrainingAborted, TrainingConfig, ValidData, cooldown_factor, lr_lambda
+from seq2seq.config import TrainingConfig
+from seq2seq.training.optim import cooldown_factor, lr_lambda
+from seq2seq.training.trainer import Trainer, TrainingAborted
+from seq2seq.training.validation import ValidData
 
 
 def toy_data(n=48, seed=0):

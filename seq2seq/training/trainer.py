@@ -15,10 +15,9 @@ Under torchrun the same loop runs in every process with DistributedDataParallel 
 are all-reduced once per step (`no_sync` on the others), rank 0 alone validates and writes, and the
 elapsed time and early stopping are decided once and shared, so all processes stop together.
 
-The pieces live beside it: the optimizer and schedule in `seq2seq.training.optim`, validation in
-`seq2seq.training.validation`, the run's checkpoints in `seq2seq.training.run_state`. On a CPU the model's modules
-are swapped for their CPU training variants first (`seq2seq.accel.cpu.speed_up_for_cpu_training`, which
-also caps oneDNN's kernel caches before the first step).
+The pieces live beside it: where the run computes (device, CPU variants, DDP, precision) in
+`seq2seq.training.placement`, the optimizer and schedule in `seq2seq.training.optim`, validation in
+`seq2seq.training.validation`, the run's checkpoints in `seq2seq.training.run_state`.
 """
 
 from __future__ import annotations
@@ -32,25 +31,23 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from seq2seq.training import distributed
 
 from seq2seq.data.batching import Batch, TokenBatchSampler
 from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
-from seq2seq.config.schema import TrainingConfig  # noqa: F401 - re-exported: the `training` section
-from seq2seq.accel.cpu import speed_up_for_cpu_training
-from seq2seq.accel.device import autocast_context, choose_device, resolve_precision
+from seq2seq.config import TrainingConfig
+from seq2seq.accel.device import autocast_context
 from seq2seq.training.validation import METRIC_KEYS, ValidData, is_better, validate
 from seq2seq.model.loss import sequence_loss
-# cooldown_factor and lr_lambda are re-exported for callers that import them from here
-from seq2seq.training.optim import build_optimizer, build_scheduler, cooldown_factor, lr_lambda, plateau_budget  # noqa: F401
+from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_budget
+from seq2seq.training.placement import place
 from seq2seq.inference.search import SearchConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Trainer", "TrainingAborted", "TrainingConfig", "ValidData", "cooldown_factor", "lr_lambda"]
+__all__ = ["Trainer", "TrainingAborted"]
 
 # Trainer attributes saved in the resume state (state.json), with the sampler's position.
 PROGRESS = ("step", "bad_steps", "elapsed", "best", "best_step", "validations_without_gain", "history",
@@ -79,23 +76,10 @@ class Trainer:
         pad_id: int = 0,
     ) -> None:
         self.cfg = cfg
-        self.device = choose_device(cfg.device)
-        self.world = distributed.world_size()
-        if self.world > 1:
-            if cfg.accum_steps % self.world:
-                raise TrainingAborted(
-                    f"training.accum_steps ({cfg.accum_steps}) must be a multiple of the number of processes "
-                    f"({self.world}): the config's batch is the global batch, shared out over the processes")
-            self.device = distributed.local_device(self.device.type)
-        if self.device.type == "cpu":
-            if cfg.threads:
-                torch.set_num_threads(cfg.threads)
-            speed_up_for_cpu_training(model)
-        self.model = model.to(self.device)
-        # Under torchrun, the loss is computed inside DDP's forward so that its gradient hooks run.
-        self.ddp = DistributedDataParallel(_TeacherForcedLoss(self.model, pad_id, cfg.label_smoothing)) \
-            if self.world > 1 else None
-        self.precision = resolve_precision(cfg.precision, self.device)
+        placement = place(model, cfg, pad_id)
+        self.device, self.precision, self.world = placement.device, placement.precision, placement.world
+        self.ddp, self.scaler = placement.ddp, placement.scaler
+        self.model = model
         self.sampler, self.collate, self.valid = sampler, collate, valid
         self.out_dir = Path(out_dir)
         self.checkpoints = Checkpoints(out_dir, cfg.keep_last, cfg.best_metric)
@@ -109,7 +93,6 @@ class Trainer:
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, lambda: self.elapsed, lambda: self.max_steps)
         self.tensorboard = open_tensorboard(self.out_dir) if cfg.tensorboard and distributed.is_main() else None
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16" and self.device.type == "cuda")
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
 
@@ -343,17 +326,6 @@ def open_tensorboard(out_dir: Path) -> Any:
         raise TrainingAborted('training.tensorboard: true needs the tensorboard package: '
                               'pip install "seq2seq[tensorboard]" (or set training.tensorboard: false)') from None
     return SummaryWriter(str(out_dir / "tensorboard"))
-
-
-class _TeacherForcedLoss(nn.Module):
-    """The summed training loss as a module's forward, for DistributedDataParallel to wrap."""
-
-    def __init__(self, model: nn.Module, pad_id: int, smoothing: float) -> None:
-        super().__init__()
-        self.model, self.pad_id, self.smoothing = model, pad_id, smoothing
-
-    def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing)
 
 
 class _Window:

@@ -1,0 +1,68 @@
+"""Where a training run computes, set up once before the first step.
+
+    placement = place(model, cfg, pad_id)   # device, threads, CPU variants, DDP, precision, scaler
+
+On a CPU the model's modules are swapped in place for their CPU training variants
+(`seq2seq.accel.cpu.speed_up_for_cpu_training`, which also caps oneDNN's kernel caches). Under
+torchrun each process takes its local device and the loss is computed inside DistributedDataParallel's
+forward, so that DDP's gradient hooks run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from seq2seq.accel.cpu import speed_up_for_cpu_training
+from seq2seq.accel.device import choose_device, resolve_precision
+from seq2seq.config import ConfigError, TrainingConfig
+from seq2seq.model.loss import sequence_loss
+from seq2seq.training import distributed
+
+
+@dataclass
+class Placement:
+    """device: where the model lives; precision: fp32, bf16 or fp16 autocast; world: processes;
+    ddp: the DDP-wrapped loss (None in one process); scaler: fp16 gradient scaling (off otherwise)."""
+
+    device: torch.device
+    precision: str
+    world: int
+    ddp: DistributedDataParallel | None
+    scaler: torch.amp.GradScaler
+
+
+def place(model: nn.Module, cfg: TrainingConfig, pad_id: int) -> Placement:
+    """Move `model` (in place) to where `cfg` says it trains, and return how it computes there."""
+    device = choose_device(cfg.device)
+    world = distributed.world_size()
+    if world > 1:
+        if cfg.accum_steps % world:
+            raise ConfigError(
+                f"training.accum_steps ({cfg.accum_steps}) must be a multiple of the number of processes "
+                f"({world}): the config's batch is the global batch, shared out over the processes")
+        device = distributed.local_device(device.type)
+    if device.type == "cpu":
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        speed_up_for_cpu_training(model)
+    model.to(device)
+    ddp = DistributedDataParallel(TeacherForcedLoss(model, pad_id, cfg.label_smoothing)) if world > 1 else None
+    precision = resolve_precision(cfg.precision, device)
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16" and device.type == "cuda")
+    return Placement(device, precision, world, ddp, scaler)
+
+
+class TeacherForcedLoss(nn.Module):
+    """The summed training loss as a module's forward, for DistributedDataParallel to wrap."""
+
+    def __init__(self, model: nn.Module, pad_id: int, smoothing: float) -> None:
+        super().__init__()
+        self.model, self.pad_id, self.smoothing = model, pad_id, smoothing
+
+    def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing)
