@@ -156,7 +156,7 @@ class Trainer:
         if not self.history or self.history[-1].get("step") != self.step or "valid_loss" not in self.history[-1]:
             self._validate_and_save()
         log.info("training stopped (%s) at step %d after %.1f min; best %s %.2f at step %d",
-                 stop_reason, self.step, self.elapsed / 60, cfg.best_metric, self.best or float("nan"), self.best_step)
+                 stop_reason, self.step, self.elapsed / 60, cfg.best_metric, self.best if self.best is not None else float("nan"), self.best_step)
         return {"step": self.step, "best": self.best, "best_step": self.best_step, "stop_reason": stop_reason,
                 "elapsed_s": self.elapsed, "last": self.history[-1] if self.history else {}}
 
