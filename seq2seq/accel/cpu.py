@@ -17,7 +17,8 @@ of these standard types, wherever it sits (the text, image or audio encoder, the
 caps oneDNN's kernel caches (`limit_onednn_caches`). Parameters, buffers and the optimizer's
 references are untouched, state_dict keys are unchanged, and in eval mode every variant computes
 exactly what its standard module does (bucketing and fp32 attention act only while autograd
-records, under bf16). `Trainer` applies it when it trains on a CPU. Decoding has its own transform, `seq2seq.accel.packed.pack_decoder` (applied by `Translator`).
+records, under bf16). Training applies it on a CPU (`seq2seq.training.placement`); decoding has its
+own transform, `seq2seq.accel.packed.pack_decoder`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from torch import Tensor, nn
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.layers import FeedForward
 from seq2seq.accel.onednn import rowwise
-from seq2seq.accel.packed import pack_decoder  # noqa: F401 - the decoding transform, importable from here too
 
 ONEDNN_CACHE_CAPACITY = 256
 CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")

@@ -3,10 +3,8 @@
 A decoding step multiplies a few rows (M = decoder rows, one new position each) by every decoder
 weight and by the output projection. For so few rows a plain `F.linear` is dominated by MKL copying
 the weight into its internal blocked layout on every call; `PackedLinear` does that copy once.
-Measured on a 2-core Xeon (2 threads, the d_model 256 / FFN 1024 / vocabulary 8000 decoder's
-five weight shapes together): 1.7-1.9x faster at M = 7-32, 1.35x at 48, 1.1x at 80-100, none
-at 160. Above `MAX_PACKED_ROWS` rows, and whenever autograd or another dtype/device is involved,
-the plain product is used. Both give the same result up to float rounding (a different summation
+The gain shrinks as rows grow (benchmarks/README.md, "Decoding speed"): above `MAX_PACKED_ROWS`
+rows, and whenever autograd or another dtype/device is involved, the plain product is used. Both give the same result up to float rounding (a different summation
 order: relative differences ~1e-6).
 
 `pack_decoder(model)` is the transform `Translator` applies at fp32 on CPU: it swaps the decoder's
