@@ -67,3 +67,29 @@ def test_a_step_budget_below_one_is_refused(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--steps must be >= 1, got 0" in result.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()
+
+
+def load_recipe():
+    spec = importlib.util.spec_from_file_location("multi30k_recipe", RECIPE)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    return recipe
+
+
+@pytest.mark.parametrize("peak", [0.2, 1.0, 2.2, 4.6, 7.8])
+def test_the_length_penalty_climb_finds_a_peak_beyond_any_fixed_range(peak):
+    climb = load_recipe().climb
+    asked = []
+
+    def bleu_at(alpha):  # unimodal, peaked at `peak`
+        asked.append(alpha)
+        return 40 - (alpha - peak) ** 2
+
+    assert climb(bleu_at, start=1.0, step=0.4, low=0.0, high=10.0) == pytest.approx(peak)
+    assert len(asked) <= abs(peak - 1.0) / 0.4 + 4  # one look past the peak, not a grid search
+
+
+def test_the_length_penalty_climb_stays_inside_its_bounds():
+    climb = load_recipe().climb
+    assert climb(lambda a: a, start=1.0, step=0.4, low=0.0, high=2.0) == pytest.approx(1.8)
+    assert climb(lambda a: -a, start=1.0, step=0.4, low=0.0, high=2.0) == pytest.approx(0.2)
