@@ -1,31 +1,46 @@
 """seq2seq: an encoder-decoder Transformer toolkit for translation, captioning and speech-to-text.
 
-Importing seq2seq changes no process state (no environment variables, no torch settings): training
-on CPU caps oneDNN's kernel caches when it starts (`seq2seq.accel.cpu.limit_onednn_caches`).
+The public API, importable from here (each loads torch and the model code only when first used):
+
+    Translator, Captioner, Transcriber, Generator   decoding with a model directory (seq2seq.inference)
+    load_model_dir                                  a model directory's model, config and tokenizers
+    Config, load_config                             the typed experiment config (seq2seq.config)
+    run_training                                    config -> trained model directory (seq2seq.training)
+
+The package is layered, bottom first: config, text, model, accel, storage, report, data, inference,
+training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Captioner", "Generator", "Transcriber", "Translator", "__version__"]
+_API = {
+    "Translator": "seq2seq.inference.translator",
+    "Captioner": "seq2seq.inference.generator",
+    "Transcriber": "seq2seq.inference.generator",
+    "Generator": "seq2seq.inference.generator",
+    "load_model_dir": "seq2seq.storage.model_dir",
+    "Config": "seq2seq.config.root",
+    "load_config": "seq2seq.config.root",
+    "run_training": "seq2seq.training.experiment",
+}
+
+__all__ = [*_API, "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.config.root import Config, load_config
     from seq2seq.inference.generator import Captioner, Generator, Transcriber
     from seq2seq.inference.translator import Translator
+    from seq2seq.storage.model_dir import load_model_dir
+    from seq2seq.training.experiment import run_training
 
 
 def __getattr__(name: str) -> Any:
-    """`from seq2seq import Translator` (or Captioner, Transcriber, Generator) imports torch and the
-    model code only when asked for."""
-    if name == "Translator":
-        from seq2seq.inference.translator import Translator
-
-        return Translator
-    if name in ("Captioner", "Generator", "Transcriber"):
-        from seq2seq.inference import generator
-
-        return getattr(generator, name)
+    """`from seq2seq import Translator` (or any name of the public API) imports its module on first use."""
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

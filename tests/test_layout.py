@@ -106,3 +106,16 @@ def test_no_two_module_names_differ_by_one_letter():
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_every_module_imports_on_its_own(name):
     importlib.import_module(name)
+
+
+def test_the_public_api_is_importable_from_the_top_level():
+    import subprocess
+    import sys
+
+    import seq2seq
+
+    for name in seq2seq.__all__:
+        assert getattr(seq2seq, name) is not None, name
+    # importing the package alone loads neither torch nor any layer
+    probe = "import sys, seq2seq; print(sorted(m for m in sys.modules if m.startswith(('torch', 'seq2seq.'))))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
