@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, read_gz, tokenizer  # noqa: E402
 from seq2seq.data.batching import pad_sequences  # noqa: E402
 from seq2seq.accel.packed import mkl_packing_available, pack_decoder  # noqa: E402
-from seq2seq.inference.search import SearchConfig, search  # noqa: E402
+from seq2seq.config.search import SearchConfig  # noqa: E402
+from seq2seq.inference.search import search  # noqa: E402
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 MODES = (("greedy", 1), ("beam5", 5))

@@ -17,7 +17,8 @@ from seq2seq.config.schema import ModelConfig  # noqa: E402
 from seq2seq.training.experiment import load_config, run_training  # noqa: E402
 from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
 from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
-from seq2seq.inference.search import SearchConfig, search  # noqa: E402
+from seq2seq.config.search import SearchConfig  # noqa: E402
+from seq2seq.inference.search import search  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 

@@ -11,7 +11,8 @@ from test_search import assert_same, sources, tiny_model
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.accel.cpu import speed_up_for_cpu_training
 from seq2seq.accel.packed import MAX_PACKED_ROWS, PackedAttention, PackedLinear, mkl_packing_available, pack_decoder
-from seq2seq.inference.search import SearchConfig, search
+from seq2seq.config.search import SearchConfig
+from seq2seq.inference.search import search
 
 pytestmark = pytest.mark.skipif(not mkl_packing_available(), reason="this torch build has no MKL packed sgemm")
 

@@ -14,7 +14,7 @@ from seq2seq.cli import cli
 from seq2seq.config.schema import ConfigError, ModelConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.training.validation import is_better
-from seq2seq.inference.search import SearchConfig
+from seq2seq.config.search import SearchConfig
 from seq2seq.config import TrainingConfig
 from seq2seq.training.optim import cooldown_factor, lr_lambda
 from seq2seq.training.trainer import Trainer, TrainingAborted

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from seq2seq.config.schema import DataConfig, ModelConfig, TrainingConfig, apply_overrides, from_dict, load_dict, to_dict
-from seq2seq.inference.search import SearchConfig
+from seq2seq.config.search import SearchConfig
 from seq2seq.text.tokenizer import TokenizerConfig
 
 

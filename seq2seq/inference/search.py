@@ -45,74 +45,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.config.search import SearchConfig
+
 NEG_INF = float("-inf")
-
-
-@dataclass
-class SearchConfig:
-    """How to decode (the `decoding` section of the YAML config).
-
-    strategy: "greedy", "beam" or "sample".
-    beam: beam size (beam search only). nbest: hypotheses returned per source (<= beam for beam
-    search, 1 for greedy, the number of independent samples for sampling).
-    lenpen: GNMT length-penalty exponent alpha in score = logprob / ((5 + L) / 6) ** alpha.
-    max_len_a, max_len_b, max_len: the per-sentence length limit (see the module docstring);
-    max_len (optional) is a hard cap. min_len: EOS is forbidden before this many tokens.
-    no_repeat_ngram: if n > 0, no n-gram occurs twice in a hypothesis.
-    early_stopping (beam): True stops a sentence as soon as `beam` of its hypotheses have ended
-    (fairseq's rule: the n-best is the best of those, and a longer hypothesis that the length
-    penalty would have preferred may be missed). False keeps the beam going until no live
-    hypothesis can beat the worst of the `beam` best finished ones even at its most favourable
-    length (max_len when lenpen > 0) - exact with respect to the beam, and slower.
-    topk (0 = off), topp (1.0 = off), temperature: sampling filters. seed: sampling seed (None =
-    nondeterministic).
-    attention_layer: when set, each hypothesis carries that decoder layer's head-averaged
-    cross-attention (negative values count from the last layer).
-    bos_id, eos_id, pad_id: special token ids.
-    """
-
-    strategy: Literal["greedy", "beam", "sample"] = "beam"
-    beam: int = 5
-    nbest: int = 1
-    lenpen: float = 1.0
-    max_len_a: float = 1.2
-    max_len_b: int = 10
-    max_len: int | None = None
-    min_len: int = 1
-    no_repeat_ngram: int = 0
-    early_stopping: bool = True
-    topk: int = 0
-    topp: float = 1.0
-    temperature: float = 1.0
-    seed: int | None = None
-    attention_layer: int | None = None
-    bos_id: int = 2
-    eos_id: int = 3
-    pad_id: int = 0
-
-    def __post_init__(self) -> None:
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(f"decoding.{message}")
-
-        strategies = ("greedy", "beam", "sample")
-        check(self.strategy in strategies, f"strategy must be one of {strategies}, not {self.strategy!r}")
-        check(self.beam >= 1, f"beam must be >= 1, got {self.beam}")
-        check(self.nbest >= 1, f"nbest must be >= 1, got {self.nbest}")
-        check(self.strategy != "beam" or self.nbest <= self.beam, f"nbest ({self.nbest}) must be <= beam ({self.beam})")
-        check(self.strategy != "greedy" or self.nbest == 1, "nbest must be 1 for greedy search (use beam or sample)")
-        check(self.max_len is None or self.max_len >= 0, f"max_len must be >= 0, got {self.max_len}")
-        check(self.min_len >= 0, f"min_len must be >= 0, got {self.min_len}")
-        check(self.no_repeat_ngram >= 0, f"no_repeat_ngram must be >= 0, got {self.no_repeat_ngram}")
-        check(self.topk >= 0, f"topk must be >= 0, got {self.topk}")
-        check(0.0 < self.topp <= 1.0, f"topp must be in (0, 1], got {self.topp}")
-        check(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
 
 
 @dataclass
@@ -255,6 +196,67 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------
+# The loop's state: per unit and per decoder row, each narrowed by one `select`
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Units:
+    """Per-unit state of the active units [U]: what a unit is and how far it may go.
+
+    source: the source index of each unit. max_host / max: its length limit (on the host, and as a
+    tensor for the per-step masks). n_finished: hypotheses ended so far (early stopping).
+    best_finished [U, g] and max_penalty [U]: only for exact beam search (early_stopping=False),
+    the best finished scores and the length penalty at max_len.
+    """
+
+    source: list[int]
+    max_host: list[int]
+    max: Tensor
+    n_finished: Tensor
+    best_finished: Tensor | None = None
+    max_penalty: Tensor | None = None
+
+    def select(self, index: Tensor, host: list[int]) -> Units:
+        """The units at positions `index` (the same positions as `host`, on the host)."""
+        return Units(
+            source=[self.source[i] for i in host],
+            max_host=[self.max_host[i] for i in host],
+            max=self.max.index_select(0, index),
+            n_finished=self.n_finished.index_select(0, index),
+            best_finished=None if self.best_finished is None else self.best_finished.index_select(0, index),
+            max_penalty=None if self.max_penalty is None else self.max_penalty.index_select(0, index),
+        )
+
+
+@dataclass
+class Rows:
+    """Per-row state of the B live decoder rows: tokens [B, 1 + t] (BOS first), the log-probability of
+    each generated token logprobs [B, t], and the cross-attention of each step attention [B, t, S]
+    (None unless `attention_layer` is set)."""
+
+    tokens: Tensor
+    logprobs: Tensor
+    attention: Tensor | None = None
+
+    def select(self, index: Tensor) -> Rows:
+        """The rows `index` [B'] (a row may be taken twice: beam search moves rows to their parents)."""
+        return Rows(
+            self.tokens.index_select(0, index),
+            self.logprobs.index_select(0, index),
+            None if self.attention is None else self.attention.index_select(0, index),
+        )
+
+    def append(self, tokens: Tensor, logprob: Tensor, attention: Tensor | None) -> Rows:
+        """Each row extended by one token [B] with its log-probability [B] and cross-attention [B, S]."""
+        return Rows(
+            torch.cat([self.tokens, tokens.view(-1, 1)], dim=1),
+            torch.cat([self.logprobs, logprob.view(-1, 1)], dim=1),
+            None if self.attention is None else torch.cat([self.attention, attention[:, None]], dim=1),
+        )
+
+
+# --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
 
@@ -308,29 +310,32 @@ class _Search:
         per = strategy.units_per_source
         if per > 1:  # independent samples: one unit (and cross-attention entry) each
             memory, pad_mask = memory.repeat_interleave(per, 0), pad_mask.repeat_interleave(per, 0)
-        self._init_units([m for m in self._max_lengths(src, pad_mask) for _ in range(per)], per)
+        self._aranges: dict[int, Tensor] = {}
+        self.units = self._init_units([m for m in self._max_lengths(src, pad_mask) for _ in range(per)], per)
         self.blocked = torch.tensor(sorted({cfg.pad_id, cfg.bos_id} - {cfg.eos_id}), device=device)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(n_src)]
 
-        b = len(self.unit_source) * g
-        tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)  # [B, 1 + t], BOS first
-        scores = strategy.initial_scores(len(self.unit_source), device)  # [B] cumulative log-probabilities
-        token_lp = torch.zeros(b, 0, device=device)  # [B, t]
-        attention = None if cfg.attention_layer is None else torch.zeros(b, 0, memory.size(1), device=device)
+        b = len(self.units.source) * g
+        rows = Rows(
+            tokens=torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device),
+            logprobs=torch.zeros(b, 0, device=device),
+            attention=None if cfg.attention_layer is None else torch.zeros(b, 0, memory.size(1), device=device),
+        )
+        scores = strategy.initial_scores(len(self.units.source), device)  # [B] cumulative log-probabilities
         cache = model.new_cache(group=g) if self.use_cache else None
 
-        for step in range(max(self.unit_max_host) + 1):
+        for step in range(max(self.units.max_host) + 1):
             # 1. next-token log-probabilities (and cross-attention [B, S]) of every row
             if cache is not None:  # only the new token; memory is read on the first step only
                 first = step == 0
-                inputs = (tokens[:, -1:], memory if first else None, pad_mask if first else None, cache)
+                inputs = (rows.tokens[:, -1:], memory if first else None, pad_mask if first else None, cache)
             else:  # the whole prefix, memory repeated per row
-                inputs = (tokens, memory.repeat_interleave(g, 0), pad_mask.repeat_interleave(g, 0), None)
+                inputs = (rows.tokens, memory.repeat_interleave(g, 0), pad_mask.repeat_interleave(g, 0), None)
             logits, step_attn = model.decode(*inputs, attention_layer=cfg.attention_layer)
             lprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # [B, V]
             if step_attn is not None:
                 step_attn = step_attn[:, -1].float()
-            self._constrain(lprobs, tokens, step)
+            self._constrain(lprobs, rows.tokens, step)
 
             # 2. the strategy proposes; the loop finishes hypotheses and decides which units are done
             cand = strategy.select(lprobs, scores)
@@ -344,11 +349,11 @@ class _Search:
                 done = self._beam_done(final, cand, cont, step)
             else:  # one candidate per row (g == 1): the unit ends when its row does
                 cont = cand
-                done = eos[:, 0] | (self.unit_max <= step)
+                done = eos[:, 0] | (self.units.max <= step)
             flags = torch.cat([done, final.any().view(1)]).tolist()  # the step's one host sync
             done_host, any_final = flags[:-1], flags[-1]
             if any_final:
-                self._finalize(cand, final, step, tokens, token_lp, attention, step_attn)
+                self._finalize(cand, final, step, rows, step_attn)
             if all(done_host):
                 break
 
@@ -358,7 +363,7 @@ class _Search:
                 keep_host = [i for i, d in enumerate(done_host) if not d]
                 kept = torch.tensor(keep_host, device=device)
                 cont = Candidates(*(x.index_select(0, kept) for x in cont))
-                self._keep_units(keep_host, kept)
+                self.units = self.units.select(kept, keep_host)
                 if cache is None:
                     memory, pad_mask = memory.index_select(0, kept), pad_mask.index_select(0, kept)
                 index = (kept[:, None] * g + cont.rows).view(-1)  # [B']
@@ -367,13 +372,10 @@ class _Search:
             if index is not None:  # (greedy and sampling rows stay in place until a unit ends)
                 if cache is not None:
                     cache.reorder(index)
-                tokens, token_lp = tokens.index_select(0, index), token_lp.index_select(0, index)
-                if attention is not None:
-                    attention, step_attn = attention.index_select(0, index), step_attn.index_select(0, index)
-            tokens = torch.cat([tokens, cont.tokens.view(-1, 1)], dim=1)
-            token_lp = torch.cat([token_lp, cont.logprob.view(-1, 1)], dim=1)
-            if attention is not None:
-                attention = torch.cat([attention, step_attn[:, None]], dim=1)
+                rows = rows.select(index)
+                if step_attn is not None:
+                    step_attn = step_attn.index_select(0, index)
+            rows = rows.append(cont.tokens, cont.logprob, step_attn)
             scores = cont.scores.view(-1)
 
         return [self._nbest(hyps) for hyps in self.finished]
@@ -383,17 +385,19 @@ class _Search:
             self._aranges[n] = torch.arange(n, device=self.device)
         return self._aranges[n]
 
-    def _init_units(self, max_lens: list[int], per: int) -> None:
-        """Per-unit state: source, length limit, finished count (and best finished scores)."""
-        units, device = len(max_lens), self.device
-        self._aranges: dict[int, Tensor] = {}
-        self.unit_source = [u // per for u in range(units)]
-        self.unit_max_host = max_lens
-        self.unit_max = torch.tensor(max_lens, device=device)  # [U]
-        self.n_finished = torch.zeros(units, dtype=torch.long, device=device)
+    def _init_units(self, max_lens: list[int], per: int) -> Units:
+        """The state of the units at the start: source, length limit, nothing finished yet."""
+        n, device = len(max_lens), self.device
+        units = Units(
+            source=[u // per for u in range(n)],
+            max_host=max_lens,
+            max=torch.tensor(max_lens, device=device),
+            n_finished=torch.zeros(n, dtype=torch.long, device=device),
+        )
         if self.exact:
-            self.best_finished = torch.full((units, self.group), NEG_INF, device=device)  # top-g finished scores
-            self.max_penalty = torch.tensor([length_penalty(m + 1, self.cfg.lenpen) for m in max_lens], device=device)
+            units.best_finished = torch.full((n, self.group), NEG_INF, device=device)  # top-g finished scores
+            units.max_penalty = torch.tensor([length_penalty(m + 1, self.cfg.lenpen) for m in max_lens], device=device)
+        return units
 
     def _constrain(self, lprobs: Tensor, tokens: Tensor, step: int) -> None:
         """Apply (in place) PAD/BOS blocking, min_len, the n-gram block and the forced EOS at max_len.
@@ -402,7 +406,7 @@ class _Search:
         """
         cfg = self.cfg
         eos = cfg.eos_id
-        force = step >= min(self.unit_max_host)
+        force = step >= min(self.units.max_host)
         if force:
             raw_eos = lprobs[:, eos].clone()
         if self.blocked.numel():
@@ -413,58 +417,47 @@ class _Search:
         if n and step >= n:
             block_repeated_ngrams(lprobs, tokens[:, 1:], n)
         if force:  # rows at their max_len: EOS only, with its real log-probability
-            at_max = (self.unit_max <= step).repeat_interleave(self.group)  # [B]
+            at_max = (self.units.max <= step).repeat_interleave(self.group)  # [B]
             lprobs.masked_fill_(at_max[:, None], NEG_INF)
             lprobs[:, eos] = torch.where(at_max, raw_eos, lprobs[:, eos])
 
     def _beam_done(self, final: Tensor, cand: Candidates, cont: Candidates, step: int) -> Tensor:
         """[U] bool: has the unit finished (see `SearchConfig.early_stopping`)?"""
-        at_max = self.unit_max <= step
+        units = self.units
+        at_max = units.max <= step
         if not self.exact:
-            self.n_finished += final.sum(dim=1)
+            units.n_finished += final.sum(dim=1)
             # Also done when no live hypothesis has a finite score: nothing more can finish.
-            return (self.n_finished >= self.group) | at_max | (cont.scores[:, 0] == NEG_INF)
+            return (units.n_finished >= self.group) | at_max | (cont.scores[:, 0] == NEG_INF)
         alpha = self.cfg.lenpen
         ended = torch.where(final, cand.scores[:, : self.group] / length_penalty(step + 1, alpha), NEG_INF)
-        self.best_finished = torch.cat([self.best_finished, ended], dim=1).topk(self.group, dim=1).values
+        units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(self.group, dim=1).values
         # The best score a live hypothesis could still reach: its log-probability only falls, so
         # only the length penalty can help, most at max_len when alpha > 0, else at the next step.
-        penalty = self.max_penalty if alpha > 0 else length_penalty(step + 2, alpha)
+        penalty = units.max_penalty if alpha > 0 else length_penalty(step + 2, alpha)
         bound = cont.scores[:, 0] / penalty
-        return (self.best_finished[:, -1] >= bound) | at_max
-
-    def _keep_units(self, keep_host: list[int], keep: Tensor) -> None:
-        """Restrict the per-unit state to the units `keep` (positions among the current units)."""
-        self.unit_source = [self.unit_source[i] for i in keep_host]
-        self.unit_max_host = [self.unit_max_host[i] for i in keep_host]
-        self.unit_max = self.unit_max.index_select(0, keep)
-        self.n_finished = self.n_finished.index_select(0, keep)
-        if self.exact:
-            self.best_finished = self.best_finished.index_select(0, keep)
-            self.max_penalty = self.max_penalty.index_select(0, keep)
+        return (units.best_finished[:, -1] >= bound) | at_max
 
     def _finalize(
         self,
         cand: Candidates,
         final: Tensor,
         step: int,
-        tokens: Tensor,
-        token_lp: Tensor,
-        attention: Tensor | None,
+        rows: Rows,
         step_attn: Tensor | None,
     ) -> None:
         """Turn the candidates marked in `final` [U, g] (EOS appended at `step`) into Hypotheses."""
         unit, col = final.nonzero(as_tuple=True)
-        rows = unit * self.group + cand.rows[unit, col]
-        prefixes = tokens[rows, 1:].tolist()
-        lps = torch.cat([token_lp[rows], cand.logprob[unit, col][:, None]], dim=1).tolist()
+        index = unit * self.group + cand.rows[unit, col]
+        prefixes = rows.tokens[index, 1:].tolist()
+        lps = torch.cat([rows.logprobs[index], cand.logprob[unit, col][:, None]], dim=1).tolist()
         totals = cand.scores[unit, col].tolist()
         attn = None
-        if attention is not None:
-            attn = torch.cat([attention[rows], step_attn[rows][:, None]], dim=1).cpu()
+        if rows.attention is not None:
+            attn = torch.cat([rows.attention[index], step_attn[index][:, None]], dim=1).cpu()
         penalty = length_penalty(step + 1, self.cfg.lenpen)
         for i, u in enumerate(unit.tolist()):
-            source = self.unit_source[u]
+            source = self.units.source[u]
             self.finished[source].append(
                 Hypothesis(
                     tokens=prefixes[i],

@@ -43,7 +43,7 @@ from seq2seq.training.validation import METRIC_KEYS, ValidData, is_better, valid
 from seq2seq.model.loss import sequence_loss
 from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_budget
 from seq2seq.training.placement import place
-from seq2seq.inference.search import SearchConfig
+from seq2seq.config.search import SearchConfig
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from seq2seq.data.batching import Batch
 from seq2seq.accel.device import autocast_context
 from seq2seq.model.loss import sequence_loss
 from seq2seq.text.metrics import cer, reference_streams, score, wer
-from seq2seq.inference.search import SearchConfig, search
+from seq2seq.config.search import SearchConfig
+from seq2seq.inference.search import search
 
 METRIC_KEYS = {"bleu": "valid_bleu", "chrf": "valid_chrf", "wer": "valid_wer", "cer": "valid_cer",
                "loss": "valid_loss"}
