@@ -18,9 +18,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.config.schema import ModelConfig  # noqa: E402
+from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
-from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerConfig, train_tokenizer  # noqa: E402
+from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer  # noqa: E402
+from seq2seq.config import TokenizerConfig
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
 SIZES = dict(d_model=256, heads=4, ffn_dim=1024, layers=3, vocab=8000)

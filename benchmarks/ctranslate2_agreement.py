@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from seq2seq.deploy.engine import CTranslate2Translator, find_export
-    from seq2seq.deploy.export import ExportError, export_ctranslate2
+    from seq2seq.deploy.ctranslate2 import export_ctranslate2
+    from seq2seq.deploy.staging import ExportError
     from seq2seq.text.lines import read_input_lines
     from seq2seq.inference.translator import Translator
 

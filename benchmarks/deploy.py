@@ -65,7 +65,8 @@ def main() -> None:
     import ctranslate2
 
     from seq2seq.deploy.engine import CTranslate2Translator
-    from seq2seq.deploy.export import export_ctranslate2, export_hf
+    from seq2seq.deploy.ctranslate2 import export_ctranslate2
+    from seq2seq.deploy.hf import export_hf
     from seq2seq.text.lines import read_input_lines
     from seq2seq.text.tokenizer import EOS_ID, PAD_ID
     from seq2seq.inference.translator import Translator

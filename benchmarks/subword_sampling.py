@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import DATA, machine_info  # noqa: E402
-from seq2seq.training.experiment import load_config, text_training_data  # noqa: E402
+from seq2seq.training.experiment import text_training_data  # noqa: E402
+from seq2seq.config import load_config
 from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
 from seq2seq.text.tokenizer import PAD_ID  # noqa: E402
 from seq2seq.training.trainer import Trainer  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import DATA, SIZES, build_hf, build_ours, machine_info, read_gz, tokenizer  # noqa: E402
 from seq2seq.data.batching import TokenBatchSampler, collate_text  # noqa: E402
 from seq2seq.accel.cpu import limit_onednn_caches, speed_up_for_cpu_training  # noqa: E402
-from seq2seq.model.loss import sequence_loss  # noqa: E402
+from seq2seq.training.loss import sequence_loss  # noqa: E402
 from seq2seq.text.tokenizer import PAD_ID  # noqa: E402
 from seq2seq.accel.device import autocast_context  # noqa: E402
 

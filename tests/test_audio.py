@@ -10,8 +10,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from seq2seq.config.schema import ConfigError, ModelConfig, from_dict, load, save, to_dict
+from seq2seq.config import ConfigError, ModelConfig, from_dict, load, save, to_dict
 from seq2seq.model.encoders import SourceError, get_modality
+from seq2seq.report.plots import save_figure
 from seq2seq.model.encoders.audio import (
     AudioEncoder,
     AudioEncoderConfig,
@@ -302,7 +303,7 @@ def test_attention_plot_writes_a_png(tmp_path):
     x = torch.randn(8000) * 0.1
     s = AudioProcessor(cfg).length(x)
     att = np.random.default_rng(0).dirichlet(np.ones(s), size=3).tolist()
-    get_modality("audio").plot_attention(cfg, x, att, ["▁one", "▁two", "</s>"], str(tmp_path / "a.png"))
+    save_figure(get_modality("audio").draw_attention(cfg, x, att, ["▁one", "▁two", "</s>"]), tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from seq2seq.cli import cli
-from seq2seq.config.schema import EncoderConfig, encoder_config_class, from_dict, to_dict
+from seq2seq.config import EncoderConfig, encoder_config_class, from_dict, to_dict
 from seq2seq.config.root import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def shipped_configs() -> dict[Path, dict[str, Any]]:
 
 def encoder_types() -> list[str]:
     import seq2seq.model.encoders  # noqa: F401 - registers the built-in encoder types
-    from seq2seq.config.schema import _ENCODER_CONFIGS
+    from seq2seq.config.sections import _ENCODER_CONFIGS
 
     return sorted(t for t in _ENCODER_CONFIGS if t != "text")
 

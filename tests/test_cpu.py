@@ -14,12 +14,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.model.attention import MultiHeadAttention
-from seq2seq.config.schema import ModelConfig
+from seq2seq.config import ModelConfig
 from seq2seq.accel.cpu import (CACHE_VARIABLES, CpuAttention, CpuDropout, CpuFeedForward, CpuLinear,
                          speed_up_for_cpu_training)
 from seq2seq.model.encoders import Encoder
 from seq2seq.model.layers import EncoderLayer, FeedForward
-from seq2seq.model.loss import sequence_loss
+from seq2seq.training.loss import sequence_loss
 from seq2seq.model.transformer import Seq2SeqTransformer
 
 STANDARD = (nn.Dropout, nn.Linear, FeedForward, MultiHeadAttention)

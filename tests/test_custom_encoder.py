@@ -13,8 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes" / "custom
 
 import bigru  # noqa: E402 - registers model.encoder.type "bigru"
 
-from seq2seq.config.schema import ModelConfig  # noqa: E402
-from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.config import ModelConfig  # noqa: E402
+from seq2seq.training.experiment import run_training  # noqa: E402
+from seq2seq.config import load_config
 from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
 from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
 from seq2seq.config.search import SearchConfig  # noqa: E402
@@ -33,9 +34,23 @@ def test_an_injected_encoder_keeps_its_weights_and_the_decoder_is_initialised():
     assert embed[0].abs().sum() == 0 and abs(embed[1:].std().item() - 32**-0.5) < 0.02  # N(0, D^-1/2), pad row 0
 
 
-def test_a_wider_encoder_is_refused_with_a_message():
-    with pytest.raises(ValueError, match="encoder width 48 != model.d_model 32"):
-        Seq2SeqTransformer(ModelConfig(d_model=32, heads=2), bigru.BiGRUEncoder(50, 48))
+def test_an_encoder_of_another_width_is_followed_by_a_projection_to_the_decoder_width():
+    torch.manual_seed(0)
+    encoder = bigru.BiGRUEncoder(50, 48)
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
+    model = Seq2SeqTransformer(ModelConfig(d_model=32, heads=2, src_vocab_size=50, tgt_vocab_size=40), encoder)
+    assert model.enc_to_dec_proj.in_features == 48 and model.enc_to_dec_proj.out_features == 32
+    for k, v in encoder.state_dict().items():  # the injected encoder keeps its weights
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
+    raw, raw_mask = encoder(src)
+    memory, mask = model.encode(src)
+    assert raw.shape[-1] == 48 and memory.shape == (2, 4, 32) and torch.equal(mask, raw_mask)
+    torch.testing.assert_close(memory, model.enc_to_dec_proj(raw))
+    assert model(src, torch.tensor([[1, 4, 5], [1, 6, 0]])).shape == (2, 3, 40)
+    # an encoder of the decoder's width gets no projection: its state dict is what it always was
+    same = Seq2SeqTransformer(ModelConfig(d_model=32, heads=2, src_vocab_size=50), bigru.BiGRUEncoder(50, 32))
+    assert same.enc_to_dec_proj is None and not any(k.startswith("enc_to_dec_proj") for k in same.state_dict())
 
 
 def test_the_bigru_encoder_is_batch_invariant():

@@ -15,8 +15,9 @@ import pytest
 import torch
 import yaml
 
-from seq2seq.storage import files as ckpt
-from seq2seq.storage.model_dir import load_model_dir
+from seq2seq.storage.atomic import read_json
+from seq2seq.storage.model_dir import ModelDir, load_model_dir
+from seq2seq.storage.weights import load_weights
 
 
 def write_config(files: dict, out: Path, **training) -> Path:
@@ -54,15 +55,15 @@ def test_two_processes_train_the_same_weights_as_one_and_only_rank_0_writes(mult
     two = torchrun(write_config(multi30k_small, tmp_path / "two"))
     assert two.returncode == 0, two.stderr[-3000:] + two.stdout[-3000:]
     for name in ("train_state/model.safetensors", "checkpoints/step_6.safetensors"):
-        a, b = ckpt.load_weights(tmp_path / "one" / name), ckpt.load_weights(tmp_path / "two" / name)
+        a, b = load_weights(tmp_path / "one" / name), load_weights(tmp_path / "two" / name)
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=2e-5, msg=f"{name}: {key}")
     log = two.stderr + two.stdout
     assert "processes: 2" in log
     assert log.count("step 3: valid_loss=") == 1 and log.count("step 6: valid_loss=") == 1  # rank 0 only
-    history_one = ckpt.read_json(tmp_path / "one" / "train_state" / "state.json")["history"]
-    history_two = ckpt.read_json(tmp_path / "two" / "train_state" / "state.json")["history"]
+    history_one = read_json(tmp_path / "one" / "train_state" / "state.json")["history"]
+    history_two = read_json(tmp_path / "two" / "train_state" / "state.json")["history"]
     valid = [(r["step"], round(r["valid_loss"], 4)) for r in history_one if "valid_loss" in r]
     assert valid == [(r["step"], round(r["valid_loss"], 4)) for r in history_two if "valid_loss" in r]
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == ["step_3.safetensors",
@@ -112,7 +113,7 @@ def test_a_killed_rank_ends_the_job_and_the_last_checkpoint_stays_intact(multi30
     assert "rank" in output.lower() and ("SIGKILL" in output or "Signal 9" in output or "exitcode" in output)
     loaded = load_model_dir(out)  # the last written weights and config are whole
     assert loaded.model.num_parameters() > 0
-    state = ckpt.read_json(ckpt.train_state_dir(out) / "state.json")
+    state = read_json(ModelDir(out).train_state() / "state.json")
     assert state["step"] >= 2
 
 
@@ -125,6 +126,6 @@ def test_tensorboard_logging_writes_event_files_next_to_log_csv(multi30k_small, 
     events = EventAccumulator(str(tmp_path / "tb" / "tensorboard"))
     events.Reload()
     losses = [(e.step, round(e.value, 4)) for e in events.Scalars("valid_loss")]
-    history = ckpt.read_json(tmp_path / "tb" / "train_state" / "state.json")["history"]
+    history = read_json(tmp_path / "tb" / "train_state" / "state.json")["history"]
     assert losses == [(r["step"], round(r["valid_loss"], 4)) for r in history if "valid_loss" in r]
     assert len(events.Scalars("train_loss")) == 6 and (tmp_path / "tb" / "log.csv").is_file()

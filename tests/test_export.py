@@ -1,6 +1,6 @@
-"""Deployment (seq2seq.deploy.export, seq2seq.deploy.engine, `seq2seq export` / `import-hf` / `translate --engine`):
-CTranslate2 and transformers compute what our model computes, and the CTranslate2 engine finds what our
-search finds.
+"""Deployment (seq2seq.deploy: ctranslate2, hf, hf_import, engine; `seq2seq export` / `import-hf` /
+`translate --engine`): CTranslate2 and transformers compute what our model computes, and the
+CTranslate2 engine finds what our search finds.
 
 Models: random ones of every architecture (norms and biases perturbed, so that a LayerNorm or bias
 mapped to the wrong place shows), and one tiny model trained for a few seconds on a toy task
@@ -28,16 +28,19 @@ else:
     ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
     transformers = pytest.importorskip("transformers", reason="the export extra: pip install -e '.[export]'")
 
-from seq2seq.storage import files as ckpt  # noqa: E402
+from seq2seq.storage.model_dir import ModelDir, load_model_dir  # noqa: E402
+from seq2seq.storage.weights import load_weights, save_weights  # noqa: E402
 from seq2seq.data.batching import pad_sequences  # noqa: E402
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.config.schema import ModelConfig, save  # noqa: E402
+from seq2seq.config import ModelConfig, save  # noqa: E402
 from seq2seq.deploy.engine import CTranslate2Translator  # noqa: E402
-from seq2seq.deploy.export import ExportError, export_ctranslate2, export_hf  # noqa: E402
+from seq2seq.deploy.ctranslate2 import export_ctranslate2  # noqa: E402
+from seq2seq.deploy.hf import export_hf  # noqa: E402
+from seq2seq.deploy.staging import ExportError  # noqa: E402
 from seq2seq.model.transformer import Seq2SeqTransformer  # noqa: E402
-from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
 from seq2seq.config.root import Config  # noqa: E402
-from seq2seq.text.tokenizer import EOS_ID, PAD_ID, TokenizerConfig, TokenizerPair, train_tokenizer  # noqa: E402
+from seq2seq.text.tokenizer import EOS_ID, PAD_ID, TokenizerPair, train_tokenizer  # noqa: E402
+from seq2seq.config import TokenizerConfig
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -76,8 +79,8 @@ def make_model_dir(path: Path, pair: TokenizerPair, seed: int = 0, **model) -> P
         for name, p in net.named_parameters():
             if "norm" in name or name.endswith("bias") or "positions" in name:
                 p.add_(torch.randn_like(p) * 0.3)
-    ckpt.save_weights(net.state_dict(), path / ckpt.WEIGHTS)
-    save(cfg, path / ckpt.CONFIG)
+    save_weights(net.state_dict(), path / ModelDir.WEIGHTS)
+    save(cfg, path / ModelDir.CONFIG)
     pair.save(path)
     return path
 
@@ -295,8 +298,8 @@ def test_cli_export_then_translate_with_the_engine(trained, tmp_path):
 
     # weights changed after the export: a warning naming the fix
     torch.manual_seed(5)
-    state = ckpt.load_weights(model / "model.safetensors")
-    ckpt.save_weights({k: v + 0.01 * torch.randn_like(v) for k, v in state.items()}, model / "model.safetensors")
+    state = load_weights(model / "model.safetensors")
+    save_weights({k: v + 0.01 * torch.randn_like(v) for k, v in state.items()}, model / "model.safetensors")
     stale = run(["translate", model, "--engine", "ctranslate2"], input="red cat\n")
     assert stale.exit_code == 0 and "re-export" in stale.stderr and len(stale.stdout.splitlines()) == 1
 

@@ -16,8 +16,9 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from seq2seq.cli import cli
-from seq2seq.config.schema import ConfigError
-from seq2seq.training.experiment import load_config, run_training
+from seq2seq.config import ConfigError
+from seq2seq.training.experiment import run_training
+from seq2seq.config import load_config
 
 TRAIN = {"max_tokens": 1500, "lr": 0.001, "warmup_steps": 4, "device": "cpu", "threads": 1, "valid_bleu": False,
          "best_metric": "loss", "log_every": 1, "seed": 5}

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.config.schema import ModelConfig
-from seq2seq.model.loss import linear_cross_entropy, sequence_loss
+from seq2seq.config import ModelConfig
+from seq2seq.training.loss import linear_cross_entropy, sequence_loss
 from seq2seq.model.transformer import Seq2SeqTransformer
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from seq2seq.config.schema import ModelConfig, from_dict, to_dict
+from seq2seq.config import ModelConfig, from_dict, to_dict
 from seq2seq.model.encoders import Encoder
 from seq2seq.model.transformer import Seq2SeqTransformer
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.model.loss import linear_cross_entropy
+from seq2seq.training.loss import linear_cross_entropy
 from seq2seq.accel.onednn import bucket, buckets_rows, rowwise
 
 
@@ -98,9 +98,9 @@ def test_bf16_training_stops_compiling_kernels_after_warm_up():
     code = textwrap.dedent("""
         import torch
         import sys
-        from seq2seq.config.schema import ModelConfig
+        from seq2seq.config import ModelConfig
         from seq2seq.accel.cpu import speed_up_for_cpu_training
-        from seq2seq.model.loss import sequence_loss
+        from seq2seq.training.loss import sequence_loss
         from seq2seq.model.transformer import Seq2SeqTransformer
         torch.manual_seed(0)
         torch.set_num_threads(1)

@@ -5,12 +5,14 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from seq2seq.storage import files as ckpt
+from seq2seq.storage.atomic import read_json
 from seq2seq.cli import cli
-from seq2seq.config.schema import ConfigError, DataConfig
+from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
-from seq2seq.training.experiment import load_config, text_training_data
-from seq2seq.text.tokenizer import EOS_ID, TokenizerConfig, TokenizerPair, train_tokenizer
+from seq2seq.training.experiment import text_training_data
+from seq2seq.config import load_config
+from seq2seq.text.tokenizer import EOS_ID, TokenizerPair, train_tokenizer
+from seq2seq.config import TokenizerConfig
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +127,11 @@ def test_a_run_with_sampling_trains_resumes_and_translates(tmp_path, multi30k_sm
     def train(config, *extra):
         result = CliRunner().invoke(cli, ["train", str(config), *extra])
         assert result.exit_code == 0, result.output
-        return ckpt.read_json(config.parent / config.stem / "metadata.json")
+        return read_json(config.parent / config.stem / "metadata.json")
 
     part = write_config(tmp_path, multi30k_small, tmp_path / "part", max_steps=6)
     assert train(part)["step"] == 6
-    state = ckpt.read_json(tmp_path / "part" / "train_state" / "state.json")
+    state = read_json(tmp_path / "part" / "train_state" / "state.json")
     assert train(part, "--resume", "--set", "training.max_steps=12")["step"] == 12
     log = (tmp_path / "part" / "log.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in log[1:] if row.split(",")[0] in ("6", "12")] == ["6", "12"]

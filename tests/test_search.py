@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config.schema import ConfigError, ModelConfig, from_dict, to_dict
+from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.inference.search import Hypothesis, SearchConfig, block_repeated_ngrams, search, top_p_filter
 

@@ -28,7 +28,9 @@ else:
     uvicorn = pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
 
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.serve.app import Batcher, Limits, create_app  # noqa: E402
+from seq2seq.serve.app import create_app  # noqa: E402
+from seq2seq.serve.batcher import Batcher  # noqa: E402
+from seq2seq.serve.requests import Limits  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 TIMEOUT = 60

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.config.schema import ConfigError, DataConfig
+from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError
 from seq2seq.model.encoders import Modality, SourceError, SourceProcessor
 from seq2seq.data.media import collate_media, load_sources, prepare_media, read_source_table, source_lengths
-from seq2seq.text.tokenizer import TokenizerConfig
+from seq2seq.config import TokenizerConfig
 
 
 class BytesProcessor(SourceProcessor):
@@ -141,7 +141,7 @@ def test_prepare_media_refuses_text_only_keys_and_missing_tables(tmp_path):
 
 
 def test_unknown_encoder_type_and_keys_are_refused_by_name():
-    from seq2seq.training.experiment import load_config
+    from seq2seq.config import load_config
 
     with pytest.raises(ConfigError, match="unknown encoder type 'video'; choose one of .*'audio'.*'image'.*'text'"):
         load_config(None, ["model.encoder.type=video"])

@@ -123,7 +123,7 @@ def test_too_large_vocab_is_lowered_with_warning(caplog) -> None:
 
 
 def test_config_rejects_bad_values() -> None:
-    from seq2seq.config.schema import ConfigError, from_dict
+    from seq2seq.config import ConfigError, from_dict
     with pytest.raises(ConfigError, match="vocab_size"):
         from_dict(TokenizerConfig, {"vocab_size": 3})
     with pytest.raises(ConfigError, match="model_type"):

@@ -8,10 +8,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from seq2seq.storage import files as ckpt
+from seq2seq.storage.atomic import read_json
+from seq2seq.storage.model_dir import ModelDir
+from seq2seq.storage.weights import load_weights
 from seq2seq.data.batching import TokenBatchSampler, collate_text
 from seq2seq.cli import cli
-from seq2seq.config.schema import ConfigError, ModelConfig
+from seq2seq.config import ConfigError, ModelConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.training.validation import is_better
 from seq2seq.config.search import SearchConfig
@@ -153,10 +155,10 @@ def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch
     rows = toy_data()
     trainer = make_trainer(tmp_path, rows, max_steps=4)
     trainer.train()
-    good_weights = ckpt.load_weights(tmp_path / "model.safetensors")
+    good_weights = load_weights(tmp_path / "model.safetensors")
     good_state = json.loads((tmp_path / "train_state" / "state.json").read_text())
 
-    import seq2seq.storage.files as module
+    import seq2seq.storage.weights as module
 
     def broken_save_file(tensors, path):
         Path(path).write_bytes(b"half a file")
@@ -168,19 +170,19 @@ def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch
         trainer.save(best=True)
     monkeypatch.undo()
     # the best weights and the resume state are the old ones, intact and loadable
-    for name, t in ckpt.load_weights(tmp_path / "model.safetensors").items():
+    for name, t in load_weights(tmp_path / "model.safetensors").items():
         assert torch.equal(t, good_weights[name])
-    assert ckpt.train_state_dir(tmp_path) is not None
-    assert json.loads((ckpt.train_state_dir(tmp_path) / "state.json").read_text())["step"] == good_state["step"]
+    assert ModelDir(tmp_path).train_state() is not None
+    assert json.loads((ModelDir(tmp_path).train_state() / "state.json").read_text())["step"] == good_state["step"]
     assert not list(tmp_path.glob(".*.tmp")) and not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
 def test_interrupted_state_swap_falls_back_to_old(tmp_path):
-    ckpt.save_train_state(tmp_path, {"state.json": {"step": 1}})
-    ckpt.save_train_state(tmp_path, {"state.json": {"step": 2}})
+    ModelDir(tmp_path).save_train_state({"state.json": {"step": 1}})
+    ModelDir(tmp_path).save_train_state({"state.json": {"step": 2}})
     # simulate a kill between the two renames of the swap: train_state moved to .old, new not yet in place
     (tmp_path / "train_state").rename(tmp_path / "train_state.old")
-    assert ckpt.read_json(ckpt.train_state_dir(tmp_path) / "state.json")["step"] == 2
+    assert read_json(ModelDir(tmp_path).train_state() / "state.json")["step"] == 2
 
 
 def test_non_finite_loss_skips_the_step_then_aborts(tmp_path, monkeypatch):
@@ -257,7 +259,7 @@ def test_cli_train_end_to_end_writes_a_loadable_model_dir(tmp_path, multi30k_sma
     meta = json.loads((model_dir / "metadata.json").read_text())
     assert meta["step"] == 30 and meta["train_pairs"] > 350 and len(meta["data_fingerprint"]) >= 16
     assert {"valid_bleu", "valid_chrf", "valid_wer", "valid_cer"} <= set(meta["last_validation"])
-    from seq2seq.training.experiment import load_model_dir
+    from seq2seq.storage.model_dir import load_model_dir
 
     loaded = load_model_dir(model_dir)
     assert loaded.model.cfg.src_vocab_size == loaded.tokenizers.src.vocab_size

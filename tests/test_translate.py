@@ -15,9 +15,11 @@ import sacrebleu
 import torch
 from click.testing import CliRunner
 
-from seq2seq.storage import files as ckpt
+from seq2seq.storage import CheckpointError
+from seq2seq.storage.weights import load_weights
 from seq2seq.cli import cli
-from seq2seq.text.lines import decoded_lines, formatter, translate_stream
+from seq2seq.inference.formats import formatter, translate_stream
+from seq2seq.text.lines import decoded_lines
 from seq2seq.inference.translator import Translator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -309,7 +311,8 @@ def test_incomplete_model_dir_is_refused_with_one_clear_line(tiny_model_dir, tmp
 
 
 def test_tokenizer_of_another_size_is_refused(tiny_model_dir, tmp_path, multi30k_small):
-    from seq2seq.text.tokenizer import TokenizerConfig, train_tokenizer
+    from seq2seq.text.tokenizer import train_tokenizer
+    from seq2seq.config import TokenizerConfig
 
     model = copy_model(tiny_model_dir, tmp_path / "model")
     texts = multi30k_small["train.en"].read_text(encoding="utf-8").splitlines()
@@ -317,7 +320,7 @@ def test_tokenizer_of_another_size_is_refused(tiny_model_dir, tmp_path, multi30k
     result = run(["translate", model], input="A man.\n")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "200 pieces" in result.output and "does not belong to this model" in result.output
-    with pytest.raises(ckpt.CheckpointError, match="does not belong"):
+    with pytest.raises(CheckpointError, match="does not belong"):
         Translator.load(model)
 
 
@@ -398,8 +401,8 @@ def test_average_is_the_elementwise_mean_and_replaces_nothing(tiny_model_dir, tm
     result = run(["average", model, "--last", "2"])
     assert result.exit_code == 0, result.output
     out = model / "model.avg.safetensors"
-    averaged = ckpt.load_weights(out)
-    a, b = (ckpt.load_weights(p) for p in steps)
+    averaged = load_weights(out)
+    a, b = (load_weights(p) for p in steps)
     assert set(averaged) == set(a)
     for name in a:
         torch.testing.assert_close(averaged[name], (a[name].float() + b[name].float()) / 2)

@@ -35,9 +35,11 @@ sys.path.insert(0, str(HERE))
 
 import scenes  # noqa: E402
 
-from seq2seq.storage import files as ckpt  # noqa: E402
+from seq2seq.storage.atomic import write_json_atomic  # noqa: E402
+from seq2seq.storage.model_dir import ModelDir  # noqa: E402
 from seq2seq.cli.common import user_error_types  # noqa: E402
-from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.training.experiment import run_training  # noqa: E402
+from seq2seq.config import load_config
 from seq2seq.text.metrics import score  # noqa: E402
 
 log = logging.getLogger("recipe")
@@ -122,7 +124,7 @@ def main() -> None:
 
         torch.set_num_threads(cfg.training.threads)
     if not args.skip_train:
-        result = run_training(cfg, resume=ckpt.train_state_dir(model_dir) is not None, config_source=str(args.config))
+        result = run_training(cfg, resume=ModelDir(model_dir).train_state() is not None, config_source=str(args.config))
         log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
 
     from seq2seq.inference.generator import Captioner
@@ -158,10 +160,10 @@ def main() -> None:
         wrong = [(p, h, r[0]) for p, h, r in zip(paths, hyps, refs) if h not in r][:3]
         for path, hyp, ref in wrong:
             log.info("%s miss: %s\n  hyp: %s\n  ref: %s", split, Path(path).name, hyp, ref)
-    meta = ckpt.read_json(model_dir / ckpt.METADATA)
+    meta = ModelDir(model_dir).metadata()
     report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
                   steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
-    ckpt.write_json_atomic(out / "recipe_results.json", report)
+    write_json_atomic(out / "recipe_results.json", report)
 
     print(f"\n{'split':<14} {'images':>6} {'exact':>7} {'canon.':>7} {'objects':>8} {'BLEU':>6} {'chrF':>6}")
     for split, r in rows:

@@ -4,7 +4,8 @@
 
 The contract an encoder meets (seq2seq/model/encoders/base.py):
   forward(src) -> (memory [B, S, d_model], memory_pad_mask [B, S], True at padding)
-  d_model attribute equal to model.d_model (project if your backbone is wider)
+  d_model attribute: the memory's width (when it differs from model.d_model, the model projects the
+    memory with a learned Linear, `enc_to_dec_proj`)
   batch invariance: a source encoded inside a padded batch equals the source encoded alone.
 
 Registering the name makes `seq2seq train` / `translate` rebuild it from a model directory's
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config.schema import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.config import ConfigError
+from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.encoders import Encoder, Modality, register
 
 

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bigru  # noqa: E402 - registers model.encoder.type "bigru"
 
-from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.training.experiment import run_training  # noqa: E402
+from seq2seq.config import load_config
 from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
 from seq2seq.data.synthetic import make_splits, write_splits  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402

@@ -25,10 +25,13 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from seq2seq.storage import files as ckpt  # noqa: E402
+from seq2seq.storage.atomic import atomic_path, write_json_atomic  # noqa: E402
+from seq2seq.storage.model_dir import ModelDir  # noqa: E402
+from seq2seq.storage.weights import save_weights  # noqa: E402
 from seq2seq.cli.common import user_error_types  # noqa: E402
 from seq2seq.data import DataError, read_lines  # noqa: E402
-from seq2seq.training.experiment import load_config, run_training  # noqa: E402
+from seq2seq.training.experiment import run_training  # noqa: E402
+from seq2seq.config import load_config
 from seq2seq.text.metrics import format_scores, score  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -63,7 +66,7 @@ def download(target: Path, langs: tuple[str, ...]) -> None:
             if not (target / name).exists():
                 log.info("downloading %s", name)
                 try:
-                    with ckpt.atomic_path(target / name) as tmp:  # never a half-written file to skip next time
+                    with atomic_path(target / name) as tmp:  # never a half-written file to skip next time
                         urllib.request.urlretrieve(f"{PUBLIC_RAW}/{name}", tmp)
                 except OSError as e:  # urllib's URLError and HTTPError are OSErrors
                     raise DataError(f"cannot download {PUBLIC_RAW}/{name}: {e}; "
@@ -120,18 +123,19 @@ def main() -> None:
 
     t0 = time.perf_counter()
     if not args.skip_train:
-        result = run_training(cfg, resume=ckpt.train_state_dir(out) is not None, config_source=str(args.config))
+        result = run_training(cfg, resume=ModelDir(out).train_state() is not None, config_source=str(args.config))
         log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
 
     # 1. which weights: the best checkpoint, or the average of the last N (chosen on val)
     val_src = read_lines(data / f"val.{args.src}.gz")
     val_ref = read_lines(data / f"val.{args.tgt}.gz")
-    kept = sorted((out / "checkpoints").glob("step_*.safetensors"), key=lambda q: int(q.stem.split("_")[1]))
-    candidates = {"best": out / ckpt.WEIGHTS}
+    model_dir = ModelDir(out)
+    kept = model_dir.checkpoints()
+    candidates = {"best": model_dir.weights_path}
     for n in (5, 10):
         if len(kept) >= n:
             path = out / f"model.avg{n}.safetensors"
-            ckpt.save_weights(ckpt.average_checkpoints(kept[-n:]), path)
+            save_weights(model_dir.average(n)[0], path)
             candidates[f"avg{n}"] = path
     val_bleu: dict[str, float] = {}
     for name, weights in candidates.items():
@@ -165,10 +169,10 @@ def main() -> None:
         scores = score(hyps, [ref], metrics=("bleu", "chrf", "ter"))
         print(f"\n== {split} ({args.src}->{args.tgt}, {len(hyps)} sentences) ==\n{format_scores(scores)}")
         report[split] = {k: {"score": v["score"], "signature": v["signature"]} for k, v in scores.items()}
-    meta = ckpt.read_json(out / ckpt.METADATA)
+    meta = model_dir.metadata()
     report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
                   steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
-    ckpt.write_json_atomic(out / "recipe_results.json", report)
+    write_json_atomic(out / "recipe_results.json", report)
     print(f"\nresults: {out / 'recipe_results.json'}; learning curves: {out / 'curves.png'}")
 
 

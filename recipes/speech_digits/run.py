@@ -35,7 +35,8 @@ import make_data
 import torch
 
 from seq2seq.cli.common import user_error_types
-from seq2seq.training.experiment import load_config, run_training
+from seq2seq.training.experiment import run_training
+from seq2seq.config import load_config
 from seq2seq.inference.generator import Transcriber
 from seq2seq.text.metrics import cer, wer
 

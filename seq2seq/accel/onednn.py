@@ -18,7 +18,7 @@ nothing per shape, and inference keeps its exact shapes (decoding is a few rows 
 
 Where it is used: the CPU training variants of the linear, feed-forward and attention modules
 (`seq2seq.accel.cpu`, swapped in by `speed_up_for_cpu_training`), and the last chunk of the fused loss
-(`seq2seq.model.loss`).
+(`seq2seq.training.loss`).
 """
 
 from __future__ import annotations

@@ -22,35 +22,18 @@ def average(model_dir: str, last: int | None, output_path: str | None, force: bo
 
     Use the result with `seq2seq translate/test MODEL_DIR --weights FILE`.
     """
-    from seq2seq.storage import files as ckpt
+    from seq2seq.storage import CheckpointError
+    from seq2seq.storage.model_dir import ModelDir
+    from seq2seq.storage.weights import save_weights
 
-    directory = Path(model_dir)
-    ckpt_dir = directory / "checkpoints"
-
-    def step(p: Path) -> int:
-        tail = p.stem.removeprefix("step_")
-        return int(tail) if tail.isdigit() else -1
-
-    paths = sorted((p for p in ckpt_dir.glob("step_*.safetensors") if step(p) >= 0), key=step)
-    if not paths:
-        raise ckpt.CheckpointError(f"no checkpoints (step_N.safetensors) in {ckpt_dir}")
-    if last is not None:
-        if last > len(paths):
-            raise ckpt.CheckpointError(f"--last {last}: {ckpt_dir} holds only {len(paths)} checkpoint(s)")
-        paths = paths[-last:]
-    output = Path(output_path) if output_path else directory / "model.avg.safetensors"
-    if output.exists() and not force:
+    directory = ModelDir(model_dir)
+    available = len(directory.checkpoints())
+    if last is not None and available and last > available:
+        raise CheckpointError(f"--last {last}: {directory.checkpoint_dir} holds only {available} checkpoint(s)")
+    output = Path(output_path) if output_path else directory.path / "model.avg.safetensors"
+    if available and output.exists() and not force:  # (with none, `average` says so first)
         raise click.ClickException(f"{output} exists; pass --force to replace it, or -o to write elsewhere")
-    state = ckpt.average_checkpoints(paths)
-    if (directory / ckpt.CONFIG).is_file():  # refuse checkpoints that do not fit the model config
-        from seq2seq.config.schema import ConfigError, from_dict, load_dict
-        from seq2seq.training.experiment import Config, build_model
-
-        try:
-            cfg = from_dict(Config, load_dict(directory / ckpt.CONFIG))
-        except ConfigError as e:
-            raise ckpt.CheckpointError(f"{directory / ckpt.CONFIG}: {e}") from None
-        ckpt.load_into(build_model(cfg), state, paths[-1])
-    ckpt.save_weights(state, output)
+    state, paths = directory.average(last)  # checked against config.yaml when there is one
+    save_weights(state, output)
     click.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {output}")
 

@@ -29,8 +29,8 @@ def setup_logging(verbose: bool) -> None:
 def user_error_types() -> tuple[type[Exception], ...]:
     """The toolkit's errors that are the user's to fix (bad config, data, checkpoint, tokenizer), whose
     message is the whole report: a command prints it on one line, with no traceback."""
-    from seq2seq.storage.files import CheckpointError
-    from seq2seq.config.schema import ConfigError
+    from seq2seq.storage import CheckpointError
+    from seq2seq.config import ConfigError
     from seq2seq.data import DataError
     from seq2seq.text.tokenizer import TokenizerError
     from seq2seq.training.trainer import TrainingAborted
@@ -87,29 +87,36 @@ def model_options(fn: Callable) -> Callable:
     return fn
 
 
-def search_options(fn: Callable) -> Callable:
-    """Decoding options; unset ones keep the model's `decoding` config."""
-    for option in reversed(
-        [
-            click.option("--beam", type=click.IntRange(min=1), default=None, help="Beam size (1 = greedy search)."),
-            click.option("--greedy", is_flag=True, help="Greedy search."),
-            click.option("--sample", is_flag=True, help="Sample (see --topk, --topp, --temperature, --seed)."),
-            click.option("--lenpen", type=float, default=None, help="Length penalty exponent (GNMT)."),
-            click.option("--max-len-a", type=float, default=None, help="Max output length = a * source length + b."),
-            click.option("--max-len-b", type=int, default=None, help="See --max-len-a."),
-            click.option("--topk", type=click.IntRange(min=0), default=None, help="Sample from the k most likely tokens."),
-            click.option("--topp", type=float, default=None, help="Sample from the smallest set with probability >= p."),
-            click.option("--temperature", type=float, default=None, help="Sampling temperature."),
-            click.option("--seed", type=int, default=None, help="Sampling seed."),
-        ]
-    ):
-        fn = option(fn)
-    return fn
+def search_options(nbest: str | None = None) -> Callable[[Callable], Callable]:
+    """Decoding options, one per `SEARCH_OPTIONS` entry (the `SearchConfig` fields marked as options,
+    and --greedy/--sample); unset ones keep the model's `decoding` config. nbest: the help text of
+    --nbest for this command, None to leave --nbest out. The values are checked by
+    `resolve_search` (in `load_translator`), as a server request's are."""
+    from seq2seq.inference.options import SEARCH_OPTIONS
+
+    options = []
+    for o in SEARCH_OPTIONS.values():
+        if o.name == "nbest" and nbest is None:
+            continue
+        if o.type is bool:
+            options.append(click.option(o.flag, o.name, is_flag=True, help=o.help))
+        else:
+            options.append(click.option(o.flag, o.name, type=o.type, default=None,
+                                        help=nbest if o.name == "nbest" else o.help))
+
+    def decorate(fn: Callable) -> Callable:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
 
 
 def search_overrides(kw: dict[str, Any]) -> dict[str, Any]:
-    keys = ("beam", "greedy", "sample", "lenpen", "max_len_a", "max_len_b", "topk", "topp", "temperature", "seed", "nbest")
-    return {k: kw[k] for k in keys if kw.get(k) not in (None, False)}
+    """The search options given on the command line (a switch only when set; 0 is a value)."""
+    from seq2seq.inference.options import SEARCH_OPTIONS
+
+    return {k: kw[k] for k in SEARCH_OPTIONS if kw.get(k) is not None and kw[k] is not False}
 
 
 def load_translator(model_dir: str, device: str, precision: str, weights: str | None, search: dict[str, Any]) -> Any:

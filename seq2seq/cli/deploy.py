@@ -6,7 +6,7 @@ existing Hugging Face weights as a model directory; plus `translate --engine`'s 
     seq2seq import-hf HF_DIR OUT_MODEL_DIR
     seq2seq translate runs/mine --engine ctranslate2 [--engine-dir OUT]
 
-The work is done by `seq2seq.deploy.export` and `seq2seq.deploy.engine`; see docs/deployment.md.
+The work is done by `seq2seq.deploy` (ctranslate2, hf, hf_import, engine); see docs/deployment.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def export_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from seq2seq.deploy.export import ExportError
+        from seq2seq.deploy.staging import ExportError
 
         try:
             return fn(*args, **kwargs)
@@ -70,7 +70,8 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
     transformers' AutoModelForSeq2SeqLM and AutoTokenizer load (MarianMTModel for post-norm models,
     BlenderbotForConditionalGeneration for pre-norm ones), computing the same logits.
     """
-    from seq2seq.deploy.export import export_ctranslate2, export_hf
+    from seq2seq.deploy.ctranslate2 import export_ctranslate2
+    from seq2seq.deploy.hf import export_hf
 
     out = Path(out_dir) if out_dir else Path(model_dir) / DEFAULT_SUBDIR[target]
     if target == "ctranslate2":
@@ -94,7 +95,7 @@ def import_hf_command(hf_dir: str, out_dir: str, force: bool) -> None:
     directory, exactly: the same logits. Needs its MarianTokenizer files (source.spm, target.spm,
     vocab.json) with SentencePiece ids pad 0, unk 1, bos 2, eos 3 (as `seq2seq export --to hf`
     writes them); weights in safetensors."""
-    from seq2seq.deploy.export import import_hf
+    from seq2seq.deploy.hf_import import import_hf
 
     _quiet_transformers()
     path = import_hf(hf_dir, out_dir, force=force)
@@ -106,7 +107,7 @@ def load_engine(engine: str, model_dir: str, engine_dir: str | None, device: str
     """`translate --engine ctranslate2`: the engine's translator, its search options checked once; every
     problem as a one-line error."""
     from seq2seq.deploy.engine import CTranslate2Translator, find_export, stale_export_warning
-    from seq2seq.deploy.export import ExportError
+    from seq2seq.deploy.staging import ExportError
 
     if engine != "ctranslate2":
         raise click.UsageError(f"unknown engine {engine!r}")

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from seq2seq.cli.common import PROGRESS_OPTION, load_translator, model_options, search_options, search_overrides, show_progress, user_errors
-from seq2seq.text.lines import formatter, read_input_lines, translate_stream
+from seq2seq.inference.formats import formatter, translate_stream
+from seq2seq.text.lines import read_input_lines
 
 
 @click.command()
@@ -62,7 +63,7 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
               help="Where the hypotheses go (default: SRC's file name + .hyp, in the current directory).")
 @click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
-@search_options
+@search_options()
 @PROGRESS_OPTION
 @model_options
 @user_errors
@@ -70,7 +71,7 @@ def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], outp
                  as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
                  batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
     """Translate --src with MODEL_DIR, write the hypotheses, and score them against --ref."""
-    from seq2seq.storage.files import atomic_path
+    from seq2seq.storage.atomic import atomic_path
 
     search = search_overrides(kw)
     sources = read_input_lines(src_path)

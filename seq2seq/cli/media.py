@@ -10,12 +10,12 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import click
 
 from seq2seq.cli.common import model_options, search_options, search_overrides, user_errors
-from seq2seq.text.lines import json_line, one_line, warn
+from seq2seq.text.lines import warn
 
 
 def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
@@ -37,26 +37,12 @@ def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
             stream.close()
 
 
-def _emitter(fmt: str, nbest: int) -> Callable[[str, list], str]:
-    def emit(path: str, hyps: list) -> str:
-        if fmt == "json":
-            obj = hyps[0].to_json() if hyps else {"source": path, "text": "", "error": "unreadable"}
-            if nbest > 1:
-                obj["nbest"] = [h.to_json() for h in hyps]
-            return json_line(obj) + "\n"
-        if nbest > 1:
-            return "".join(f"{path}\t{h.score:.4f}\t{one_line(h.text)}\n" for h in hyps) or f"{path}\t\t\n"
-        text = one_line(hyps[0].text) if hyps else ""
-        return f"{path}\t{text}\n" if fmt == "path" else text + "\n"
-
-    return emit
-
-
 def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str,
          as_json: bool, with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool,
          device: str, precision: str, weights: str | None, batch_tokens: int, chunk_lines: int,
          **kw: Any) -> None:
     from seq2seq.model.encoders.base import SourceError
+    from seq2seq.inference.formats import file_formatter
     from seq2seq.inference.generator import Captioner, Transcriber
 
     search = search_overrides(kw)
@@ -68,7 +54,7 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
         nbest = generator.search_config(**search).nbest
     except ValueError as e:  # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options
         raise click.ClickException(str(e)) from None
-    emit = _emitter("json" if as_json else "path" if with_path else "text", nbest)
+    emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest)
     sources = _sources(files, input_path)
     out = click.open_file(output_path, "w", encoding="utf-8")
     try:
@@ -105,8 +91,7 @@ def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
     @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
     @click.option("-i", "--input", "input_path", default=None, help="File listing one source path per line ('-': stdin).")
     @click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
-    @search_options
-    @click.option("--nbest", type=click.IntRange(min=1), default=None, help="Hypotheses per source.")
+    @search_options(nbest="Hypotheses per source.")
     @click.option("--json", "as_json", is_flag=True, help="One JSON object per source: source, text, score, tokens.")
     @click.option("--with-path", is_flag=True, help="Print 'path<TAB>text'.")
     @click.option("--show-attention", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",

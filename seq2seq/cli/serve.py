@@ -64,7 +64,8 @@ def serve(model_dir: str, host: str, port: int, device: str, precision: str, wei
     require_serve_extra()
     import torch
 
-    from seq2seq.serve.app import Limits, create_app, load_model, run_server
+    from seq2seq.serve.app import create_app, load_model, run_server
+    from seq2seq.serve.requests import Limits
 
     try:
         limits = Limits(max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_batch=max_batch,

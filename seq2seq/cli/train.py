@@ -22,7 +22,8 @@ def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str
           init_from: str | None) -> None:
     """Train a model from a YAML CONFIG (see configs/example.yaml) into the model directory
     training.output_dir, the directory `translate`, `test` and `average` take."""
-    from seq2seq.training.experiment import load_config, run_training
+    from seq2seq.training.experiment import run_training
+    from seq2seq.config import load_config
 
     overrides = list(overrides) + ([f"training.output_dir={output_dir}"] if output_dir else [])
     cfg = load_config(config, overrides)
@@ -44,7 +45,7 @@ def config_command(config: str | None, overrides: tuple[str, ...], as_json: bool
     --set overrides applied; `model.encoder.type` decides which encoder keys appear. The output is
     itself a valid config file.
     """
-    from seq2seq.config.schema import to_dict
+    from seq2seq.config import to_dict
     from seq2seq.config.root import config_yaml, load_config
 
     cfg = load_config(config, list(overrides))

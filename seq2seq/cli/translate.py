@@ -11,16 +11,15 @@ import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import PROGRESS_OPTION, load_translator, model_options, search_options, search_overrides, show_progress, user_errors
-from seq2seq.text.lines import NBEST_FORMATS, count_lines, decoded_lines, formatter, open_binary, std_binary, translate_stream, warn
+from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
+from seq2seq.text.lines import count_lines, decoded_lines, open_binary, std_binary, warn
 
 
 @click.command()
 @click.argument("model_dir", type=click.Path(file_okay=False))
 @click.option("-i", "--input", "input_path", default="-", show_default=True, help="Input file ('-': stdin; .gz read as gzip).")
 @click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
-@search_options
-@click.option("--nbest", type=click.IntRange(min=1), default=None,
-              help="Hypotheses per input line; > 1 prints an n-best list (see --nbest-format).")
+@search_options(nbest="Hypotheses per input line; > 1 prints an n-best list (see --nbest-format).")
 @click.option("--nbest-format", type=click.Choice(NBEST_FORMATS), default=None,
               help="n-best lines, best first, LINE counted from 0: marian 'LINE ||| text ||| F0= logprob ||| score' "
                    "(the default for --nbest > 1) or fairseq 'H-LINE<TAB>score<TAB>text'.")

@@ -1,11 +1,21 @@
-"""Typed configuration: plain dataclasses that round-trip to and from YAML/JSON, keys checked."""
+"""Typed configuration: plain dataclasses that round-trip to and from YAML/JSON, keys checked.
 
-from seq2seq.config.schema import (
-    ConfigError, DataConfig, EncoderConfig, ModelConfig, TrainingConfig, apply_overrides, encoder_config_class,
-    from_dict, load, load_dict, register_encoder_config, save, to_dict,
+    schema.py    the generic dataclass <-> dict mapping (from_dict, to_dict, load, save, overrides)
+    sections.py  data, tokenizer, model (with its polymorphic encoder) and training sections
+    search.py    the decoding section
+    root.py      the root `Config` of an experiment, `load_config`, `config_yaml`
+"""
+
+from seq2seq.config.root import Config, config_yaml, load_config
+from seq2seq.config.schema import ConfigError, apply_overrides, from_dict, load, load_dict, save, to_dict
+from seq2seq.config.search import SearchConfig
+from seq2seq.config.sections import (
+    DataConfig, EncoderConfig, ModelConfig, TokenizerConfig, TrainingConfig, encoder_config_class, encoder_types,
+    register_encoder_config,
 )
 
 __all__ = [
-    "ConfigError", "DataConfig", "EncoderConfig", "ModelConfig", "TrainingConfig", "apply_overrides",
-    "encoder_config_class", "from_dict", "load", "load_dict", "register_encoder_config", "save", "to_dict",
+    "Config", "ConfigError", "DataConfig", "EncoderConfig", "ModelConfig", "SearchConfig", "TokenizerConfig",
+    "TrainingConfig", "apply_overrides", "config_yaml", "encoder_config_class", "encoder_types", "from_dict", "load",
+    "load_config", "load_dict", "register_encoder_config", "save", "to_dict",
 ]

@@ -2,9 +2,10 @@
 
     Config = data + tokenizer + model + training + decoding
 
-Each section is a dataclass of its own module's concern (config.py: data, model, training;
-tokenizer.py; search.py); this module only assembles them, so loading a model directory's
-config.yaml imports neither the training loop nor the data pipeline.
+Each section is a dataclass of the config layer (sections.py: data, tokenizer, model, training;
+search.py: decoding); this module only assembles them and imports nothing above the config package,
+so reading a model directory's config.yaml imports neither the training loop nor the data pipeline
+(a `model.encoder.type` other than text loads its modality's module, by name, when it is parsed).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from seq2seq.config.schema import DataConfig, ModelConfig, TrainingConfig, apply_overrides, from_dict, load_dict, to_dict
+from seq2seq.config.schema import apply_overrides, from_dict, load_dict, to_dict
 from seq2seq.config.search import SearchConfig
-from seq2seq.text.tokenizer import TokenizerConfig
+from seq2seq.config.sections import DataConfig, ModelConfig, TokenizerConfig, TrainingConfig
 
 
 @dataclass

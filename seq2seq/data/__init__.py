@@ -20,7 +20,7 @@ Sources (one per split, see `DataConfig`):
 src, tgt (the optionally lowercased texts).
 """
 
-from seq2seq.config.schema import DataConfig
+from seq2seq.config import DataConfig
 
 from seq2seq.data.cache import CACHE_VERSION, TOKENIZER_META, PreparedData, prepare
 from seq2seq.data.cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate

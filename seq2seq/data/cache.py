@@ -20,8 +20,9 @@ from typing import Callable
 
 import datasets
 
-from seq2seq.config.schema import DataConfig, to_dict
-from seq2seq.text.tokenizer import Tokenizer, TokenizerConfig, TokenizerError, TokenizerPair
+from seq2seq.config import DataConfig, to_dict
+from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
+from seq2seq.config import TokenizerConfig
 
 from seq2seq.data.cleaning import CleaningReport, clean, tokenize, truncate
 from seq2seq.data.readers import _hash, fingerprint, load_hf, read_parallel, read_table

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 
-from seq2seq.config.schema import DataConfig
+from seq2seq.config import DataConfig
 from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
 
 from seq2seq.data.readers import DataError, _hash

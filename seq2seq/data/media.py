@@ -26,11 +26,12 @@ from typing import Any
 from tqdm import tqdm
 
 from seq2seq.data.batching import Batch, make_target
-from seq2seq.config.schema import ConfigError, DataConfig
+from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError, fingerprint, read_table, read_text
 from seq2seq.data.readers import jsonl_rows
 from seq2seq.model.encoders.base import Modality, SourceError, SourceProcessor
-from seq2seq.text.tokenizer import PAD_ID, TokenizerConfig, TokenizerPair
+from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
+from seq2seq.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 

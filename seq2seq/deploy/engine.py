@@ -46,24 +46,24 @@ from __future__ import annotations
 
 import logging
 import math
-import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from seq2seq.deploy.export import EXPORT_INFO, ExportError, read_export_info, require, weights_digest
-from seq2seq.inference.search import SearchConfig
+from seq2seq.deploy.staging import EXPORT_INFO, ExportError, read_export_info, require, weights_digest
+from seq2seq.config.search import SearchConfig
+from seq2seq.inference.options import resolve_search
+from seq2seq.storage.model_dir import ModelDir
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.translator import Translation, Translator
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("torch", "ctranslate2")
 # CTranslate2's compute types for our precisions; fp32 keeps what was exported (an int8 export stays int8).
 COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}
 NO_PENALTY = 1e-30  # non-zero: keeps CTranslate2's stop-at-beam-finished rule; x / len ** 1e-30 == x
-# CTranslate2 runs a call's sources in sorted sub-batches of this many (measured on 1 CPU thread, beam 5:
-# 1.8x faster than one batch of 1000 sentences; 16 to 64 are all as fast).
+# CTranslate2 runs a call's sources in sorted sub-batches of this many (faster than one large batch:
+# benchmarks/README.md, "CTranslate2 sub-batches").
 CT2_BATCH = 32
 SCORING = {"max_input_length": 0, "max_batch_size": CT2_BATCH}
 
@@ -116,9 +116,9 @@ class CTranslate2Translator:
         return cls(path, device=device, compute_type=COMPUTE_TYPES[precision], threads=threads, seed=seed)
 
     def search_config(self, **options: Any) -> SearchConfig:
-        """The model's decoding defaults with `options` applied, by `Translator.search_config`'s rules."""
-        shim = types.SimpleNamespace(defaults=self.defaults, loaded=types.SimpleNamespace(config=self.config))
-        cfg = Translator.search_config(shim, **options)  # type: ignore[arg-type]
+        """The model's decoding defaults with `options` applied (`resolve_search`, as for `Translator`),
+        refusing what this engine cannot do."""
+        cfg = resolve_search(self.defaults, options, self.config.model)
         if cfg.attention_layer is not None:
             raise ValueError("the attention (--alignment, --show-attention) is not available with the "
                              "ctranslate2 engine")
@@ -320,7 +320,7 @@ def find_export(model_dir: str | Path, engine_dir: str | Path | None = None) -> 
 
 def stale_export_warning(model_dir: str | Path, export_dir: Path) -> str | None:
     """A warning when MODEL_DIR's weights are not the ones the export was made from (None if they are)."""
-    weights = Path(model_dir) / "model.safetensors"
+    weights = ModelDir(model_dir).weights_path
     if not weights.is_file() or Path(model_dir).resolve() == export_dir.resolve():
         return None
     info = read_export_info(export_dir)
@@ -332,4 +332,4 @@ def stale_export_warning(model_dir: str | Path, export_dir: Path) -> str | None:
     return None
 
 
-__all__ = ["COMPUTE_TYPES", "CTranslate2Translator", "ENGINES", "find_export", "stale_export_warning"]
+__all__ = ["COMPUTE_TYPES", "CTranslate2Translator", "find_export", "stale_export_warning"]

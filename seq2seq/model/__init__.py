@@ -1,9 +1,8 @@
-"""The network: attention, layers, the encoder-decoder Transformer, its loss, and the encoders.
+"""The network: attention, layers, the encoder-decoder Transformer and the encoders.
 
     attention    scaled dot-product and multi-head attention, the per-layer key/value cache
     layers       embeddings and positions, feed-forward, encoder and decoder layers
     transformer  `Seq2SeqTransformer`: encode, one decoding step with a cache, cache reorder
-    loss         the fused, label-smoothed cross-entropy over the output projection
     encoders/    the encoder interface and one module per modality (text, image, audio)
 
 Plain torch only: the CPU kernel variants that training and decoding swap in live in `seq2seq.accel`.

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import KVCache, MultiHeadAttention
-from seq2seq.config.schema import ModelConfig
+from seq2seq.config.sections import ModelConfig
 
 
 def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import KVCache, MultiHeadAttention
-from seq2seq.config.schema import ModelConfig
+from seq2seq.config.sections import ModelConfig
 from seq2seq.model.encoders import Encoder, get_modality
 from seq2seq.model.layers import DecoderLayer, Embedding
 
@@ -121,8 +121,12 @@ class Seq2SeqTransformer(nn.Module):
 
     The encoder is the one `cfg.encoder.type` names (text, image, audio; see `seq2seq.model.encoders`),
     or any `Encoder` passed in: an injected encoder (e.g. a pretrained backbone) keeps its weights,
-    only the modules built here are initialised. Its width must equal cfg.d_model (wrap it with a
-    linear projection otherwise).
+    only the modules built here are initialised.
+
+    An encoder whose width (`encoder.d_model`) differs from the decoder's cfg.d_model is followed by a
+    learned projection, `enc_to_dec_proj` (Linear encoder width -> d_model, with bias), applied to the
+    memory in `encode`. It exists only then: a model whose encoder has the decoder's width has no such
+    module, and its state dict is what it always was.
     """
 
     def __init__(self, cfg: ModelConfig, encoder: Encoder | None = None) -> None:
@@ -132,11 +136,15 @@ class Seq2SeqTransformer(nn.Module):
         injected = encoder is not None
         if encoder is None:
             encoder = get_modality(cfg.encoder.type).build_encoder(cfg, tgt_embedding if cfg.share_embeddings else None)
-        if encoder.d_model != cfg.d_model:
-            raise ValueError(f"encoder width {encoder.d_model} != model.d_model {cfg.d_model}")
         self.encoder = encoder
         self.decoder = Decoder(cfg, tgt_embedding)
-        self.reset_parameters(self.decoder if injected else self)
+        self.enc_to_dec_proj = nn.Linear(encoder.d_model, cfg.d_model) if encoder.d_model != cfg.d_model else None
+        if injected:
+            self.reset_parameters(self.decoder)
+            if self.enc_to_dec_proj is not None:
+                self.reset_parameters(self.enc_to_dec_proj)
+        else:
+            self.reset_parameters(self)
 
     def reset_parameters(self, root: nn.Module | None = None) -> None:
         """Initialise `root`'s modules (default: the whole model): Xavier-uniform projections (q, k, v
@@ -167,8 +175,12 @@ class Seq2SeqTransformer(nn.Module):
     # ---- the interface search uses -------------------------------------------------------
 
     def encode(self, src: Any) -> tuple[Tensor, Tensor]:
-        """src (what the encoder takes) -> (memory [N, S, D], memory_pad_mask [N, S])."""
-        return self.encoder(src)
+        """src (what the encoder takes) -> (memory [N, S, D], memory_pad_mask [N, S]); D = cfg.d_model,
+        through `enc_to_dec_proj` when the encoder is of another width."""
+        memory, memory_pad_mask = self.encoder(src)
+        if self.enc_to_dec_proj is not None:
+            memory = self.enc_to_dec_proj(memory)
+        return memory, memory_pad_mask
 
     def decode(
         self,

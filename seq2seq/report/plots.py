@@ -9,11 +9,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
-from seq2seq.storage.files import atomic_path  # noqa: E402
+from seq2seq.storage.atomic import atomic_path  # noqa: E402
 
 
-def _save(fig, path: str | Path) -> None:
+def save_figure(fig: Figure, path: str | Path) -> None:
+    """Write `fig` as a PNG at `path`, whole or not at all (atomic), and release it."""
     path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
@@ -41,7 +43,7 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path) -> Non
     if ax_score.lines:
         ax_score.legend()
     fig.suptitle(f"training curves (step {history[-1]['step'] if history else 0})")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_attention(weights: Sequence[Sequence[float]], src_pieces: list[str], tgt_pieces: list[str], path: str | Path) -> None:
@@ -53,4 +55,4 @@ def plot_attention(weights: Sequence[Sequence[float]], src_pieces: list[str], tg
     ax.set_yticks(range(t), tgt_pieces, fontsize=9)
     ax.set_xlabel("source")
     ax.set_ylabel("target")
-    _save(fig, path)
+    save_figure(fig, path)

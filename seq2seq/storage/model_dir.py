@@ -1,22 +1,45 @@
-"""Loading a model directory (see `seq2seq.storage.files` for its files) for inference.
+"""The model directory, and its one owner: `ModelDir`. Every module that reads or writes one goes
+through it; nothing else knows its file names.
 
-    load_model_dir(path) -> LoadedModel(model, config, tokenizers, path)
+A model directory holds everything needed to translate, and nothing else needs to travel with it:
 
-Used by translate, caption, transcribe, test and average; imports neither training nor the data
-pipeline.
+    model.safetensors   weights of the best model (safetensors: no pickle)
+    config.yaml         the full experiment config (model, tokenizer, data, training, decoding)
+    spm.model           the SentencePiece model (or spm.src.model + spm.tgt.model)
+    metadata.json       versions, data fingerprint, best scores, training time
+    checkpoints/        the last K checkpoints, step_<N>.safetensors (for averaging)
+    train_state/        what `--resume` needs: last weights, optimizer, scheduler, RNG, data position
+    log.csv, curves.png the training log and its plot
+
+Every file is written atomically (`seq2seq.storage.atomic`): a crash or kill mid-save leaves the
+previous file intact. `train_state/` is a set of files, so it is written as a new directory and
+swapped in; a crash in the middle of the swap leaves `train_state.old/`, which `train_state()`
+falls back to.
+
+    load_model_dir(path, device, weights, encoder) -> LoadedModel(model, config, tokenizers, path)
+
+loads one for inference (translate, caption, transcribe, test, serve, export); this module imports
+neither training nor the data pipeline.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from seq2seq.storage import files as ckpt
-from seq2seq.config.schema import ConfigError, from_dict, load_dict
+import torch
+
 from seq2seq.accel.device import choose_device
+from seq2seq.config.root import Config, config_yaml
+from seq2seq.config import ConfigError, from_dict, load_dict
 from seq2seq.model.encoders.base import Encoder
 from seq2seq.model.transformer import Seq2SeqTransformer
-from seq2seq.config.root import Config
+from seq2seq.storage import CheckpointError
+from seq2seq.storage.atomic import read_json, write_json_atomic, write_text_atomic
+from seq2seq.storage.weights import average_checkpoints, load_into, load_weights, save_weights
 from seq2seq.text.tokenizer import TokenizerPair
 
 
@@ -28,43 +51,218 @@ class LoadedModel:
     path: Path
 
 
-def build_model(cfg: Config, encoder: Encoder | None = None) -> Seq2SeqTransformer:
-    return Seq2SeqTransformer(cfg.model, encoder)
+class ModelDir:
+    """A model directory at `path` (which need not exist yet): its layout, reading it and writing it."""
+
+    WEIGHTS = "model.safetensors"
+    CONFIG = "config.yaml"
+    METADATA = "metadata.json"
+    CHECKPOINTS = "checkpoints"
+    TRAIN_STATE = "train_state"
+    LOG = "log.csv"
+    CURVES = "curves.png"
+    CHECKPOINT_PREFIX = "step_"
+    CHECKPOINT_SUFFIX = ".safetensors"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"ModelDir({str(self.path)!r})"
+
+    # ---- the layout ------------------------------------------------------------------------------
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / self.WEIGHTS
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.path / self.METADATA
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / self.LOG
+
+    @property
+    def curves_path(self) -> Path:
+        return self.path / self.CURVES
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoint_dir / f"{self.CHECKPOINT_PREFIX}{step}{self.CHECKPOINT_SUFFIX}"
+
+    @classmethod
+    def checkpoint_step(cls, path: str | Path) -> int | None:
+        """N of a `step_N.safetensors` file name; None for any other name."""
+        name = Path(path).name
+        if not (name.startswith(cls.CHECKPOINT_PREFIX) and name.endswith(cls.CHECKPOINT_SUFFIX)):
+            return None
+        tail = name[len(cls.CHECKPOINT_PREFIX): -len(cls.CHECKPOINT_SUFFIX)]
+        return int(tail) if tail.isdigit() else None
+
+    def is_complete(self) -> bool:
+        """Whether config.yaml and model.safetensors are both there."""
+        return self.config_path.is_file() and self.weights_path.is_file()
+
+    def missing(self, weights: bool = True) -> str | None:
+        """The first file a complete model directory needs that is missing (config.yaml, then
+        model.safetensors unless `weights` is False), or None."""
+        for name in (self.CONFIG, self.WEIGHTS) if weights else (self.CONFIG,):
+            if not (self.path / name).is_file():
+                return name
+        return None
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def config(self) -> Config:
+        """config.yaml; CheckpointError naming the file when it is missing or not a valid config."""
+        try:
+            return from_dict(Config, load_dict(self.config_path))
+        except ConfigError as e:
+            raise CheckpointError(f"{self.config_path}: {e}") from None
+
+    def tokenizers(self, config: Config | None = None) -> TokenizerPair:
+        """The SentencePiece model(s), checked against the model config (`config`, else config.yaml):
+        CheckpointError for a tokenizer whose size does not fit the model, TokenizerError when there is
+        none."""
+        config = config if config is not None else self.config()
+        tokenizers = TokenizerPair.load(self.path)
+        for side, tok, expected in (("source", tokenizers.src, config.model.src_vocab_size),
+                                    ("target", tokenizers.tgt, config.model.tgt_vocab_size)):
+            if tok.vocab_size != expected:
+                raise CheckpointError(
+                    f"{self.path}: the {side} tokenizer has {tok.vocab_size} pieces but the model was built for "
+                    f"{expected}; the tokenizer does not belong to this model"
+                )
+        return tokenizers
+
+    def weights(self, path: str | Path | None = None) -> dict[str, torch.Tensor]:
+        """The weights in `path` (default: model.safetensors)."""
+        return load_weights(path if path is not None else self.weights_path)
+
+    def load_weights_into(self, model: torch.nn.Module, path: str | Path | None = None) -> None:
+        """Load the weights in `path` (default: model.safetensors) into `model`, refusing any mismatch."""
+        path = Path(path) if path is not None else self.weights_path
+        load_into(model, load_weights(path), path)
+
+    def metadata(self) -> dict[str, Any]:
+        """metadata.json ({} when there is none yet)."""
+        return read_json(self.metadata_path) if self.metadata_path.is_file() else {}
+
+    def checkpoints(self) -> list[Path]:
+        """The step_N.safetensors files of checkpoints/, oldest step first."""
+        if not self.checkpoint_dir.is_dir():
+            return []
+        found = [(self.checkpoint_step(p), p) for p in self.checkpoint_dir.iterdir()]
+        return [p for step, p in sorted((s, p) for s, p in found if s is not None)]
+
+    def average(self, last: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
+        """The mean of the last `last` checkpoints (all when None), and their paths. When config.yaml is
+        there, the result is checked against the model it describes."""
+        paths = self.checkpoints()
+        if not paths:
+            raise CheckpointError(f"no checkpoints (step_N.safetensors) in {self.checkpoint_dir}")
+        if last is not None:
+            if last > len(paths):
+                raise CheckpointError(f"{self.checkpoint_dir} holds only {len(paths)} checkpoint(s), not {last}")
+            paths = paths[-last:]
+        state = average_checkpoints(paths)
+        if self.config_path.is_file():  # refuse checkpoints that do not fit the model config
+            load_into(Seq2SeqTransformer(self.config().model), state, paths[-1])
+        return state, paths
+
+    def train_state(self) -> Path | None:
+        """The newest complete train-state directory, or None (nothing to resume)."""
+        for candidate in (self.path / self.TRAIN_STATE, self.path / f"{self.TRAIN_STATE}.old"):
+            if (candidate / "COMPLETE").is_file():
+                return candidate
+        return None
+
+    def load(self, device: str = "cpu", weights: str | Path | None = None,
+             encoder: Encoder | None = None) -> LoadedModel:
+        """See `load_model_dir`."""
+        if not self.path.is_dir():
+            raise CheckpointError(f"model directory not found: {self.path}")
+        missing = self.missing(weights=not weights)
+        if missing:
+            raise CheckpointError(f"{self.path} is not a complete model directory: {missing} is missing")
+        cfg = self.config()
+        tokenizers = self.tokenizers(cfg)
+        model = Seq2SeqTransformer(cfg.model, encoder)
+        self.load_weights_into(model, weights)
+        model.to(choose_device(device)).eval()
+        return LoadedModel(model, cfg, tokenizers, self.path)
+
+    # ---- writing (training, import) --------------------------------------------------------------
+
+    def write_config(self, cfg: Config) -> None:
+        write_text_atomic(self.config_path, config_yaml(cfg))
+
+    def write_metadata(self, meta: dict[str, Any]) -> None:
+        write_json_atomic(self.metadata_path, meta)
+
+    def update_metadata(self, values: dict[str, Any]) -> None:
+        """metadata.json with `values` set (the other keys kept)."""
+        meta = self.metadata()
+        meta.update(values)
+        self.write_metadata(meta)
+
+    def save_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """model.safetensors: the weights translation uses."""
+        save_weights(state, self.weights_path)
+
+    def save_checkpoint(self, state: dict[str, torch.Tensor], step: int, keep_last: int) -> None:
+        """checkpoints/step_N.safetensors, then all but the last `keep_last` removed."""
+        save_weights(state, self.checkpoint_path(step))
+        kept = self.checkpoints()
+        for old in kept[: max(0, len(kept) - keep_last)]:
+            old.unlink()
+
+    def save_train_state(self, files: dict[str, Any]) -> None:
+        """Write the resume state as a directory swapped in atomically.
+
+        `files` maps file names to content: `.safetensors` -> dict of tensors, `.pt` -> an object of
+        tensors/containers saved with torch.save (loaded back with weights_only=True), `.json` -> data.
+        """
+        final = self.path / self.TRAIN_STATE
+        new = self.path / f"{self.TRAIN_STATE}.new"
+        old = self.path / f"{self.TRAIN_STATE}.old"
+        shutil.rmtree(new, ignore_errors=True)
+        new.mkdir(parents=True)
+        for name, content in files.items():
+            target = new / name
+            if name.endswith(".safetensors"):
+                save_weights(content, target)
+            elif name.endswith(".pt"):
+                torch.save(content, target)
+            elif name.endswith(".json"):
+                write_json_atomic(target, content)
+            else:
+                raise ValueError(f"unknown train-state file type: {name}")
+        (new / "COMPLETE").write_text("ok\n")
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(new, final)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def load_model_dir(path: str | Path, device: str = "cpu", weights: str | Path | None = None,
                    encoder: Encoder | None = None) -> LoadedModel:
     """Load a model directory, refusing missing files or a tokenizer that does not fit the model.
 
+    weights: other weights than model.safetensors (e.g. averaged checkpoints).
     encoder: for a model trained with an injected encoder (`run_training(..., encoder=...)`), an
     instance of the same module; its weights are replaced by the saved ones."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ckpt.CheckpointError(f"model directory not found: {path}")
-    for name in (ckpt.CONFIG, ckpt.WEIGHTS):
-        if not (path / name).is_file() and not (name == ckpt.WEIGHTS and weights):
-            raise ckpt.CheckpointError(f"{path} is not a complete model directory: {name} is missing")
-    cfg, tokenizers = read_config_and_tokenizers(path)
-    model = build_model(cfg, encoder)
-    weights_path = Path(weights) if weights else path / ckpt.WEIGHTS
-    ckpt.load_into(model, ckpt.load_weights(weights_path), weights_path)
-    model.to(choose_device(device)).eval()
-    return LoadedModel(model, cfg, tokenizers, path)
+    return ModelDir(path).load(device, weights, encoder)
 
 
-def read_config_and_tokenizers(path: Path) -> tuple[Config, TokenizerPair]:
-    """A model directory's config.yaml and tokenizer, checked against each other: CheckpointError
-    naming the file for a bad config or a tokenizer whose size does not fit the model, TokenizerError
-    when there is none."""
-    try:
-        cfg = from_dict(Config, load_dict(path / ckpt.CONFIG))
-    except ConfigError as e:
-        raise ckpt.CheckpointError(f"{path / ckpt.CONFIG}: {e}") from None
-    tokenizers = TokenizerPair.load(path)
-    for side, tok, expected in (("source", tokenizers.src, cfg.model.src_vocab_size), ("target", tokenizers.tgt, cfg.model.tgt_vocab_size)):
-        if tok.vocab_size != expected:
-            raise ckpt.CheckpointError(
-                f"{path}: the {side} tokenizer has {tok.vocab_size} pieces but the model was built for "
-                f"{expected}; the tokenizer does not belong to this model"
-            )
-    return cfg, tokenizers
+__all__ = ["LoadedModel", "ModelDir", "load_model_dir"]

@@ -1,17 +1,15 @@
-"""Text in and out for the command line: reading lines, formatting translations, streaming.
+"""Text in and out for the command line: reading lines, and keeping output lines one line each.
 
 * Input is read as bytes and split on '\\n' only (a stray '\\r' or U+2028 stays inside its line), so
   the output has exactly one entry per input line; invalid UTF-8 is replaced, with a warning naming
   the line. '-' is stdin/stdout, a name ending in .gz is read/written through gzip.
 * Output lines never contain a line break of their own (`one_line`), whatever the model produced.
-* `translate_stream` translates chunk by chunk and flushes each chunk's output before reading on,
-  with an optional progress bar on stderr.
+  Turning results into output lines is seq2seq.inference.formats.
 """
 
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import os
 import sys
@@ -21,7 +19,6 @@ import click
 
 LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on
 _ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
-NBEST_FORMATS = ("marian", "fairseq")
 
 
 def warn(message: str) -> None:
@@ -88,76 +85,3 @@ def json_line(obj: Any) -> str:
     for c in "\x85\u2028\u2029":  # legal raw in JSON strings, but line breaks to splitlines()
         text = text.replace(c, f"\\u{ord(c):04x}")
     return text
-
-
-def _empty_translation() -> Any:
-    from seq2seq.inference.translator import Translation
-
-    return Translation(text="", score=0.0, logprob=0.0, token_ids=[], pieces=[], token_logprobs=[], src_pieces=[])
-
-
-def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable[[int, list], str]:
-    """The output text (newline-terminated) of input line `index` (0-based) from its n-best list.
-
-    text: the best translation. scores: "score<TAB>text". json: one object per input line (with an
-    "nbest" list when nbest > 1). n-best lists (nbest > 1, or nbest_format given), one line per
-    hypothesis, best first:
-      marian:  "index ||| text ||| F0= logprob ||| score"  (Marian's --n-best lines)
-      fairseq: "H-index<TAB>score<TAB>text"                 (fairseq-generate's H- lines)
-    score is the length-penalised log-probability, logprob the plain sum (natural logarithms).
-    """
-    if nbest_format is not None and nbest_format not in NBEST_FORMATS:
-        raise ValueError(f"unknown n-best format {nbest_format!r}; choose one of {', '.join(NBEST_FORMATS)}")
-    listed = nbest_format or ("marian" if nbest > 1 and fmt != "json" else None)
-
-    def hypothesis(index: int, h: Any) -> str:
-        if listed == "fairseq":
-            return f"H-{index}\t{h.score:.4f}\t{one_line(h.text)}\n"
-        return f"{index} ||| {one_line(h.text)} ||| F0= {h.logprob:.4f} ||| {h.score:.4f}\n"
-
-    def emit(index: int, hyps: list) -> str:
-        hyps = hyps or [_empty_translation()]
-        if fmt == "json":
-            obj = hyps[0].to_json()
-            obj["text"] = one_line(obj["text"])
-            if nbest > 1:
-                obj["nbest"] = [{**h.to_json(), "text": one_line(h.text)} for h in hyps]
-            return json_line(obj) + "\n"
-        if listed:
-            return "".join(hypothesis(index, h) for h in hyps)
-        if fmt == "scores":
-            return f"{hyps[0].score:.4f}\t{one_line(hyps[0].text)}\n"
-        return one_line(hyps[0].text) + "\n"
-
-    return emit
-
-
-def translate_stream(
-    translator: Any,
-    lines: Iterator[str],
-    out: BinaryIO,
-    emit: Callable[[int, list], str],
-    chunk_lines: int,
-    batch_tokens: int,
-    search: dict[str, Any],
-    warn: Callable[[str], None] = warn,
-    progress: bool = False,
-    total: int | None = None,
-) -> int:
-    """Translate `lines` chunk by chunk (each chunk sorted into token-bounded batches by the
-    Translator), writing and flushing each chunk's output before reading the next. Returns the
-    number of lines. `progress`: a progress bar on stderr (lines done, of `total` if known)."""
-    from tqdm import tqdm
-
-    done = 0
-    with tqdm(total=total, unit=" lines", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
-        while True:
-            chunk = list(itertools.islice(lines, chunk_lines))
-            if not chunk:
-                return done
-            results = translator.translate_nbest(chunk, batch_tokens=batch_tokens, first_line=done + 1, warn=warn,
-                                                 **search)
-            out.write("".join(emit(done + i, r) for i, r in enumerate(results)).encode("utf-8"))
-            out.flush()
-            done += len(chunk)
-            bar.update(len(chunk))

@@ -21,11 +21,10 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import sentencepiece as spm
 
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.sections import N_SPECIAL_IDS, TokenizerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +33,7 @@ UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
 SPECIAL_IDS = {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+assert len(SPECIAL_IDS) == N_SPECIAL_IDS  # the config layer checks vocabulary sizes against it
 
 JOINT_MODEL = "spm.model"
 SRC_MODEL = "spm.src.model"
@@ -45,42 +45,6 @@ TRAIN_THREADS = 4  # fixed, not os.cpu_count(): the trained model depends on the
 
 class TokenizerError(ValueError):
     """A tokenizer model that cannot be used: not SentencePiece, or different special ids."""
-
-
-@dataclass
-class TokenizerConfig:
-    """How to build the subword vocabularies.
-
-    joint: one SentencePiece model shared by source and target (needed for shared embeddings).
-    vocab_size: size of the joint model, and the default of src_vocab_size / tgt_vocab_size
-        for separate models. Lowered automatically (with a warning) when the corpus is too small.
-    input_sentence_size: at most this many sentences (randomly sampled, fixed seed) are used
-        for training.
-    src_model / tgt_model: existing `.model` files to load instead of training; with
-        joint=True only src_model is used.
-    """
-
-    joint: bool = True
-    model_type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = 8000
-    src_vocab_size: int | None = None
-    tgt_vocab_size: int | None = None
-    character_coverage: float = 1.0
-    input_sentence_size: int = 1_000_000
-    src_model: str | None = None
-    tgt_model: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "src_vocab_size", "tgt_vocab_size"):
-            value = getattr(self, name)
-            if value is not None and value <= len(SPECIAL_IDS):
-                raise ConfigError(f"tokenizer.{name} must be larger than {len(SPECIAL_IDS)}, got {value}")
-        if not 0.0 < self.character_coverage <= 1.0:
-            raise ConfigError(f"tokenizer.character_coverage must be in (0, 1], got {self.character_coverage}")
-        if self.input_sentence_size <= 0:
-            raise ConfigError(f"tokenizer.input_sentence_size must be positive, got {self.input_sentence_size}")
-        if not self.joint and (self.src_model is None) != (self.tgt_model is None):
-            raise ConfigError("tokenizer.src_model and tokenizer.tgt_model must be set together when joint is false")
 
 
 class Tokenizer:

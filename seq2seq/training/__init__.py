@@ -2,6 +2,8 @@
 
     experiment   the pipeline: data, tokenizer, model, `Trainer`, model directory (`run_training`)
     trainer      the training loop: steps, accumulation, validation cadence, stopping, resume
+    placement    device, precision, processes and gradient scaler for a run (`place`)
+    loss         the fused, label-smoothed cross-entropy over the output projection
     optim        optimizer and learning-rate schedule
     validation   validation loss and scores during training
     run_state    a run's checkpoints and resume state on disk

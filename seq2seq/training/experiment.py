@@ -2,8 +2,8 @@
 
     run_training(cfg): prepare data -> build model -> Trainer -> model directory
 
-The root `Config` lives in `seq2seq.config.root` and model-directory loading in `seq2seq.storage.model_dir`
-(both re-exported here).
+The root `Config` lives in `seq2seq.config.root`, and the model directory's layout, read and
+written, in `seq2seq.storage.model_dir`.
 """
 
 from __future__ import annotations
@@ -19,18 +19,17 @@ from typing import Any, Callable
 import torch
 
 from seq2seq import __version__
-from seq2seq.storage import files as ckpt
+from seq2seq.storage.model_dir import ModelDir
 from seq2seq.training import distributed
 from seq2seq.training import finetune
 from seq2seq.data.batching import Batch, IndexedRows, TokenBatchSampler, collate_text
-from seq2seq.config.schema import ConfigError
+from seq2seq.config import ConfigError
 from seq2seq.data import prepare
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
 from seq2seq.accel.device import choose_device
 from seq2seq.model.encoders import Encoder, get_modality
 from seq2seq.model.transformer import Seq2SeqTransformer
-from seq2seq.storage.model_dir import LoadedModel, build_model, load_model_dir  # noqa: F401 - re-exported
-from seq2seq.config.root import Config, config_yaml, load_config  # noqa: F401 - re-exported
+from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
@@ -139,7 +138,7 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
 def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder: Encoder | None,
                   init_from: str | Path | None) -> dict[str, Any]:
     out_dir = Path(cfg.training.output_dir)
-    state_dir = ckpt.train_state_dir(out_dir)
+    state_dir = ModelDir(out_dir).train_state()
     if state_dir is not None and not resume:
         raise ConfigError(
             f"{out_dir} already holds a training run; pass --resume to continue it, or set "
@@ -150,7 +149,7 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    text_source = get_modality(cfg.model.encoder.type).processor is None  # text, or a custom text encoder
+    text_source = get_modality(cfg.model.encoder.type).tokenizes_source  # text, or a custom text encoder
     with distributed.main_first():
         data = text_training_data(cfg, out_dir) if text_source else media_training_data(cfg, out_dir)
     tok = data.tokenizers
@@ -188,10 +187,10 @@ def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Se
                        config_source: str | None, parent: Any) -> None:
     """The model directory's static part (config, tokenizer, metadata), written before training so
     that a checkpoint is always usable."""
-    ckpt.write_text_atomic(out_dir / ckpt.CONFIG, config_yaml(cfg))
+    model_dir = ModelDir(out_dir)
+    model_dir.write_config(cfg)
     data.tokenizers.save(out_dir)
-    meta_path = out_dir / ckpt.METADATA
-    meta = ckpt.read_json(meta_path) if meta_path.is_file() else {}
+    meta = model_dir.metadata()
     meta.update(
         {
             "seq2seq_version": __version__,
@@ -206,4 +205,4 @@ def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Se
         }
     )
     finetune.record(meta, parent, out_dir)
-    ckpt.write_json_atomic(meta_path, meta)
+    model_dir.write_metadata(meta)

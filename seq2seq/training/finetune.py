@@ -29,11 +29,12 @@ from typing import Any
 
 import torch
 
-from seq2seq.storage import files as ckpt
-from seq2seq.config.schema import ConfigError, to_dict
-from seq2seq.storage.model_dir import read_config_and_tokenizers
+from seq2seq.config import ConfigError, to_dict
+from seq2seq.storage import CheckpointError
+from seq2seq.storage.model_dir import ModelDir
 from seq2seq.config.root import Config
-from seq2seq.text.tokenizer import TokenizerConfig, TokenizerError, TokenizerPair
+from seq2seq.text.tokenizer import TokenizerError, TokenizerPair
+from seq2seq.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 
@@ -65,35 +66,33 @@ class Parent:
         """Load the parent's weights into `model` (a freshly built model of the merged config)."""
         if self.weights is None:
             return
-        ckpt.load_into(model, ckpt.load_weights(self.weights), self.weights)
+        ModelDir(self.path).load_weights_into(model, self.weights)
         log.info("fine-tuning: weights from %s", self.weights)
 
 
 def load_parent(path: str | Path, weights: bool = True, what: str = "--init-from") -> Parent:
     """Read a model directory's config and tokenizer (checking they fit each other); CheckpointError
     naming the directory for anything missing or broken."""
-    path = Path(path).resolve()
+    model_dir = ModelDir(Path(path).resolve())
+    path = model_dir.path
     if not path.is_dir():
-        raise ckpt.CheckpointError(f"{what} {path}: model directory not found")
-    needed = [ckpt.CONFIG] + ([ckpt.WEIGHTS] if weights else [])
-    for name in needed:
-        if not (path / name).is_file():
-            raise ckpt.CheckpointError(f"{what} {path}: not a complete model directory ({name} is missing)")
+        raise CheckpointError(f"{what} {path}: model directory not found")
+    missing = model_dir.missing(weights=weights)
+    if missing:
+        raise CheckpointError(f"{what} {path}: not a complete model directory ({missing} is missing)")
     try:
-        config, tokenizers = read_config_and_tokenizers(path)
-    except (ckpt.CheckpointError, TokenizerError) as e:
-        raise ckpt.CheckpointError(f"{what} {e}") from None
-    return Parent(path, config, tokenizers, path / ckpt.WEIGHTS if weights else None)
+        config = model_dir.config()
+        tokenizers = model_dir.tokenizers(config)
+    except (CheckpointError, TokenizerError) as e:
+        raise CheckpointError(f"{what} {e}") from None
+    return Parent(path, config, tokenizers, model_dir.weights_path if weights else None)
 
 
 def recorded_parent(out_dir: str | Path) -> str | None:
     """The parent a run in out_dir was fine-tuned from (metadata.json), or None."""
-    meta = Path(out_dir) / ckpt.METADATA
-    if not meta.is_file():
-        return None
     try:
-        return ckpt.read_json(meta).get(METADATA_KEY)
-    except (ckpt.CheckpointError, AttributeError):
+        return ModelDir(out_dir).metadata().get(METADATA_KEY)
+    except (CheckpointError, AttributeError):
         return None
 
 
@@ -106,7 +105,7 @@ def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume
     Raises ConfigError (one message, naming every difference) when CONFIG does not fit the parent.
     """
     out_dir = Path(out_dir)
-    resuming = resume and ckpt.train_state_dir(out_dir) is not None
+    resuming = resume and ModelDir(out_dir).train_state() is not None
     recorded = recorded_parent(out_dir) if resume else None
     if init_from is None and recorded is not None and not resuming:
         init_from = recorded  # --resume of a fine-tuning run stopped before its first checkpoint: start it again

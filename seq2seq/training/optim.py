@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from seq2seq.config.schema import TrainingConfig
+from seq2seq.config import TrainingConfig
 
 
 def build_optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.AdamW:

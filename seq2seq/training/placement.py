@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from seq2seq.accel.cpu import speed_up_for_cpu_training
 from seq2seq.accel.device import choose_device, resolve_precision
 from seq2seq.config import ConfigError, TrainingConfig
-from seq2seq.model.loss import sequence_loss
+from seq2seq.training.loss import sequence_loss
 from seq2seq.training import distributed
 
 

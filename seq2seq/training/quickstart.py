@@ -15,12 +15,13 @@ from pathlib import Path
 
 import click
 
-from seq2seq.config.schema import ConfigError, DataConfig, ModelConfig, TrainingConfig
-from seq2seq.training.experiment import Config, run_training
+from seq2seq.config import ConfigError, DataConfig, ModelConfig, TrainingConfig
+from seq2seq.training.experiment import run_training
+from seq2seq.config import Config
 from seq2seq.text.metrics import format_scores, score
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.synthetic import make_splits, write_splits
-from seq2seq.text.tokenizer import TokenizerConfig
+from seq2seq.config import TokenizerConfig
 from seq2seq.inference.translator import Translator
 
 log = logging.getLogger(__name__)

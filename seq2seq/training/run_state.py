@@ -1,4 +1,4 @@
-"""A training run's checkpoints in its model directory (file formats and atomic writes: `checkpoint`).
+"""A training run's checkpoints in its model directory (the layout and atomic writes: `ModelDir`).
 
 Each save writes, every file atomically:
 
@@ -22,7 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from seq2seq.storage import files as ckpt
+from seq2seq.storage.atomic import atomic_path, read_json
+from seq2seq.storage.model_dir import ModelDir
+from seq2seq.storage.weights import load_into, load_torch, load_weights
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class Checkpoints:
     """Saves and restores a training run in `out_dir` (see the module docstring)."""
 
     def __init__(self, out_dir: str | Path, keep_last: int, best_metric: str) -> None:
-        self.out_dir = Path(out_dir)
+        self.model_dir = ModelDir(out_dir)
         self.keep_last = keep_last
         self.best_metric = best_metric
 
@@ -56,35 +58,28 @@ class Checkpoints:
 
         progress must hold step, best, best_step, elapsed (seconds) and history (list of rows)."""
         weights = dict(model.state_dict())
-        ckpt_dir = self.out_dir / "checkpoints"
-        ckpt.save_weights(weights, ckpt_dir / f"step_{progress['step']}.safetensors")
-        kept = sorted(ckpt_dir.glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
-        for old in kept[: max(0, len(kept) - self.keep_last)]:
-            old.unlink()
+        self.model_dir.save_checkpoint(weights, progress["step"], self.keep_last)
         if best:
-            ckpt.save_weights(weights, self.out_dir / ckpt.WEIGHTS)
-        ckpt.save_train_state(self.out_dir, {"model.safetensors": weights, "optimizer.pt": objects,
-                                             "state.json": progress})
+            self.model_dir.save_weights(weights)
+        self.model_dir.save_train_state({"model.safetensors": weights, "optimizer.pt": objects, "state.json": progress})
         self._update_metadata(progress)
         self._write_log(progress["history"])
 
     def load(self, model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Load the last saved weights into `model`; return (objects, progress) as saved, or None when
         there is nothing to resume."""
-        state_dir = ckpt.train_state_dir(self.out_dir)
+        state_dir = self.model_dir.train_state()
         if state_dir is None:
             return None
-        ckpt.load_into(model, ckpt.load_weights(state_dir / "model.safetensors"), state_dir)
-        objects = ckpt.load_torch(state_dir / "optimizer.pt")
-        progress = ckpt.read_json(state_dir / "state.json")
+        load_into(model, load_weights(state_dir / "model.safetensors"), state_dir)
+        objects = load_torch(state_dir / "optimizer.pt")
+        progress = read_json(state_dir / "state.json")
         log.info("resumed from %s at step %d", state_dir, progress["step"])
         return objects, progress
 
     def _update_metadata(self, progress: dict[str, Any]) -> None:
-        path = self.out_dir / ckpt.METADATA
-        meta = ckpt.read_json(path) if path.is_file() else {}
         history = progress["history"]
-        meta.update(
+        self.model_dir.update_metadata(
             {
                 "step": progress["step"],
                 "best_metric": self.best_metric,
@@ -94,20 +89,18 @@ class Checkpoints:
                 "last_validation": dict(history[-1]) if history else {},
             }
         )
-        ckpt.write_json_atomic(path, meta)
 
     def _write_log(self, history: list[dict[str, Any]]) -> None:
         keys: list[str] = []
         for row in history:
             keys += [k for k in row if k not in keys]
-        path = self.out_dir / "log.csv"
-        with ckpt.atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        with atomic_path(self.model_dir.log_path) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=keys)
             writer.writeheader()
             writer.writerows(history)
         try:
             from seq2seq.report.plots import plot_training_curves
 
-            plot_training_curves(history, self.out_dir / "curves.png")
+            plot_training_curves(history, self.model_dir.curves_path)
         except Exception as e:  # noqa: BLE001 - a plot must never stop training
             log.warning("could not draw curves.png: %s", e)

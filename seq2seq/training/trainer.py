@@ -40,7 +40,7 @@ from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
 from seq2seq.config import TrainingConfig
 from seq2seq.accel.device import autocast_context
 from seq2seq.training.validation import METRIC_KEYS, ValidData, is_better, validate
-from seq2seq.model.loss import sequence_loss
+from seq2seq.training.loss import sequence_loss
 from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_budget
 from seq2seq.training.placement import place
 from seq2seq.config.search import SearchConfig

@@ -22,7 +22,7 @@ from torch import nn
 
 from seq2seq.data.batching import Batch
 from seq2seq.accel.device import autocast_context
-from seq2seq.model.loss import sequence_loss
+from seq2seq.training.loss import sequence_loss
 from seq2seq.text.metrics import cer, reference_streams, score, wer
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.search import search

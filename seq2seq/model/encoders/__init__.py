@@ -4,10 +4,12 @@ A new modality is a new module here (see `base`): its config, `Encoder` and `Sou
 registered under the name `model.encoder.type` uses. The decoder, trainer and search need no change.
 """
 
-from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, get_modality, modalities, register
+from seq2seq.model.encoders.base import (
+    Encoder, Modality, SourceError, SourceProcessor, TextProcessor, get_modality, register,
+)
 from seq2seq.model.encoders.text import TextEncoder
 from seq2seq.model.encoders import image  # noqa: F401 - registers "image"
 from seq2seq.model.encoders import audio  # noqa: F401 - registers "audio"
 
-__all__ = ["Encoder", "Modality", "SourceError", "SourceProcessor", "TextEncoder", "get_modality", "modalities",
+__all__ = ["Encoder", "Modality", "SourceError", "SourceProcessor", "TextEncoder", "TextProcessor", "get_modality",
            "register"]

@@ -41,16 +41,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.config.schema import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.config import ConfigError
+from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.layers import Dropout, EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 LOG_EPS = 1e-6  # log(mel power + LOG_EPS)
 NORM_EPS = 1e-5  # variance floor of the per-utterance normalisation
@@ -442,12 +446,12 @@ class AudioProcessor(SourceProcessor):
 # --------------------------------------------------------------------------------------------
 
 
-def plot_audio_attention(encoder_cfg: EncoderConfig, example: Tensor, attention: Sequence[Sequence[float]],
-                         words: list[str], png_path: str) -> None:
+def draw_audio_attention(encoder_cfg: EncoderConfig, example: Tensor, attention: Sequence[Sequence[float]],
+                         words: list[str]) -> Figure:
     """The utterance's log-mel spectrogram over seconds, and under it each generated word's
     cross-attention over the (4x subsampled) encoder positions on the same time axis."""
     assert isinstance(encoder_cfg, AudioEncoderConfig)
-    from seq2seq.report.plots import _save, plt
+    from matplotlib.figure import Figure
 
     cfg = encoder_cfg
     feats = log_mel(example, cfg).numpy()  # [F, M]
@@ -455,9 +459,9 @@ def plot_audio_attention(encoder_cfg: EncoderConfig, example: Tensor, attention:
     att = np.asarray(attention, dtype=np.float64).reshape(len(words), -1)
     duration = example.numel() / cfg.sample_rate
     s = att.shape[1]
-    fig, (ax_spec, ax_att) = plt.subplots(
-        2, 1, sharex=True, figsize=(max(6.0, min(24.0, 2.5 * duration + 3)), 3 + 0.32 * max(len(words), 1)),
-        gridspec_kw={"height_ratios": [3, max(1.5, 0.32 * max(len(words), 1))]})
+    fig = Figure(figsize=(max(6.0, min(24.0, 2.5 * duration + 3)), 3 + 0.32 * max(len(words), 1)))
+    ax_spec, ax_att = fig.subplots(
+        2, 1, sharex=True, gridspec_kw={"height_ratios": [3, max(1.5, 0.32 * max(len(words), 1))]})
     ax_spec.imshow(feats.T, origin="lower", aspect="auto", cmap="magma",
                    extent=(0.0, feats.shape[0] * frame_s, 0, cfg.n_mels))
     ax_spec.set_ylabel("mel bin")
@@ -467,8 +471,8 @@ def plot_audio_attention(encoder_cfg: EncoderConfig, example: Tensor, attention:
     ax_att.set_yticks(range(len(words)), words, fontsize=9)
     ax_att.set_xlabel("time (s)")
     ax_att.set_ylabel("output")
-    _save(fig, png_path)
+    return fig
 
 
 register(Modality("audio", build_encoder=lambda cfg, shared: AudioEncoder(cfg), processor=AudioProcessor,
-                  plot_attention=plot_audio_attention, noun="audio file"))
+                  draw_attention=draw_audio_attention, noun="audio file"))

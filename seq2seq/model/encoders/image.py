@@ -19,14 +19,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config.schema import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.config import ConfigError
+from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.layers import EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 
 @register_encoder_config
@@ -271,16 +275,16 @@ class ImageProcessor(SourceProcessor):
 # --------------------------------------------------------------------------------------------
 
 
-def plot_image_attention(encoder_cfg: ImageEncoderConfig, example: Tensor, attention: list[list[float]],
-                         words: list[str], png_path: str | Path) -> None:
-    """PNG of the image with each generated word's cross-attention shown on it, one panel per word.
+def draw_image_attention(encoder_cfg: ImageEncoderConfig, example: Tensor, attention: list[list[float]],
+                         words: list[str]) -> Figure:
+    """The image with each generated word's cross-attention shown on it, one panel per word.
 
     example: uint8 [C, H, W] from `ImageProcessor.load` (the image as the model sees it);
     attention: [len(words), gh * gw]. Each row is reshaped row-major to the patch grid, scaled so
     that its largest weight is 1, stretched bilinearly over the image and painted on it in cyan,
     opaque in proportion to the weight: the cyan parts of a panel are where that word looked.
     """
-    from seq2seq.report.plots import _save, plt
+    from matplotlib.figure import Figure
 
     gh, gw = encoder_cfg.grid
     if len(attention) != len(words):
@@ -297,7 +301,8 @@ def plot_image_attention(encoder_cfg: ImageEncoderConfig, example: Tensor, atten
     n = max(len(words), 1)
     cols = min(n, 6)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols, 2.2 * rows), squeeze=False)
+    fig = Figure(figsize=(2.0 * cols, 2.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     if not words:
@@ -314,13 +319,13 @@ def plot_image_attention(encoder_cfg: ImageEncoderConfig, example: Tensor, atten
         ax.imshow(shade.numpy(), interpolation="bilinear", extent=extent)
         ax.set_title(word.replace("\u2581", " ").strip() or repr(word), fontsize=9)
     fig.tight_layout()
-    _save(fig, png_path)
+    return fig
 
 
 register(Modality(
     "image",
     build_encoder=lambda cfg, shared: ImageEncoder(cfg),
     processor=ImageProcessor,
-    plot_attention=plot_image_attention,
+    draw_attention=draw_image_attention,
     noun="image",
 ))

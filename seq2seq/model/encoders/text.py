@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seq2seq.config.schema import ModelConfig
+from seq2seq.config.sections import ModelConfig
 from seq2seq.model.layers import Embedding, EncoderLayer
-from seq2seq.model.encoders.base import Encoder, Modality, register
+from seq2seq.model.encoders.base import Encoder, Modality, TextProcessor, register
 
 
 class TextEncoder(Encoder):
@@ -33,5 +33,7 @@ class TextEncoder(Encoder):
         return src.ne(self.pad_id).sum(dim=1)
 
 
-# Text sources are tokenized by the text data pipeline (seq2seq.data) and the Translator: no processor.
-register(Modality("text", build_encoder=lambda cfg, shared: TextEncoder(cfg, embedding=shared), noun="sentence"))
+# Text sources are sentences: tokenized by the source tokenizer in the text data pipeline (seq2seq.data)
+# and the Translator; the TextProcessor pads their token ids.
+register(Modality("text", build_encoder=lambda cfg, shared: TextEncoder(cfg, embedding=shared),
+                  processor=TextProcessor, noun="sentence"))

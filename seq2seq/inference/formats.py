@@ -1,0 +1,107 @@
+"""Results as output lines: the formats of `seq2seq translate` / `test` (`formatter`), of `seq2seq
+caption` / `transcribe` (`file_formatter`), and translating a stream of lines chunk by chunk
+(`translate_stream`). Output lines never contain a line break of their own (`one_line`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Any, BinaryIO, Callable, Iterator
+
+from seq2seq.inference.results import Translation
+from seq2seq.text.lines import json_line, one_line, warn
+
+NBEST_FORMATS = ("marian", "fairseq")
+
+
+def _empty_translation() -> Translation:
+    return Translation(text="", score=0.0, logprob=0.0, token_ids=[], pieces=[], token_logprobs=[], src_pieces=[])
+
+
+def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable[[int, list], str]:
+    """The output text (newline-terminated) of input line `index` (0-based) from its n-best list.
+
+    text: the best translation. scores: "score<TAB>text". json: one object per input line (with an
+    "nbest" list when nbest > 1). n-best lists (nbest > 1, or nbest_format given), one line per
+    hypothesis, best first:
+      marian:  "index ||| text ||| F0= logprob ||| score"  (Marian's --n-best lines)
+      fairseq: "H-index<TAB>score<TAB>text"                 (fairseq-generate's H- lines)
+    score is the length-penalised log-probability, logprob the plain sum (natural logarithms).
+    """
+    if nbest_format is not None and nbest_format not in NBEST_FORMATS:
+        raise ValueError(f"unknown n-best format {nbest_format!r}; choose one of {', '.join(NBEST_FORMATS)}")
+    listed = nbest_format or ("marian" if nbest > 1 and fmt != "json" else None)
+
+    def hypothesis(index: int, h: Any) -> str:
+        if listed == "fairseq":
+            return f"H-{index}\t{h.score:.4f}\t{one_line(h.text)}\n"
+        return f"{index} ||| {one_line(h.text)} ||| F0= {h.logprob:.4f} ||| {h.score:.4f}\n"
+
+    def emit(index: int, hyps: list) -> str:
+        hyps = hyps or [_empty_translation()]
+        if fmt == "json":
+            obj = hyps[0].to_json()
+            obj["text"] = one_line(obj["text"])
+            if nbest > 1:
+                obj["nbest"] = [{**h.to_json(), "text": one_line(h.text)} for h in hyps]
+            return json_line(obj) + "\n"
+        if listed:
+            return "".join(hypothesis(index, h) for h in hyps)
+        if fmt == "scores":
+            return f"{hyps[0].score:.4f}\t{one_line(hyps[0].text)}\n"
+        return one_line(hyps[0].text) + "\n"
+
+    return emit
+
+
+def file_formatter(fmt: str, nbest: int) -> Callable[[str, list], str]:
+    """The output text of one source file from its n-best list ([] for a file that could not be read).
+
+    text: the best text. path: "path<TAB>text". json: one object per file (with an "nbest" list when
+    nbest > 1). nbest > 1 (text or path): one "path<TAB>score<TAB>text" line per hypothesis.
+    """
+
+    def emit(path: str, hyps: list) -> str:
+        if fmt == "json":
+            obj = hyps[0].to_json() if hyps else {"source": path, "text": "", "error": "unreadable"}
+            if nbest > 1:
+                obj["nbest"] = [h.to_json() for h in hyps]
+            return json_line(obj) + "\n"
+        if nbest > 1:
+            return "".join(f"{path}\t{h.score:.4f}\t{one_line(h.text)}\n" for h in hyps) or f"{path}\t\t\n"
+        text = one_line(hyps[0].text) if hyps else ""
+        return f"{path}\t{text}\n" if fmt == "path" else text + "\n"
+
+    return emit
+
+
+def translate_stream(
+    translator: Any,
+    lines: Iterator[str],
+    out: BinaryIO,
+    emit: Callable[[int, list], str],
+    chunk_lines: int,
+    batch_tokens: int,
+    search: dict[str, Any],
+    warn: Callable[[str], None] = warn,
+    progress: bool = False,
+    total: int | None = None,
+) -> int:
+    """Translate `lines` chunk by chunk (each chunk sorted into token-bounded batches by the
+    translator), writing and flushing each chunk's output before reading the next. Returns the
+    number of lines. `progress`: a progress bar on stderr (lines done, of `total` if known)."""
+    from tqdm import tqdm
+
+    done = 0
+    with tqdm(total=total, unit=" lines", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        while True:
+            chunk = list(itertools.islice(lines, chunk_lines))
+            if not chunk:
+                return done
+            results = translator.translate_nbest(chunk, batch_tokens=batch_tokens, first_line=done + 1, warn=warn,
+                                                 **search)
+            out.write("".join(emit(done + i, r) for i, r in enumerate(results)).encode("utf-8"))
+            out.flush()
+            done += len(chunk)
+            bar.update(len(chunk))

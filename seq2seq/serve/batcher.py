@@ -1,0 +1,143 @@
+"""The server's batching worker: one thread runs the model, on batches gathered from concurrent requests.
+
+It takes the first waiting job, gathers whatever else arrives within `window_s` (or until
+`max_batch` items), and makes one call per set of equal options (jobs with equal keys), so
+concurrent requests share model calls.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from seq2seq.serve.requests import RequestError
+
+
+@dataclass
+class _Job:
+    items: list[Any]
+    options: dict[str, Any]
+    key: Any  # jobs with equal keys may share a model call
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+_STOP = object()
+
+
+class Batcher:
+    """Runs `run(items, options) -> results` (one result per item) on one worker thread, merging the
+    items of jobs that arrive within `window_s` of each other and have the same key into one call of
+    at most `max_batch` items.
+
+    `calls` counts the model calls, `batch_sizes` records the items of each.
+    """
+
+    def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch: int, window_s: float,
+                 max_queue: int) -> None:
+        self.run, self.max_batch, self.window_s, self.max_queue = run, max_batch, window_s, max_queue
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending = 0  # items submitted and not yet finished
+        self._closed = False
+        self.calls = 0
+        self.batch_sizes: list[int] = []
+        self._thread = threading.Thread(target=self._work, name="seq2seq-serve-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        """Items submitted and not finished (waiting or being run)."""
+        with self._lock:
+            return self._pending
+
+    @property
+    def waiting_jobs(self) -> int:
+        """Jobs in the queue, not yet taken by the worker."""
+        return self._queue.qsize()
+
+    def submit(self, items: list[Any], options: dict[str, Any], mergeable: bool = True) -> concurrent.futures.Future:
+        """Queue a job; its future gets the list of results (or the model's exception). RequestError 503
+        when the queue is full or the batcher is closed."""
+        with self._lock:
+            if self._closed:
+                raise RequestError(503, "the server is shutting down")
+            if self._pending + len(items) > self.max_queue:
+                raise RequestError(503, f"the server is busy ({self._pending} texts waiting); try again shortly")
+            self._pending += len(items)
+        key = json.dumps(options, sort_keys=True) if mergeable else object()
+        job = _Job(list(items), dict(options), key)
+        self._queue.put(job)
+        return job.future
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new jobs, finish the queued ones, stop the worker."""
+        with self._lock:
+            self._closed = True
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(timeout)
+
+    def _work(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            jobs, n = [first], len(first.items)
+            deadline = time.monotonic() + self.window_s
+            while n < self.max_batch:
+                try:
+                    job = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is _STOP:
+                    stop = True  # run what was gathered, then stop (jobs are never queued after _STOP)
+                    break
+                jobs.append(job)
+                n += len(job.items)
+            self._run_jobs(jobs)
+
+    def _run_jobs(self, jobs: list[_Job]) -> None:
+        groups: dict[Any, list[_Job]] = {}
+        for job in jobs:
+            if job.future.set_running_or_notify_cancel():  # False: the client went away
+                groups.setdefault(job.key, []).append(job)
+            else:
+                self._done(len(job.items))
+        for group in groups.values():
+            chunk: list[_Job] = []
+            for job in group:
+                if chunk and sum(len(j.items) for j in chunk) + len(job.items) > self.max_batch:
+                    self._call(chunk)
+                    chunk = []
+                chunk.append(job)
+            if chunk:
+                self._call(chunk)
+
+    def _call(self, jobs: list[_Job]) -> None:
+        items = [item for job in jobs for item in job.items]
+        try:
+            self.calls += 1
+            self.batch_sizes.append(len(items))
+            results = self.run(items, jobs[0].options) if items else []
+        except BaseException as e:  # noqa: BLE001 - handed to the requests, which answer 500
+            for job in jobs:
+                job.future.set_exception(e)
+        else:
+            start = 0
+            for job in jobs:
+                job.future.set_result(results[start: start + len(job.items)])
+                start += len(job.items)
+        finally:
+            self._done(len(items))
+
+    def _done(self, n: int) -> None:
+        with self._lock:
+            self._pending -= n
