@@ -22,6 +22,8 @@ from seq2seq.model.layers import EncoderLayer, FeedForward
 from seq2seq.training.loss import sequence_loss
 from seq2seq.model.transformer import Seq2SeqTransformer
 
+pytestmark = pytest.mark.isa  # .ci/run runs these again with the ISA forced to AVX2
+
 STANDARD = (nn.Dropout, nn.Linear, FeedForward, MultiHeadAttention)
 
 

@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from seq2seq.training.loss import linear_cross_entropy
 from seq2seq.accel.onednn import bucket, buckets_rows, rowwise
 
+pytestmark = pytest.mark.isa  # .ci/run runs these again with the ISA forced to AVX2
+
 
 def test_bucket_pads_at_most_an_eighth_with_eight_sizes_per_doubling():
     sizes = [bucket(m) for m in range(1, 8193)]

@@ -14,7 +14,8 @@ from seq2seq.accel.packed import MAX_PACKED_ROWS, PackedAttention, PackedLinear,
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.search import search
 
-pytestmark = pytest.mark.skipif(not mkl_packing_available(), reason="this torch build has no MKL packed sgemm")
+pytestmark = [pytest.mark.skipif(not mkl_packing_available(), reason="this torch build has no MKL packed sgemm"),
+              pytest.mark.isa]  # .ci/run runs these again with the ISA forced to AVX2
 
 
 @pytest.mark.parametrize("rows", [1, 7, 32, MAX_PACKED_ROWS + 1])

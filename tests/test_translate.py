@@ -485,6 +485,7 @@ def test_truncation_warning_names_the_line(translator):
     assert len(out[2][0].src_pieces) == 256  # 255 pieces + EOS
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 def test_reduced_precision_translates_every_line(tiny_model_dir, valid_src, precision):
     texts = valid_src[:8] + ["", "A man."]

@@ -1,10 +1,10 @@
 """Bucketed row counts for bf16 training matmuls on CPU, so that oneDNN's kernel caches hit.
 
 On CPU, torch runs bf16 matmuls through oneDNN, which compiles a kernel for every new matmul
-shape (~4 ms each on a 2-core Xeon) and keeps the most recent ones in two small caches (their
-capacity is set by `seq2seq.accel.cpu.limit_onednn_caches` when training starts). Token-bucketed batches have a different number of rows
-M = batch x length at almost every step, so every linear layer, forward and backward, met a new
-shape: 25 compilations a step, ~18% of a bf16 training step of the Multi30K model.
+shape (milliseconds each) and keeps the most recent ones in two small caches (their capacity is set
+by `seq2seq.accel.cpu.limit_onednn_caches` when training starts). Token-bucketed batches have a
+different number of rows M = batch x length at almost every step, so every linear layer, forward and
+backward, met a new shape: about 25 compilations a step (benchmarks/README.md has what that cost).
 
 `rowwise(fn, x)` pads the rows of x to `bucket(M)` (at most 12.5% more, ~6% on average: eight
 sizes per doubling) before a row-wise `fn` (a linear layer, a whole feed-forward block) and drops

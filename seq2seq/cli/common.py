@@ -4,13 +4,18 @@ for loading a model and choosing a search."""
 from __future__ import annotations
 
 import functools
+import gzip
 import logging
+import os
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import click
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS
+from seq2seq.text.lines import std_binary
 
 log = logging.getLogger("seq2seq")
 
@@ -32,10 +37,11 @@ def user_error_types() -> tuple[type[Exception], ...]:
     from seq2seq.storage import CheckpointError
     from seq2seq.config import ConfigError
     from seq2seq.data import DataError
+    from seq2seq.text.lines import InputError
     from seq2seq.text.tokenizer import TokenizerError
     from seq2seq.training.trainer import TrainingAborted
 
-    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted
+    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted, InputError
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -53,6 +59,39 @@ def user_errors(fn: Callable) -> Callable:
 
     return wrapper
 
+
+
+def check_output_path(output: str, inputs: Iterable[str] = (), flag: str = "-o") -> None:
+    """Refuse, with one line, an output path that cannot be written or would destroy an input: a
+    directory, a file in a directory that does not exist, or one of `inputs` itself. '-' is stdout."""
+    if output == "-":
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise click.ClickException(f"{flag} {output} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise click.ClickException(f"{flag} {output}: the directory {path.parent} does not exist")
+    for source in inputs:
+        if source != "-" and path.exists() and Path(source).exists() and os.path.samefile(source, path):
+            raise click.ClickException(f"{flag} {output} is the input file {source}; writing it would destroy the input")
+
+
+@contextmanager
+def output_file(output: str) -> Iterator[BinaryIO]:
+    """The byte stream a command writes its output to. '-': stdout. A file is written under a temporary
+    name beside it and moved into place only when the command succeeds: a failure leaves no partial
+    output, and a file that was there stays as it was. A name ending in .gz is written through gzip."""
+    if output == "-":
+        yield std_binary("stdout")
+        return
+    from seq2seq.storage.atomic import atomic_path
+
+    with atomic_path(output) as tmp, open(tmp, "wb") as raw:
+        if output.endswith(".gz"):
+            with gzip.GzipFile(filename=Path(output).name.removesuffix(".gz"), mode="wb", fileobj=raw) as zipped:
+                yield zipped  # type: ignore[misc]
+        else:
+            yield raw
 
 
 def stdin_is_tty() -> bool:

@@ -8,7 +8,10 @@ from typing import Any
 
 import click
 
-from seq2seq.cli.common import PROGRESS_OPTION, load_translator, model_options, search_options, search_overrides, show_progress, user_errors
+from seq2seq.cli.common import (
+    PROGRESS_OPTION, check_output_path, load_translator, model_options, output_file, search_options, search_overrides,
+    show_progress, user_errors,
+)
 from seq2seq.inference.formats import formatter, translate_stream
 from seq2seq.text.lines import read_input_lines
 
@@ -71,15 +74,14 @@ def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], outp
                  as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
                  batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
     """Translate --src with MODEL_DIR, write the hypotheses, and score them against --ref."""
-    from seq2seq.storage.atomic import atomic_path
-
     search = search_overrides(kw)
+    output = output_path or Path(src_path).name.removesuffix(".gz") + ".hyp"
+    check_output_path(output, [src_path, *ref_paths])
     sources = read_input_lines(src_path)
     if not sources:
         raise click.ClickException(f"{src_path} is empty: nothing to translate")
     refs = _read_references(ref_paths, len(sources), src_path, "sources")
     translator = load_translator(model_dir, device, precision, weights, search)
-    output = Path(output_path or Path(src_path).name.removesuffix(".gz") + ".hyp")
     hyps: list[str] = []
     plain = formatter("text", 1)
 
@@ -88,7 +90,7 @@ def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], outp
         hyps.append(line[:-1])
         return line
 
-    with atomic_path(output) as tmp, open(tmp, "wb") as out:
+    with output_file(output) as out:
         translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, search,
                          progress=show_progress(progress, str(output)), total=len(sources))
     click.echo(f"hypotheses: {output} ({len(hyps)} lines)", err=True)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from typing import Any, Iterator
 
 import click
 
-from seq2seq.cli.common import model_options, search_options, search_overrides, user_errors
-from seq2seq.text.lines import warn
+from seq2seq.cli.common import check_output_path, model_options, output_file, search_options, search_overrides, user_errors
+from seq2seq.text.lines import open_binary, warn
 
 
 def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
@@ -27,14 +26,16 @@ def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
     path = input_path or "-"
     if path != "-" and not os.path.isfile(path):
         raise click.ClickException(f"input file not found: {path}")
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
-    try:
-        for line in stream:
-            if line.strip():
-                yield line.strip()
-    finally:
-        if path != "-":
-            stream.close()
+    with open_binary(path, "rb") as stream:
+        for number, raw in enumerate(stream, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise click.ClickException(
+                    f"{'stdin' if path == '-' else path} line {number} is not UTF-8 text: -i takes a list of file "
+                    f"paths, one per line; give the files themselves as arguments") from None
+            if line:
+                yield line
 
 
 def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str,
@@ -48,6 +49,7 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
     search = search_overrides(kw)
     if show_attention:
         search["attention_layer"] = attention_layer
+    check_output_path(output_path, [*files, *([input_path] if input_path else [])])
     cls = Captioner if kind == "image" else Transcriber
     try:
         generator = cls.load(model_dir, device=device, precision=precision, weights=weights)
@@ -56,29 +58,26 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
         raise click.ClickException(str(e)) from None
     emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest)
     sources = _sources(files, input_path)
-    out = click.open_file(output_path, "w", encoding="utf-8")
     try:
-        if show_attention:
-            paths = list(sources)
-            if len(paths) != 1:
-                raise click.ClickException(f"--show-attention draws one source, but {len(paths)} were given")
-            results = generator.generate(paths, batch_tokens=batch_tokens, **search)
-            out.write(emit(paths[0], results[0]))
-            generator.plot_attention(results[0][0], show_attention)
-            click.echo(f"attention plot: {show_attention}", err=True)
-            return
-        while True:
-            chunk = list(itertools.islice(sources, chunk_lines))
-            if not chunk:
-                break
-            results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn, **search)
-            out.write("".join(emit(p, r) for p, r in zip(chunk, results)))
-            out.flush()
+        with output_file(output_path) as out:
+            if show_attention:
+                paths = list(sources)
+                if len(paths) != 1:
+                    raise click.ClickException(f"--show-attention draws one source, but {len(paths)} were given")
+                results = generator.generate(paths, batch_tokens=batch_tokens, **search)
+                out.write(emit(paths[0], results[0]).encode("utf-8"))
+                generator.plot_attention(results[0][0], show_attention)
+                click.echo(f"attention plot: {show_attention}", err=True)
+                return
+            while True:
+                chunk = list(itertools.islice(sources, chunk_lines))
+                if not chunk:
+                    break
+                results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn, **search)
+                out.write("".join(emit(p, r) for p, r in zip(chunk, results)).encode("utf-8"))
+                out.flush()
     except SourceError as e:
         raise click.ClickException(f"{e} (--skip-bad writes an empty line for such a file and goes on)") from None
-    finally:
-        if output_path != "-":
-            out.close()
 
 
 def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:

@@ -17,9 +17,11 @@ from seq2seq.cli.common import user_errors
 @click.option("--output-dir", "-o", default=None, help="Shortcut for --set training.output_dir=DIR.")
 @click.option("--init-from", "init_from", default=None, type=click.Path(file_okay=False), metavar="MODEL_DIR",
               help="Fine-tune: start from MODEL_DIR's weights and tokenizer (fresh optimizer and schedule).")
+@click.option("--overwrite", is_flag=True,
+              help="Train into an output directory that already holds a finished model, replacing it.")
 @user_errors
 def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str | None,
-          init_from: str | None) -> None:
+          init_from: str | None, overwrite: bool) -> None:
     """Train a model from a YAML CONFIG (see configs/example.yaml) into the model directory
     training.output_dir, the directory `translate`, `test` and `average` take."""
     from seq2seq.training.experiment import run_training
@@ -27,7 +29,7 @@ def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str
 
     overrides = list(overrides) + ([f"training.output_dir={output_dir}"] if output_dir else [])
     cfg = load_config(config, overrides)
-    result = run_training(cfg, resume=resume, config_source=config, init_from=init_from)
+    result = run_training(cfg, resume=resume, config_source=config, init_from=init_from, overwrite=overwrite)
     click.echo(f"model directory: {result['out_dir']} (best {cfg.training.best_metric} "
                f"{result['best'] if result['best'] is not None else float('nan'):.2f} at step {result['best_step']})")
 

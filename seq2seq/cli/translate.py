@@ -10,7 +10,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 import click
 
 from seq2seq.cli import common
-from seq2seq.cli.common import PROGRESS_OPTION, load_translator, model_options, search_options, search_overrides, show_progress, user_errors
+from seq2seq.cli.common import (
+    PROGRESS_OPTION, check_output_path, load_translator, model_options, output_file, search_options, search_overrides,
+    show_progress, user_errors,
+)
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
 from seq2seq.text.lines import count_lines, decoded_lines, open_binary, std_binary, warn
 
@@ -57,9 +60,7 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
         search["attention_layer"] = attention_layer
     if input_path != "-" and not os.path.isfile(input_path):
         raise click.ClickException(f"input file not found: {input_path}")
-    if input_path != "-" and output_path != "-" and os.path.exists(output_path) \
-            and os.path.samefile(input_path, output_path):
-        raise click.ClickException(f"-o {output_path} is the input file; writing it would destroy the input")
+    check_output_path(output_path, [input_path])
     interactive = input_path == "-" and common.stdin_is_tty()
     lines: list[str] | None = None  # --show-attention reads its one sentence up front
     if show_attention and not interactive:
@@ -88,30 +89,27 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
         plot_attention(best.attention, best.src_pieces, best.pieces + ["</s>"], show_attention)
         click.echo(f"attention plot: {show_attention}", err=True)
 
-    out = open_binary(output_path, "wb")
     try:
-        if interactive:
-            _translate_interactively(out, translator, emit, show_attention, plot, search, batch_tokens)
-        elif lines is not None:
-            results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=warn, **search)
-            out.write(emit(0, results[0]).encode("utf-8"))
-            out.flush()
-            plot(results)
-        else:
-            show_bar = show_progress(progress, output_path)
-            total = count_lines(input_path) if show_bar and input_path != "-" else None
-            with open_binary(input_path, "rb") as f:
-                translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
-                                 emit, chunk_lines, batch_tokens, search, progress=show_bar, total=total)
+        with output_file(output_path) as out:
+            if interactive:
+                _translate_interactively(out, translator, emit, show_attention, plot, search, batch_tokens)
+            elif lines is not None:
+                results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=warn, **search)
+                out.write(emit(0, results[0]).encode("utf-8"))
+                out.flush()
+                plot(results)
+            else:
+                show_bar = show_progress(progress, output_path)
+                total = count_lines(input_path) if show_bar and input_path != "-" else None
+                with open_binary(input_path, "rb") as f:
+                    translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
+                                     emit, chunk_lines, batch_tokens, search, progress=show_bar, total=total)
     except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError, io.UnsupportedOperation):
             pass
         sys.exit(1)
-    finally:
-        if output_path != "-":
-            out.close()
 
 
 def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int, list], str],

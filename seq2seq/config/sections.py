@@ -136,6 +136,11 @@ class ModelConfig:
     encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
 
     def __post_init__(self) -> None:
+        check_ranges(self, "model", {
+            "src_vocab_size": (1, None), "tgt_vocab_size": (1, None), "d_model": (1, None), "heads": (1, None),
+            "ffn_dim": (1, None), "layers": (1, None), "encoder_layers": (0, None), "decoder_layers": (1, None),
+            "max_positions": (2, None), "pad_id": (0, None),
+        })
         if self.share_embeddings and not self.encoder.shares_target_embedding:
             raise ConfigError(f"model.share_embeddings needs a text encoder (model.encoder.type is {self.encoder.type!r})")
         if self.d_model % self.heads:
@@ -244,6 +249,19 @@ class DataConfig:
             raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, or data.hf_dataset")
 
 
+def check_ranges(section: Any, name: str, ranges: dict[str, tuple[float | None, float | None]]) -> None:
+    """ConfigError naming the key ("model.layers must be >= 1, got -3") for a value outside its
+    [low, high] range; None values (unset options) and None bounds are not checked."""
+    for key, (low, high) in ranges.items():
+        value = getattr(section, key)
+        if value is None:
+            continue
+        if low is not None and value < low:
+            raise ConfigError(f"{name}.{key} must be >= {low}, got {value}")
+        if high is not None and value > high:
+            raise ConfigError(f"{name}.{key} must be <= {high}, got {value}")
+
+
 @dataclass
 class TrainingConfig:
     """The `training` section: optimisation, schedule, precision, validation and checkpoints."""
@@ -288,8 +306,16 @@ class TrainingConfig:
     max_bad_steps: int = 20  # skipped non-finite steps before aborting
 
     def __post_init__(self) -> None:
-        if self.accum_steps < 1 or self.max_tokens < 1 or self.valid_every < 1:
-            raise ConfigError("training.accum_steps, max_tokens and valid_every must be >= 1")
+        check_ranges(self, "training", {
+            "max_tokens": (1, None), "accum_steps": (1, None), "valid_every": (1, None), "max_steps": (0, None),
+            "max_epochs": (1, None), "warmup_steps": (0, None), "keep_last": (0, None), "checkpoint_every": (1, None),
+            "patience": (1, None), "log_every": (1, None), "max_bad_steps": (1, None), "threads": (1, None),
+            "weight_decay": (0.0, None), "min_lr_ratio": (0.0, 1.0), "label_smoothing": (0.0, 0.99),
+        })
+        for name in ("lr", "adam_eps", "clip_norm", "max_time_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"training.{name} must be positive, got {value}")
         if len(self.betas) != 2:
             raise ConfigError("training.betas must hold two numbers")
         if self.precision == "fp16" and self.device == "cpu":

@@ -10,6 +10,15 @@ projection. The fused q/k/v projection maps onto CTranslate2's fused self-attent
 cross-attention is split into q and the fused k/v. The export directory holds `model.bin`, the
 vocabularies (the SentencePiece pieces in id order), our SentencePiece model(s) and `seq2seq.json`
 (the model's config, for the decoding defaults: see `seq2seq.deploy.engine`).
+
+int8 quantizations (`int8`, `int8_float32`, `int8_float16`, `int8_bfloat16`) store the weights with 7
+bits (integers in [-63, 63], one scale per output row), not CTranslate2's 8. CPUs without VNNI (most
+AVX2 laptops and VMs) multiply int8 matrices with u8 x s8 instructions that add the products of
+pairs into 16-bit sums: with activations up to 255 (u8) and 8-bit weights up to 127, such a sum
+reaches 2 * 255 * 127 = 64770 and saturates at 32767, which garbles outputs (oneDNN and OpenVINO
+document this; benchmarks/README.md has what it cost a trained model). With 7-bit
+weights the sum stays under 2 * 255 * 63 = 32130: the model computes the same on every CPU and GPU,
+at the cost of one bit of weight precision.
 """
 
 from __future__ import annotations
@@ -25,6 +34,34 @@ from seq2seq.storage.model_dir import LoadedModel, ModelDir, load_model_dir
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
+INT8_WEIGHT_BITS = 7  # see the module docstring: no 16-bit saturation on CPUs without VNNI
+
+
+def quantize_int8(spec: Any, quantization: str, bits: int = INT8_WEIGHT_BITS) -> None:
+    """Quantize `spec`'s weights in place for an int8 `quantization`, as CTranslate2 would but with
+    `bits`-bit integers: each weight that has a scale ([N, K], one scale per row: w ~ q / scale) becomes
+    int8 in [-(2^(bits-1) - 1), 2^(bits-1) - 1]; the other float variables take the float type the
+    quantization names (int8_float16: float16, ...). The spec is then saved with no further quantization."""
+    import numpy as np
+    from ctranslate2.specs import model_spec
+
+    qmax = 2 ** (bits - 1) - 1
+    float_type = {"int8": None, "int8_float32": None, "int8_float16": "float16", "int8_bfloat16": "bfloat16"}[quantization]
+
+    def visit(layer: Any, name: str, value: Any) -> None:
+        if not isinstance(value, model_spec.Variable) or value.is_scalar() or value.dtype != "float32":
+            return
+        key = name.split("/")[-1]
+        if hasattr(layer, f"{key}_scale"):
+            w = value.numpy().astype(np.float32, copy=False)
+            amax = np.abs(w).max(axis=1)
+            scale = (qmax / np.where(amax > 0, amax, 1.0)).astype(np.float32)
+            setattr(layer, key, np.rint(w * scale[:, None]).astype(np.int8))
+            setattr(layer, f"{key}_scale", scale)
+        elif float_type is not None:
+            setattr(layer, key, value.to(float_type))
+
+    model_spec.visit_spec(spec, visit)
 
 
 def ctranslate2_spec(loaded: LoadedModel) -> Any:
@@ -115,12 +152,17 @@ def export_ctranslate2(
     spec = ctranslate2_spec(loaded)
     weights_path = Path(weights) if weights else ModelDir(model_dir).weights_path
 
+    int8 = quantize is not None and quantize.startswith("int8")
+    if int8:
+        spec.validate()  # the variables as CTranslate2 holds them (`Variable`s), aliases not yet made
+        quantize_int8(spec, quantize)
+
     class _Converter(ct2.converters.Converter):
         def _load(self) -> Any:
             return spec
 
     with Staging(out) as tmp:
-        _Converter().convert(str(tmp / "ct2"), quantization=quantize, force=True)
+        _Converter().convert(str(tmp / "ct2"), quantization=None if int8 else quantize, force=True)
         for f in (tmp / "ct2").iterdir():
             os.replace(f, tmp / f.name)
         (tmp / "ct2").rmdir()
@@ -128,6 +170,7 @@ def export_ctranslate2(
         info = {
             "ctranslate2": ct2.__version__,
             "quantization": quantize or "float32",
+            **({"weight_bits": INT8_WEIGHT_BITS} if int8 else {}),
             "model_dir": str(model_dir.resolve()),
             "weights": str(weights_path.resolve()),
             "weights_sha256": weights_digest(weights_path),
@@ -138,4 +181,4 @@ def export_ctranslate2(
     return out
 
 
-__all__ = ["QUANTIZATIONS", "ctranslate2_spec", "export_ctranslate2"]
+__all__ = ["INT8_WEIGHT_BITS", "QUANTIZATIONS", "ctranslate2_spec", "export_ctranslate2", "quantize_int8"]

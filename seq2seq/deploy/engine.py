@@ -113,6 +113,10 @@ class CTranslate2Translator:
         ignored)."""
         if precision not in COMPUTE_TYPES:
             raise ValueError(f"precision must be one of {', '.join(COMPUTE_TYPES)}, got {precision!r}")
+        if precision == "int8" and device == "cpu" and read_export_info(Path(path)).get("weight_bits") is None:
+            log.warning("precision int8 on an export that is not int8: CTranslate2 quantizes its weights to 8 bits "
+                        "when loading, which can lose much quality on CPUs without VNNI (most AVX2 ones); "
+                        "export with `seq2seq export --quantize int8` (7-bit weights) instead")
         return cls(path, device=device, compute_type=COMPUTE_TYPES[precision], threads=threads, seed=seed)
 
     def search_config(self, **options: Any) -> SearchConfig:

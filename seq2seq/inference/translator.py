@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_bf16
+from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_bf16, slow_precision_warning
 from seq2seq.accel.packed import pack_decoder
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.batching import length_batches, to_device
@@ -72,6 +72,9 @@ class Translator:
                 raise ValueError(f"int8 precision runs on CPU only (the model is on {self.device})")
             self.model = quantize_int8(self.model, inplace=_owns_model)
         elif precision == "bf16":
+            warning = slow_precision_warning(precision, self.device)
+            if warning:
+                log.warning(warning)
             # Weights cast once, not by autocast at every call; autocast still keeps its fp32 ops in fp32.
             self.model = (self.model if _owns_model else copy.deepcopy(self.model)).to(torch.bfloat16)
         elif self.device.type == "cpu":

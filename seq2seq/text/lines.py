@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import sys
+import zlib
 from typing import Any, BinaryIO, Callable, Iterator
 
 import click
@@ -43,19 +44,39 @@ def open_binary(path: str, mode: str) -> BinaryIO:
     return open(path, mode)  # noqa: SIM115 - closed by the caller
 
 
+class InputError(ValueError):
+    """An input file that cannot be read to its end (a truncated or false .gz); the message names it."""
+
+
 def decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = warn) -> Iterator[str]:
     """Lines of a byte stream, lazily: split on '\\n' only (a lone '\\r' or U+2028 stays inside its
     line), one trailing '\\r' dropped (CRLF files), invalid UTF-8 replaced by U+FFFD with a warning
-    that names the line."""
-    for number, raw in enumerate(stream, 1):
-        raw = raw[:-1] if raw.endswith(b"\n") else raw
-        raw = raw[:-1] if raw.endswith(b"\r") else raw
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            text = raw.decode("utf-8", errors="replace")
-            warn(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD")
-        yield text.removeprefix("\ufeff") if number == 1 else text
+    that names the line. InputError naming the file and the last good line where the stream breaks
+    off (a truncated .gz) or is not what its name says (a .gz that is not gzip)."""
+    number = 0
+    try:
+        for number, raw in enumerate(stream, 1):
+            raw = raw[:-1] if raw.endswith(b"\n") else raw
+            raw = raw[:-1] if raw.endswith(b"\r") else raw
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                text = raw.decode("utf-8", errors="replace")
+                warn(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD")
+            yield text.removeprefix("\ufeff") if number == 1 else text
+    except READ_ERRORS as e:
+        raise input_error(name, e, f"after line {number}") from None
+
+
+READ_ERRORS = (EOFError, OSError, zlib.error)  # gzip.BadGzipFile is an OSError
+
+
+def input_error(name: str, e: BaseException, where: str) -> InputError:
+    if isinstance(e, EOFError):
+        return InputError(f"{name}: the compressed file ends early (truncated {where})")
+    if isinstance(e, gzip.BadGzipFile):
+        return InputError(f"{name}: not a gzip file, though its name ends in .gz")
+    return InputError(f"{name}: cannot be read {where}: {e}")
 
 
 def read_input_lines(path: str) -> list[str]:
@@ -69,10 +90,13 @@ def read_input_lines(path: str) -> list[str]:
 def count_lines(path: str) -> int:
     """The number of lines `decoded_lines` will give for a file (for a progress bar's total)."""
     n, last = 0, b"\n"
-    with open_binary(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            n += block.count(b"\n")
-            last = block
+    try:
+        with open_binary(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                n += block.count(b"\n")
+                last = block
+    except READ_ERRORS as e:
+        raise input_error(path, e, f"after line {n}") from None
     return n + (not last.endswith(b"\n"))
 
 

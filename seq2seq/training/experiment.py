@@ -114,8 +114,13 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
 
 
 def run_training(cfg: Config, resume: bool = False, config_source: str | None = None,
-                 encoder: Encoder | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
+                 encoder: Encoder | None = None, init_from: str | Path | None = None,
+                 overwrite: bool = False) -> dict[str, Any]:
     """Prepare data, build the model and train it into cfg.training.output_dir.
+
+    A directory that already holds a finished model (its weights, and no run to resume) is refused
+    unless `overwrite` (`train --overwrite`): a finished model is never replaced unasked. A run in
+    progress there is continued with `resume`, and refused without it.
 
     init_from: a model directory to fine-tune: its weights, tokenizer and model config, with a fresh
     optimizer and schedule (see `seq2seq.training.finetune`; cfg's model/tokenizer sections must fit it).
@@ -129,16 +134,24 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
     """
     started = distributed.init(choose_device(cfg.training.device).type)
     try:
-        return _run_training(cfg, resume, config_source, encoder, init_from)
+        return _run_training(cfg, resume, config_source, encoder, init_from, overwrite)
     finally:
         if started:
             distributed.shutdown()
 
 
 def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder: Encoder | None,
-                  init_from: str | Path | None) -> dict[str, Any]:
+                  init_from: str | Path | None, overwrite: bool = False) -> dict[str, Any]:
     out_dir = Path(cfg.training.output_dir)
-    state_dir = ModelDir(out_dir).train_state()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"training.output_dir {out_dir} is a file; the model directory must be a directory")
+    model_dir = ModelDir(out_dir)
+    state_dir = model_dir.train_state()
+    if state_dir is None and model_dir.weights_path.is_file() and not overwrite:
+        raise ConfigError(
+            f"{out_dir} already holds a trained model ({model_dir.WEIGHTS}); pass --overwrite to replace it, "
+            f"or set training.output_dir (-o) to a new directory"
+        )
     if state_dir is not None and not resume:
         raise ConfigError(
             f"{out_dir} already holds a training run; pass --resume to continue it, or set "
