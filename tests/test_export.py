@@ -275,14 +275,14 @@ def test_int8_export_is_smaller_and_keeps_the_quality_of_fp32(engines, trained, 
 def test_int8_weights_have_7_bits_and_one_scale_per_row(trained):
     from ctranslate2.specs import model_spec
 
-    from seq2seq.deploy.ctranslate2 import ctranslate2_spec, quantize_int8
+    from seq2seq.deploy.ctranslate2 import ctranslate2_spec, quantize_spec_int8
 
     spec = ctranslate2_spec(load_model_dir(trained, device="cpu"))
     spec.validate()
     floats = {}
     model_spec.visit_spec(spec, lambda layer, name, v: floats.__setitem__(name, v.numpy().copy())
                           if isinstance(v, model_spec.Variable) and not v.is_scalar() else None)
-    quantize_int8(spec, "int8_float16")
+    quantize_spec_int8(spec, "int8_float16")
     seen = 0
 
     def check(layer, name, value):

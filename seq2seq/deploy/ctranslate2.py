@@ -37,7 +37,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 INT8_WEIGHT_BITS = 7  # see the module docstring: no 16-bit saturation on CPUs without VNNI
 
 
-def quantize_int8(spec: Any, quantization: str, bits: int = INT8_WEIGHT_BITS) -> None:
+def quantize_spec_int8(spec: Any, quantization: str, bits: int = INT8_WEIGHT_BITS) -> None:
     """Quantize `spec`'s weights in place for an int8 `quantization`, as CTranslate2 would but with
     `bits`-bit integers: each weight that has a scale ([N, K], one scale per row: w ~ q / scale) becomes
     int8 in [-(2^(bits-1) - 1), 2^(bits-1) - 1]; the other float variables take the float type the
@@ -155,7 +155,7 @@ def export_ctranslate2(
     int8 = quantize is not None and quantize.startswith("int8")
     if int8:
         spec.validate()  # the variables as CTranslate2 holds them (`Variable`s), aliases not yet made
-        quantize_int8(spec, quantize)
+        quantize_spec_int8(spec, quantize)
 
     class _Converter(ct2.converters.Converter):
         def _load(self) -> Any:
@@ -181,4 +181,4 @@ def export_ctranslate2(
     return out
 
 
-__all__ = ["INT8_WEIGHT_BITS", "QUANTIZATIONS", "ctranslate2_spec", "export_ctranslate2", "quantize_int8"]
+__all__ = ["INT8_WEIGHT_BITS", "QUANTIZATIONS", "ctranslate2_spec", "export_ctranslate2", "quantize_spec_int8"]
