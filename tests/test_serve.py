@@ -8,13 +8,16 @@ kernel picks; every request has a timeout. The model is the session's `tiny_mode
 import contextlib
 import http.client
 import json
+import logging
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import pytest
 import yaml
@@ -65,11 +68,14 @@ def serving(app):
 
 
 def call(port: int, method: str, path: str, body=None, headers=None, chunked: bool = False):
-    """One request; returns (status, parsed JSON body)."""
+    """One request; returns (status, parsed JSON body). A body is sent as application/json unless
+    `headers` name another Content-Type (None: no Content-Type header at all)."""
     headers = dict(headers or {})
     if body is not None and not isinstance(body, (bytes, str)) and not chunked:
         body = json.dumps(body).encode("utf-8")
+    if body is not None:
         headers.setdefault("Content-Type", "application/json")
+    headers = {k: v for k, v in headers.items() if v is not None}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
     try:
         conn.request(method, path, body=body, headers=headers, encode_chunked=chunked)
@@ -222,6 +228,95 @@ def test_the_batcher_gathers_jobs_arriving_within_the_window():
         batcher.submit(["late"], {"tag": "x"})
 
 
+def test_the_batcher_reruns_a_failed_batch_job_by_job_so_only_the_culprit_fails():
+    calls = []
+
+    def run(items, options):
+        calls.append(list(items))
+        if "bad" in items:
+            raise ValueError("cannot encode 'bad'")
+        return [x.upper() for x in items]
+
+    batcher = Batcher(run, max_batch=10, window_s=1.0, max_queue=100)
+    batcher.start()
+    try:
+        a = batcher.submit(["a1", "a2"], {})
+        b = batcher.submit(["b1", "bad"], {})
+        c = batcher.submit(["c1"], {})
+        assert a.result(TIMEOUT) == ["A1", "A2"] and c.result(TIMEOUT) == ["C1"]
+        with pytest.raises(ValueError, match="cannot encode 'bad'"):
+            b.result(TIMEOUT)
+        assert calls == [["a1", "a2", "b1", "bad", "c1"], ["a1", "a2"], ["b1", "bad"], ["c1"]]
+        assert batcher.pending == 0
+    finally:
+        batcher.close(TIMEOUT)
+
+
+def test_when_a_merged_model_call_fails_only_the_culprit_request_fails(translator):
+    original = translator.translate_nbest
+
+    def picky(texts, **kwargs):  # a model that fails on one input, whichever batch holds it
+        if "POISON" in texts:
+            raise RuntimeError("cannot encode POISON\n  at some deep frame")
+        return original(texts, **kwargs)
+
+    good = [{"text": SENTENCES[i]} for i in (0, 1, 3)] + [{"texts": SENTENCES[4:6]}]
+    expected = [translator.translate([SENTENCES[i]])[0] for i in (0, 1, 3)] + [translator.translate(SENTENCES[4:6])]
+    app = create_app(translator, Limits(batch_window_ms=20))
+    batcher = app.state.batcher
+    translator.translate_nbest = picky  # gate() wraps it; its restore() removes both
+    entered, release, restore = gate(translator)
+    try:
+        with serving(app) as (port, _):
+            first, _ = in_threads(port, [{"text": "A cat sleeps."}])
+            assert entered.wait(TIMEOUT)
+            bodies = good[:2] + [{"texts": ["A dog.", "POISON"]}] + good[2:]
+            threads, results = in_threads(port, bodies)
+            wait_for(lambda: batcher.waiting_jobs == len(bodies), "the requests to queue up")
+            release.set()
+            for t in first + threads:
+                t.join(TIMEOUT)
+    finally:
+        restore()
+    statuses = [status for status, _ in results]
+    assert statuses == [200, 200, 500, 200, 200], results
+    assert results[2][1] == {"error": "the model failed on this request: RuntimeError: cannot encode POISON"}
+    got = [body["text"] for _, body in results[:2]] + [results[3][1]["text"]]
+    got.append([t["text"] for t in results[4][1]["translations"]])
+    assert got == expected
+    # the first request; the merged batch (fails); then each of its 5 requests alone
+    assert batcher.calls == 7 and batcher.batch_sizes[1] == 7
+
+
+def test_a_lone_surrogate_fails_only_its_own_request_with_422(translator):
+    with pytest.raises((UnicodeError, TypeError)):  # the model's tokenizer fails: so would a batch holding it
+        translator.translate_nbest(["A dog.", "\ud800"])
+    expected = [translator.translate([s])[0] for s in SENTENCES[:3]]
+    app = create_app(translator, Limits(batch_window_ms=20))
+    batcher = app.state.batcher
+    entered, release, restore = gate(translator)
+    try:
+        with serving(app) as (port, _):
+            first, _ = in_threads(port, [{"text": "A cat sleeps."}])
+            assert entered.wait(TIMEOUT)
+            bodies = [{"text": SENTENCES[0]}, b'{"text": "\\ud800"}', {"text": SENTENCES[1]},
+                      b'{"texts": ["A dog.", "x \\udfff y"]}', {"text": SENTENCES[2]}]
+            threads, results = in_threads(port, bodies)
+            wait_for(lambda: batcher.waiting_jobs == 3 and sum(r is not None for r in results) == 2,
+                     "the good requests to queue up and the bad ones to be answered")
+            release.set()
+            for t in first + threads:
+                t.join(TIMEOUT)
+    finally:
+        restore()
+    assert [status for status, _ in results] == [200, 422, 200, 422, 200], results
+    assert [results[i][1]["text"] for i in (0, 2, 4)] == expected
+    assert results[1][1] == {"error": "text is not valid Unicode: character 0 is a lone surrogate (\\ud800); "
+                                      "send each character as itself, or a surrogate pair"}
+    assert results[3][1]["error"].startswith("texts[1] is not valid Unicode: character 2 is a lone surrogate")
+    assert batcher.calls == 2  # the first request, then the three good ones together
+
+
 # ---- bad requests -----------------------------------------------------------------------------------
 
 BAD = [
@@ -263,6 +358,77 @@ def test_bad_requests_get_a_4xx_with_a_message_and_the_server_goes_on(translator
         got, answer = call(port, "POST", "/generate", b"\x89PNG")
         assert got == 404 and "text model" in answer["error"]
         assert call(port, "POST", "/translate", {"text": "A dog runs."})[0] == 200
+
+
+def test_deeply_nested_json_gets_400_with_one_line(translator):
+    deep = 40
+    bodies = [b"[" * 100_000 + b"]" * 100_000,  # deeper than Python's parser goes
+              b'{"a": ' * 100_000 + b"1" + b"}" * 100_000,
+              json.dumps({"text": "a", "beam": json.loads("[" * deep + "]" * deep)}).encode()]  # parses, too deep
+    with serving(create_app(translator)) as (port, _):
+        for body in bodies:
+            status, answer = call(port, "POST", "/translate", body)
+            assert (status, answer) == (400, {"error": "the request body nests JSON arrays/objects more than 32 "
+                                                       "levels deep"})
+        assert call(port, "POST", "/translate", {"text": "A dog runs."})[0] == 200
+    # a /generate option in the query string (?beam=[[[...) stays a string, which the option refuses (422)
+    from seq2seq.serve.requests import query_value
+
+    assert query_value("[" * 100_000) == "[" * 100_000 and query_value("[" * 40 + "]" * 40) == "[" * 40 + "]" * 40
+
+
+def test_post_bodies_must_be_declared_json(translator):
+    body = {"text": "A dog runs."}
+    with serving(create_app(translator)) as (port, _):
+        # what a web page may send anywhere without asking (no CORS preflight), and other non-JSON types
+        for content_type in (None, "text/plain", "application/x-www-form-urlencoded",
+                             "multipart/form-data; boundary=x", "application/json; charset=latin-1", "text/json"):
+            status, answer = call(port, "POST", "/translate", body, {"Content-Type": content_type})
+            assert status == 415, (content_type, answer)
+            assert answer["error"].startswith("send the body as JSON with the header Content-Type: application/json")
+        for content_type in ("application/json", "Application/JSON; charset=UTF-8", "application/json;charset=utf8"):
+            assert call(port, "POST", "/translate", body, {"Content-Type": content_type})[0] == 200, content_type
+
+
+def test_with_an_api_key_requests_need_it_and_health_stays_open(translator):
+    for bad in ("", "two words", "tab\tkey"):
+        with pytest.raises(ValueError, match="API key"):
+            create_app(translator, api_key=bad)
+    body = {"text": "A dog runs."}
+    with serving(create_app(translator, api_key="s3cret-key")) as (port, _):
+        status, answer = call(port, "POST", "/translate", body)
+        assert status == 401 and "Authorization: Bearer KEY" in answer["error"]
+        for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": "Bearer s3cret-ke"},
+                        {"X-API-Key": "s3cret-key2"}, {"Authorization": "Bearer s3cret-kéy"}):
+            assert call(port, "POST", "/translate", body, headers) == (401, {"error": "wrong API key"}), headers
+        assert call(port, "POST", "/translate", body, {"Authorization": "Basic s3cret-key"})[0] == 401
+        for headers in ({"Authorization": "Bearer s3cret-key"}, {"authorization": "bearer  s3cret-key"},
+                        {"X-API-Key": "s3cret-key"}):
+            assert call(port, "POST", "/translate", body, headers)[0] == 200, headers
+        assert call(port, "GET", "/health")[0] == 200  # open: for probes and load balancers
+        assert call(port, "GET", "/nothing")[0] == 401  # nothing else is, not even a 404
+
+
+def test_listening_beyond_localhost_without_a_key_logs_a_warning(translator, monkeypatch, caplog):
+    from seq2seq.serve.app import is_loopback, run_server
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.5", "example.org"))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # no socket is opened
+    for host, key, warned in [("0.0.0.0", None, True), ("0.0.0.0", "k", False), ("127.0.0.1", None, False)]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="seq2seq.serve.app"):
+            run_server(create_app(translator, api_key=key), host=host, port=8000)
+        assert any("without an API key" in r.getMessage() for r in caplog.records) == warned, (host, key)
+
+
+def test_the_serve_command_checks_the_new_options_before_loading(tiny_model_dir):
+    runner = CliRunner()
+    for args, env, words in [(["--api-key", ""], {}, "--api-key"), ([], {"SEQ2SEQ_API_KEY": "a b"}, "SEQ2SEQ_API_KEY"),
+                             (["--max-pixels", "0"], {}, "--max-pixels"),
+                             (["--max-audio-seconds", "0"], {}, "--max-audio-seconds")]:
+        result = runner.invoke(cli, ["serve", str(tiny_model_dir), *args], env=env)
+        assert result.exit_code == 2 and words in result.output and "Traceback" not in result.output, result.output
 
 
 def test_a_model_failure_answers_500_with_one_line_and_the_server_goes_on(translator):
@@ -395,3 +561,71 @@ def test_image_models_caption_uploaded_files(image_model):
         assert status == 200
         assert body["generations"][0]["text"] == expected[0].text
         assert body["generations"][1]["text"] == "" and "not found" in body["generations"][1]["error"]
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG that declares width x height pixels but holds almost no pixel data: its header is valid,
+    decoding it fails. So a refusal that names its size was made from the header alone."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+def test_images_over_the_pixel_cap_get_413_from_their_header(image_model):
+    from seq2seq.serve.app import load_model
+
+    model = load_model(image_model / "model", device="cpu")
+    image = image_model / "img" / "1.png"  # 32x32
+    with serving(create_app(model)) as (port, _):
+        status, body = call(port, "POST", "/generate", png_header(12000, 12000), {"Content-Type": "image/png"})
+        assert (status, body) == (413, {"error": "the uploaded file has 12000x12000 pixels (144.0 megapixels); "
+                                                 "the limit is 40000000 (40 megapixels)"})
+        for content_type in (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+            status, body = call(port, "POST", "/generate", image.read_bytes(), {"Content-Type": content_type})
+            assert status == 415 and "Content-Type: image/png" in body["error"], (content_type, body)
+        for content_type in ("image/png", "application/octet-stream"):
+            assert call(port, "POST", "/generate", image.read_bytes(), {"Content-Type": content_type})[0] == 200
+    with serving(create_app(model, Limits(max_pixels=1000), allow_paths=True)) as (port, _):
+        status, body = call(port, "POST", "/generate", image.read_bytes(), {"Content-Type": "image/png"})
+        assert status == 413 and body["error"].startswith("the uploaded file has 32x32 pixels"), body
+        status, body = call(port, "POST", "/generate", {"paths": [str(image)]})
+        assert status == 413 and body["error"].startswith(f"{image} has 32x32 pixels"), body
+
+
+def test_audio_over_the_seconds_cap_is_refused_from_its_header(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    from seq2seq.model.encoders.audio import AudioEncoderConfig, AudioProcessor
+    from seq2seq.model.encoders.image import ImageEncoderConfig, ImageProcessor
+    from seq2seq.serve.requests import RequestError, check_source_size
+
+    audio = AudioProcessor(AudioEncoderConfig())
+    sf.write(tmp_path / "long.wav", np.zeros(8000 * 3, np.float32), 8000)
+    check_source_size(str(tmp_path / "long.wav"), audio, Limits(max_audio_seconds=3), "long.wav")  # at the cap
+    with pytest.raises(RequestError) as err:
+        check_source_size(str(tmp_path / "long.wav"), audio, Limits(max_audio_seconds=2.5), "the uploaded file")
+    assert (err.value.status, err.value.message) == (413, "the uploaded file lasts 3.0 s; the limit is 2.5 s")
+    (tmp_path / "big.png").write_bytes(png_header(300, 200))
+    images = ImageProcessor(ImageEncoderConfig())
+    with pytest.raises(RequestError, match="300x200 pixels"):
+        check_source_size(str(tmp_path / "big.png"), images, Limits(max_pixels=59_999), "big.png")
+    for name in ("missing.wav", "big.png"):  # unreadable (or another kind): left for the processor to name
+        check_source_size(str(tmp_path / name), audio, Limits(max_audio_seconds=1), name)
+
+
+def test_caption_refuses_an_image_over_the_pixel_cap_in_one_line(image_model, tmp_path):
+    big = tmp_path / "big.png"
+    big.write_bytes(png_header(12000, 12000))
+    small = str(image_model / "img" / "0.png")
+    model_dir = str(image_model / "model")
+    result = CliRunner().invoke(cli, ["caption", model_dir, small, str(big)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    message = result.stderr.strip().splitlines()
+    assert len(message) == 1 and message[0].startswith(f"Error: image {big} has 12000x12000 pixels (144.0 megapixels), "
+                                                       "more than model.encoder.max_pixels=40000000"), message
+    result = CliRunner().invoke(cli, ["caption", model_dir, small, str(big), "--skip-bad"])
+    assert result.exit_code == 0 and result.stdout.split("\n")[1:] == ["", ""], result.stdout
+    assert f"image {big} has 12000x12000 pixels" in result.stderr

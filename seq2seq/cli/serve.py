@@ -45,6 +45,13 @@ def require_serve_extra() -> None:
               help="Largest beam and nbest a request may ask for; more: 413.")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Texts waiting for the model; more: 503.")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000, show_default=True,
+              help="Image models: pixels (width x height, from the file's header) per image; more: 413.")
+@click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Audio models: seconds per audio file (from its header); longer: 413.")
+@click.option("--api-key", envvar="SEQ2SEQ_API_KEY", show_envvar=True, default=None,
+              help="Requests must send 'Authorization: Bearer KEY' (or 'X-API-Key: KEY'), else 401; GET /health "
+                   "stays open. Prefer the environment variable: arguments are visible to other users.")
 @click.option("--allow-paths", is_flag=True,
               help="Image/audio models: /generate may read files on this machine named in {\"paths\": [...]}.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
@@ -52,26 +59,34 @@ def require_serve_extra() -> None:
 @user_errors
 def serve(model_dir: str, host: str, port: int, device: str, precision: str, weights: str | None,
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
-          max_chars: int, max_beam: int, max_queue: int, allow_paths: bool, log_level: str) -> None:
+          max_chars: int, max_beam: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
+          api_key: str | None, allow_paths: bool, log_level: str) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first).
 
     \b
     POST /translate  {"text": "..."} or {"texts": [...]}, plus search options ("beam": 5, ...)
     POST /generate   image/audio models: the file's bytes (search options in the query string)
     GET  /health
-    Concurrent requests are batched into shared model calls. See docs/serving.md.
+    POST bodies must be Content-Type: application/json (uploads: the file's type). Concurrent requests
+    are batched into shared model calls. See docs/serving.md (limits, errors, threat model).
     """
     require_serve_extra()
     import torch
 
     from seq2seq.serve.app import create_app, load_model, run_server
-    from seq2seq.serve.requests import Limits
+    from seq2seq.serve.requests import Limits, check_key_format
 
     try:
         limits = Limits(max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_batch=max_batch,
-                        batch_window_ms=batch_window_ms, max_queue=max_queue, batch_tokens=batch_tokens)
+                        batch_window_ms=batch_window_ms, max_queue=max_queue, batch_tokens=batch_tokens,
+                        max_pixels=max_pixels, max_audio_seconds=max_audio_seconds)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if api_key is not None:
+        try:
+            check_key_format(api_key)
+        except ValueError as e:
+            raise click.UsageError(f"--api-key (or SEQ2SEQ_API_KEY): {e}") from None
     if threads:
         torch.set_num_threads(threads)
     try:
@@ -80,7 +95,7 @@ def serve(model_dir: str, host: str, port: int, device: str, precision: str, wei
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:
         raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
-    app = create_app(model, limits, allow_paths=allow_paths)
+    app = create_app(model, limits, allow_paths=allow_paths, api_key=api_key)
     endpoint = "/generate" if hasattr(model, "generate") else "/translate"
     click.echo(f"serving {model_dir} on http://{host}:{port} (POST {endpoint}, GET /health); Ctrl+C stops", err=True)
     try:

@@ -19,17 +19,24 @@ requests share batches. Sampling requests are never merged: a request with a see
 `Translator.translate(texts, sample=True, seed=...)` gives.
 
 Errors are JSON objects `{"error": "message"}`, never a traceback: 400 for a body that is not
-JSON, 413 for one over a limit (body bytes, texts per request, characters per text), 422 for a
-request that is JSON but wrong (a missing or mistyped field, an unknown or conflicting search
-option), 503 when the queue is full or the server is stopping, 500 if the model itself fails
-(logged in full on the server). On SIGINT/SIGTERM the server stops accepting connections, lets
-the requests in flight finish, then stops the worker (`run_server`).
+JSON (or nests too deeply), 401 without the API key (when started with one; GET /health stays
+open), 413 for one over a limit (body bytes, texts per request, characters per text, pixels of an
+image, seconds of audio), 415 for a POST that is not `Content-Type: application/json` (or, for an
+upload, the file's image/*, audio/* or application/octet-stream), 422 for a request that is JSON
+but wrong (a missing or mistyped field, a text that is not valid Unicode, an unknown or conflicting
+search option), 503 when the queue is full or the server is stopping, 500 if the model itself fails
+(logged in full on the server). A request's error is its own: if a batch gathered from several
+requests fails, the batcher runs them again one by one, and only the culprit fails.
+
+On SIGINT/SIGTERM the server stops accepting connections, lets the requests in flight finish, then
+stops the worker (`run_server`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -41,11 +48,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.requests import (
-    Limits, RequestError, parse_options, parse_paths, parse_texts, query_options, read_body, read_json,
+    UPLOAD_TYPES, Limits, RequestError, check_api_key, check_key_format, check_source_size, media_type, parse_options,
+    parse_paths, parse_texts, query_options, read_body, read_json, require_json,
 )
 
 log = logging.getLogger("seq2seq.serve.app")
@@ -74,16 +83,44 @@ def load_model(model_dir: str | Path, device: str = "auto", precision: str = "fp
     return Generator.load(path, device=device, precision=precision, weights=weights)
 
 
-def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = False) -> FastAPI:
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """{"error": message}; characters UTF-8 cannot encode (a lone surrogate echoed back) are escaped."""
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class RequireApiKey:
+    """ASGI middleware: 401 for every request without the API key (see `check_api_key`), except
+    GET /health, which load balancers and probes poll."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app, self.key = app, key
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            try:
+                check_api_key(Headers(scope=scope), self.key)
+            except RequestError as e:
+                await error_response(e.status, e.message, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = False,
+               api_key: str | None = None) -> FastAPI:
     """The FastAPI app serving `model` (a `Translator`, or a `Generator` for image/audio models).
 
     The batching worker starts with the app (its lifespan) and stops after the last request.
     allow_paths: /generate may read files on the server named in {"paths": [...]}.
+    api_key: requests must carry it (`Authorization: Bearer KEY` or `X-API-Key: KEY`), else 401;
+        ValueError for an empty key or one with spaces or control characters.
     """
     from seq2seq.inference.formats import formatter
     from seq2seq.inference.sources import is_text
 
     limits = limits or Limits()
+    if api_key is not None:
+        check_key_format(api_key)
     kind = model.loaded.config.model.encoder.type
     text_model = is_text(kind)
     model_path = str(model.loaded.path)
@@ -120,16 +157,19 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
     app.state.batcher = batcher
     app.state.model = model
     app.state.limits = limits
+    app.state.api_key = api_key
+    if api_key is not None:
+        app.add_middleware(RequireApiKey, key=api_key)
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, e: RequestError) -> JSONResponse:
-        return JSONResponse({"error": e.message}, status_code=e.status)
+        return error_response(e.status, e.message)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         message = {404: f"no such endpoint: {request.method} {request.url.path}",
                    405: f"{request.method} is not allowed on {request.url.path}"}.get(e.status_code, str(e.detail))
-        return JSONResponse({"error": message}, status_code=e.status_code, headers=getattr(e, "headers", None))
+        return error_response(e.status_code, message, getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, e: Exception) -> JSONResponse:
@@ -168,6 +208,7 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
     async def translate(request: Request) -> JSONResponse:
         if not text_model:
             raise RequestError(404, f"this server holds an {kind} model: POST the file to /generate")
+        require_json(request.headers)
         body = await read_json(request, limits.max_body_bytes)
         texts, single, fields = parse_texts(body, limits)
         results, nbest = await run(texts, parse_options(fields, limits))
@@ -179,11 +220,18 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
     async def generate(request: Request) -> JSONResponse:
         if text_model:
             raise RequestError(404, "this server holds a text model: POST {\"text\": ...} to /translate")
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        content_type = media_type(request.headers)[0]
         upload: Path | None = None
         if content_type == "application/json":
+            require_json(request.headers)
             sources, fields = parse_paths(await read_json(request, limits.max_body_bytes), limits, allow_paths)
             options = parse_options(fields, limits)
+            for source in sources:
+                check_source_size(source, model.processor, limits, source)
+        elif not content_type.startswith(UPLOAD_TYPES):
+            raise RequestError(415, "POST the file's bytes with its type (Content-Type: image/png, audio/wav, ... "
+                                    "or application/octet-stream), or JSON {\"paths\": [...]} as application/json "
+                                    f"(got {'no Content-Type' if not content_type else repr(content_type)})")
         else:
             options = query_options(request.query_params, limits)
             data = await read_body(request, limits.max_upload_bytes, "uploaded file")
@@ -195,6 +243,8 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
             upload = Path(name)
             sources = [name]
         try:
+            if upload is not None:  # 413 from the file's header, before anything is decoded
+                check_source_size(str(upload), model.processor, limits, "the uploaded file")
             results, nbest = await run(sources, options)
         finally:
             if upload is not None:
@@ -219,11 +269,27 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
     return app
 
 
+def is_loopback(host: str) -> bool:
+    """Is `host` an address only this machine can reach (127.0.0.0/8, ::1, localhost)?"""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
                sockets: list[Any] | None = None) -> None:
     """Serve `app` with uvicorn until SIGINT or SIGTERM; then stop accepting connections, finish the
-    requests in flight and the batching worker, and return (a second SIGINT forces the exit)."""
+    requests in flight and the batching worker, and return (a second SIGINT forces the exit). Logs a
+    warning when `host` is reachable from other machines and the app has no API key."""
     import uvicorn
+
+    if not is_loopback(host) and not getattr(getattr(app, "state", None), "api_key", None):
+        log.warning("listening on %s without an API key: anyone who can reach this address can use the model; "
+                    "set --api-key or SEQ2SEQ_API_KEY, or put the server behind a proxy that authenticates "
+                    "(docs/serving.md, Threat model)", host)
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=60)
     server = uvicorn.Server(config)

@@ -2,13 +2,15 @@
 
 It takes the first waiting job, gathers whatever else arrives within `window_s` (or until
 `max_batch` items), and makes one call per set of equal options (jobs with equal keys), so
-concurrent requests share model calls.
+concurrent requests share model calls. When a merged call raises, its jobs run again one by one:
+the job that caused it gets the exception, the others their results.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import queue
 import threading
 import time
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from seq2seq.serve.requests import RequestError
+
+log = logging.getLogger("seq2seq.serve.batcher")
 
 
 @dataclass
@@ -122,12 +126,20 @@ class Batcher:
                 self._call(chunk)
 
     def _call(self, jobs: list[_Job]) -> None:
+        """One model call for `jobs`; if a merged call (several jobs) raises, each job is run again on
+        its own, so one bad request fails alone and its neighbours still get their results."""
         items = [item for job in jobs for item in job.items]
         try:
             self.calls += 1
             self.batch_sizes.append(len(items))
             results = self.run(items, jobs[0].options) if items else []
         except BaseException as e:  # noqa: BLE001 - handed to the requests, which answer 500
+            if len(jobs) > 1 and isinstance(e, Exception):
+                log.warning("a batch of %d requests failed (%s: %s); running them one by one",
+                            len(jobs), type(e).__name__, str(e).split("\n")[0])
+                for job in jobs:
+                    self._call([job])  # each counts its own items done
+                return
             for job in jobs:
                 job.future.set_exception(e)
         else:
@@ -135,8 +147,7 @@ class Batcher:
             for job in jobs:
                 job.future.set_result(results[start: start + len(job.items)])
                 start += len(job.items)
-        finally:
-            self._done(len(items))
+        self._done(len(items))
 
     def _done(self, n: int) -> None:
         with self._lock:

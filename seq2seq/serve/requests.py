@@ -4,11 +4,17 @@ The search options a request may hold are `seq2seq.inference.options.SEARCH_OPTI
 of the command line), each checked by the same `check_type` and, in the app, resolved by the
 model's `search_config` (`resolve_search`): a request and the command line accept and refuse the
 same values with the same message. Every refusal is a `RequestError` with its HTTP status.
+
+A request is checked before anything of it reaches the model: its API key (401), its Content-Type
+(415), its body size (413), JSON syntax and depth (400), shape and values (422): a text must be
+valid Unicode (no lone surrogate such as "\\ud800", which JSON can spell but UTF-8 cannot).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +22,10 @@ from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 
 if TYPE_CHECKING:
     from fastapi import Request
+    from starlette.datastructures import Headers
+
+MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request needs more than 3
+UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
 
 
 @dataclass
@@ -31,12 +41,16 @@ class Limits:
     batch_window_ms: float = 5.0  # how long the worker waits for more requests to join a batch
     max_queue: int = 1024  # texts waiting; more: 503
     batch_tokens: int = 4000  # padded source tokens per batch inside a model call
+    max_pixels: int = 40_000_000  # width x height of an image (read from its header, before decoding)
+    max_audio_seconds: float = 300.0  # duration of an audio file (read from its header, before decoding)
 
     def __post_init__(self) -> None:
         for name in ("max_texts", "max_chars", "max_body_bytes", "max_upload_bytes", "max_beam", "max_batch",
-                     "max_queue", "batch_tokens"):
+                     "max_queue", "batch_tokens", "max_pixels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.max_audio_seconds > 0:
+            raise ValueError(f"max_audio_seconds must be > 0, got {self.max_audio_seconds}")
         if self.batch_window_ms < 0:
             raise ValueError(f"batch_window_ms must be >= 0, got {self.batch_window_ms}")
         if self.max_queue < self.max_texts:
@@ -51,15 +65,86 @@ class RequestError(Exception):
         self.status, self.message = status, message
 
 
+def media_type(headers: Headers) -> tuple[str, str | None]:
+    """(media type, charset) of a request's Content-Type, lower-cased; ("", None) when there is none."""
+    kind, *params = headers.get("content-type", "").split(";")
+    charset = None
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"').lower()
+    return kind.strip().lower(), charset
+
+
+def require_json(headers: Headers) -> None:
+    """415 unless the request says it holds JSON (`Content-Type: application/json`, optionally with
+    charset=utf-8). A web page can POST text/plain or a form to any address without asking (no CORS
+    preflight), but not application/json: so other sites' pages cannot use the server."""
+    kind, charset = media_type(headers)
+    if kind != "application/json" or charset not in (None, "utf-8", "utf8"):
+        got = headers.get("content-type")
+        raise RequestError(415, "send the body as JSON with the header Content-Type: application/json "
+                                f"(got {'no Content-Type' if got is None else repr(got)})")
+
+
+def check_key_format(key: str) -> None:
+    """ValueError unless `key` can be an API key: not empty, no spaces or control characters (a
+    header value cannot carry them intact)."""
+    if not key or not key.isprintable() or any(c.isspace() for c in key):
+        raise ValueError("the API key must be a non-empty string without spaces or control characters")
+
+
+def check_api_key(headers: Headers, key: str) -> None:
+    """401 unless the request carries `key` as `Authorization: Bearer KEY` or `X-API-Key: KEY`
+    (compared in constant time)."""
+    scheme, _, given = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        given = headers.get("x-api-key", "")
+    # header values arrive as latin-1 strings: their bytes are what the client sent
+    if not given or not hmac.compare_digest(given.strip().encode("latin-1"), key.encode("utf-8")):
+        raise RequestError(401, "this server needs an API key: send the header Authorization: Bearer KEY"
+                                if not given else "wrong API key")
+
+
 async def read_json(request: Request, limit: int) -> Any:
-    """The request body parsed as JSON: 413 over `limit` bytes, 400 for anything that is not JSON."""
+    """The request body parsed as JSON: 413 over `limit` bytes, 400 for anything that is not JSON or
+    nests arrays/objects deeper than MAX_JSON_DEPTH."""
     body = await read_body(request, limit, "request body")
+    too_deep_message = f"the request body nests JSON arrays/objects more than {MAX_JSON_DEPTH} levels deep"
     try:
-        return json.loads(body.decode("utf-8"))
+        value = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise RequestError(400, f"the request body is not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:  # the parser's own limit (about 1000 levels)
+        raise RequestError(400, too_deep_message) from None
+    if too_deep(value, MAX_JSON_DEPTH):
+        raise RequestError(400, too_deep_message)
+    return value
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Does `value` nest lists/dicts more than `limit` levels deep? (Iterative: any depth is safe.)"""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def check_unicode(text: str, where: str) -> None:
+    """422 for a string that UTF-8 cannot encode: a lone surrogate (\\ud800 to \\udfff), which JSON
+    can spell as an escape; the model's tokenizer would fail on it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(422, f"{where} is not valid Unicode: character {e.start} is a lone surrogate "
+                                f"({text[e.start].encode('unicode_escape').decode()}); send each character "
+                                "as itself, or a surrogate pair") from None
 
 
 async def read_body(request: Request, limit: int, what: str) -> bytes:
@@ -119,9 +204,10 @@ def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, dict[str, A
             if not isinstance(t, str):
                 raise RequestError(422, f"texts[{i}] must be a string, got {json.dumps(t)[:80]}")
     for i, t in enumerate(texts):
+        where = "text" if single else f"texts[{i}]"
         if len(t) > limits.max_chars:
-            where = "text" if single else f"texts[{i}]"
             raise RequestError(413, f"{where} has {len(t)} characters; the limit is {limits.max_chars}")
+        check_unicode(t, where)
     return texts, single, fields
 
 
@@ -139,6 +225,8 @@ def parse_paths(body: Any, limits: Limits, allow_paths: bool) -> tuple[list[str]
         raise RequestError(413, f"{len(paths)} paths in one request; the limit is {limits.max_texts}")
     if not all(isinstance(p, str) for p in paths):
         raise RequestError(422, "\"paths\" must be a list of strings")
+    for i, p in enumerate(paths):
+        check_unicode(p, f"paths[{i}]")
     return list(paths), fields
 
 
@@ -148,8 +236,46 @@ def query_options(params: Any, limits: Limits) -> dict[str, Any]:
 
 
 def query_value(raw: str) -> Any:
-    """A query-string value as JSON would give it (3, 0.6, true), else the string."""
+    """A query-string value as JSON would give it (3, 0.6, true), else (not JSON, or nested too
+    deeply) the string."""
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
         return raw
+    return raw if too_deep(value, MAX_JSON_DEPTH) else value
+
+
+def check_source_size(path: str, processor: Any, limits: Limits, name: str) -> None:
+    """413 when an image (for an `ImageProcessor`) has more than `limits.max_pixels` pixels or an audio
+    file (`AudioProcessor`) lasts more than `limits.max_audio_seconds`, read from the file's header
+    before anything is decoded. `name` is how the message calls the file. A file that cannot be opened
+    passes: the processor then refuses it, naming what is wrong (422)."""
+    from seq2seq.model.encoders.audio import AudioProcessor
+    from seq2seq.model.encoders.image import ImageProcessor
+
+    if isinstance(processor, ImageProcessor):
+        from PIL import Image
+
+        try:
+            with warnings.catch_warnings():  # Pillow's own warning, above Image.MAX_IMAGE_PIXELS
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(path) as im:  # the header only
+                    width, height = im.size
+        except Image.DecompressionBombError:  # Pillow's own limit, twice Image.MAX_IMAGE_PIXELS
+            raise RequestError(413, f"{name} has more than {2 * Image.MAX_IMAGE_PIXELS} pixels; "
+                                    f"the limit is {limits.max_pixels}") from None
+        except Exception:  # noqa: BLE001 - not an image: for the processor to say
+            return
+        if width * height > limits.max_pixels:
+            raise RequestError(413, f"{name} has {width}x{height} pixels ({width * height / 1e6:.1f} megapixels); "
+                                    f"the limit is {limits.max_pixels} ({limits.max_pixels / 1e6:g} megapixels)")
+    elif isinstance(processor, AudioProcessor):
+        import soundfile
+
+        try:
+            info = soundfile.info(path)
+        except Exception:  # noqa: BLE001 - not audio: for the processor to say
+            return
+        seconds = info.frames / info.samplerate if info.samplerate > 0 else 0.0
+        if seconds > limits.max_audio_seconds:
+            raise RequestError(413, f"{name} lasts {seconds:.1f} s; the limit is {limits.max_audio_seconds:g} s")
