@@ -68,7 +68,9 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
     OUT_DIR defaults to MODEL_DIR/ctranslate2 or MODEL_DIR/hf. `--to ctranslate2` is what
     `seq2seq translate MODEL_DIR --engine ctranslate2` uses; `--to hf` gives a directory that
     transformers' AutoModelForSeq2SeqLM and AutoTokenizer load (MarianMTModel for post-norm models,
-    BlenderbotForConditionalGeneration for pre-norm ones), computing the same logits.
+    BlenderbotForConditionalGeneration for pre-norm ones), computing the same logits; a model with a
+    transformers backbone (model.encoder.type hf) becomes a VisionEncoderDecoderModel or
+    SpeechEncoderDecoderModel with its preprocessor_config.json.
     """
     from seq2seq.deploy.ctranslate2 import export_ctranslate2
     from seq2seq.deploy.hf import export_hf
@@ -80,8 +82,18 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
         if quantize:
             raise click.UsageError("--quantize is for --to ctranslate2")
         _quiet_transformers()
+        if _has_backbone(model_dir):  # model.encoder.type hf: a Vision/SpeechEncoderDecoderModel
+            from seq2seq.deploy.hf_encoder_decoder import export_encoder_decoder as export_hf
         path = export_hf(model_dir, out, weights=weights, force=force)
     click.echo(f"exported {model_dir} -> {path} ({target}{', ' + quantize if quantize else ''})")
+
+
+def _has_backbone(model_dir: str) -> bool:
+    """Does MODEL_DIR's config name a transformers backbone (`model.encoder.type: hf`)?"""
+    from seq2seq.storage.model_dir import ModelDir
+
+    directory = ModelDir(model_dir)
+    return directory.config_path.is_file() and directory.config().model.encoder.type == "hf"
 
 
 @click.command("import-hf")

@@ -206,24 +206,33 @@ def _write_marian_tokenizer(tokenizers: TokenizerPair, out: Path, max_positions:
     (out / "tokenizer_config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
 
 
+def generation_config(loaded: LoadedModel) -> Any:
+    """The transformers GenerationConfig closest to the model's `decoding` settings: our special ids,
+    its beam (1 for greedy), PAD and BOS never generated, at least `min_len` tokens. Beam search ranks
+    lengths as transformers does, not as ours (GNMT penalty with EOS counted), so only greedy outputs
+    are token for token the same."""
+    from transformers import GenerationConfig
+
+    d = loaded.config.decoding
+    return GenerationConfig(
+        decoder_start_token_id=BOS_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+        num_beams=d.beam if d.strategy == "beam" else 1, max_length=loaded.config.model.max_positions - 1,
+        min_new_tokens=d.min_len, bad_words_ids=[[PAD_ID], [BOS_ID]],
+    )
+
+
 def export_hf(
     model_dir: str | Path, out_dir: str | Path, weights: str | Path | None = None, force: bool = False
 ) -> Path:
     """Write MODEL_DIR as a transformers directory (`AutoModelForSeq2SeqLM.from_pretrained(out_dir)`),
-    with the MarianTokenizer files for its SentencePiece model(s). See the module docstring."""
+    with the MarianTokenizer files for its SentencePiece model(s). See the module docstring (a model with
+    a transformers backbone: `seq2seq.deploy.hf_encoder_decoder.export_encoder_decoder`)."""
     require("transformers")
     model_dir = Path(model_dir)
     out = prepare_output(out_dir, force, [model_dir])
     loaded = load_model_dir(model_dir, device="cpu", weights=weights)
     model = hf_model(loaded)
-    d = loaded.config.decoding
-    from transformers import GenerationConfig
-
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=BOS_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-        num_beams=d.beam if d.strategy == "beam" else 1, max_length=loaded.config.model.max_positions - 1,
-        bad_words_ids=[[PAD_ID], [BOS_ID]],
-    )
+    model.generation_config = generation_config(loaded)
     with Staging(out) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         _write_marian_tokenizer(loaded.tokenizers, tmp, loaded.config.model.max_positions)

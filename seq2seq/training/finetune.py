@@ -10,8 +10,9 @@ and step count from CONFIG's `training` section. CONFIG supplies the data, train
 How CONFIG's `model` and `tokenizer` sections meet the parent's:
   * a key left at its default takes the parent's value (a fine-tuning config needs neither section);
   * a key set to the parent's value is fine;
-  * the dropouts (model.dropout, attention_dropout, activation_dropout) and data.lowercase may
-    differ: they are training settings, not the shape;
+  * the dropouts (model.dropout, attention_dropout, activation_dropout), model.encoder.augment, a
+    pretrained backbone's name_or_path / freeze / unfreeze_top_layers / unfreeze_after_steps and
+    data.lowercase may differ: they are training settings, not the shape;
   * any other difference is refused, all the differing keys named in one message, as is another
     encoder type or another tokenizer file (tokenizer.src_model / tgt_model).
 
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 # model keys that are training settings: CONFIG may change them for the fine-tuning run
 FREE_MODEL_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+# model.encoder keys that are training settings (on-the-fly augmentation; a pretrained backbone's source
+# and which of its weights train)
+FREE_ENCODER_KEYS = ("augment", "name_or_path", "freeze", "unfreeze_top_layers", "unfreeze_after_steps")
 # model keys that run_training derives from the tokenizer
 DERIVED_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id")
 # tokenizer keys that describe the tokenizer (the others only steer its training)
@@ -152,7 +156,7 @@ def _merge(cfg: Config, parent: Parent, source: str | Path) -> None:
     model = _merged(cfg.model, pcfg.model, "model", problems, free=FREE_MODEL_KEYS,
                     skip=DERIVED_MODEL_KEYS + ("encoder",))
     if own_type == parent_type:
-        encoder = _merged(cfg.model.encoder, pcfg.model.encoder, "model.encoder", problems)
+        encoder = _merged(cfg.model.encoder, pcfg.model.encoder, "model.encoder", problems, free=FREE_ENCODER_KEYS)
     else:
         encoder = pcfg.model.encoder
     tokenizer = _merged(cfg.tokenizer, pcfg.tokenizer, "tokenizer", problems,

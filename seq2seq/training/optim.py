@@ -1,6 +1,7 @@
 """The optimizer and the learning-rate schedule of training.
 
-    optimizer: AdamW; weight decay on weight matrices only (not on biases, norms or embeddings)
+    optimizer: AdamW; weight decay on weight matrices only (not on biases, norms or embeddings); the
+               encoder's parameters at cfg.encoder_lr when it is set
     lr(step)  = cfg.lr * schedule(step) * cooldown(step, elapsed)
     schedule:   linear warmup over warmup_steps, then inverse_sqrt, linear, cosine or constant
     cooldown:   linear annealing to 0 over the last `cfg.cooldown` fraction of the step or time budget
@@ -19,12 +20,22 @@ from seq2seq.config import TrainingConfig
 
 
 def build_optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.AdamW:
-    """AdamW over two groups: decay (weight matrices) and no decay (vectors, norms, embeddings)."""
-    decay, no_decay = [], []
+    """AdamW over two groups: decay (weight matrices) and no decay (vectors, norms, embeddings); with
+    cfg.encoder_lr set, the encoder's parameters (`model.encoder`, e.g. a pretrained backbone) make two
+    more groups at that learning rate (the schedule scales every group alike). Frozen parameters are
+    included, so that unfreezing them later trains them (AdamW skips a parameter without a gradient)."""
+    encoder = getattr(model, "encoder", None) if cfg.encoder_lr is not None else None
+    in_encoder = {id(p) for p in encoder.parameters()} if encoder is not None else set()
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(e, d): [] for e in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name or "embed" in name else decay).append(p)
+        groups[id(p) in in_encoder, not (p.ndim < 2 or "norm" in name or "embed" in name)].append(p)
+    params = [{"params": groups[False, True], "weight_decay": cfg.weight_decay},
+              {"params": groups[False, False], "weight_decay": 0.0}]
+    if in_encoder:
+        params += [{"params": groups[True, True], "weight_decay": cfg.weight_decay, "lr": cfg.encoder_lr},
+                   {"params": groups[True, False], "weight_decay": 0.0, "lr": cfg.encoder_lr}]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        params,
         lr=cfg.lr,
         betas=tuple(cfg.betas),
         eps=cfg.adam_eps,

@@ -164,6 +164,9 @@ class Trainer:
         """One optimizer step over micro-batches. Returns (mean token loss or None if skipped, tokens)."""
         total_tokens = distributed.sum_int(sum(b.n_tgt_tokens for b in batches), self.device)
         self.optimizer.zero_grad(set_to_none=True)
+        on_step = getattr(getattr(self.model, "encoder", None), "on_train_step", None)
+        if on_step is not None:  # e.g. a frozen pretrained backbone that starts training at step K
+            on_step(self.step)
         loss_sum, finite = self._accumulate_gradients(batches, total_tokens)
         if finite:
             self.scaler.unscale_(self.optimizer)

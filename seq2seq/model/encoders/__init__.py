@@ -10,6 +10,7 @@ from seq2seq.model.encoders.base import (
 from seq2seq.model.encoders.text import TextEncoder
 from seq2seq.model.encoders import image  # noqa: F401 - registers "image"
 from seq2seq.model.encoders import audio  # noqa: F401 - registers "audio"
+from seq2seq.model.encoders import hf  # noqa: F401 - registers "hf" (transformers backbones)
 
 __all__ = ["Encoder", "Modality", "SourceError", "SourceProcessor", "TextEncoder", "TextProcessor", "get_modality",
            "register"]
