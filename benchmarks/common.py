@@ -33,7 +33,18 @@ def read_gz(path: Path, limit: int | None = None) -> list[str]:
     return lines[:limit] if limit else lines
 
 
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def forced_isa() -> str:
+    """The instruction-set limits set in the environment (README: 'CPUs'), or 'ISA not forced'."""
+    forced = [f"{name}={os.environ[name]}" for name in ISA_VARIABLES if os.environ.get(name)]
+    return " ".join(forced) if forced else "ISA not forced"
+
+
 def machine_info(threads: int) -> str:
+    """Where a benchmark ran: CPU model and AVX-512 flags, the kernels torch dispatches to, any forced
+    ISA limits, GPU, library versions, threads and load."""
     cpu = "unknown CPU"
     flags: set[str] = set()
     try:
@@ -54,8 +65,10 @@ def machine_info(threads: int) -> str:
     load = "n/a"
     if hasattr(os, "getloadavg"):
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     return (
         f"CPU: {cpu} ({os.cpu_count()} logical cores; {' '.join(isa) or 'no AVX-512'})\n"
+        f"kernels: torch CPU capability {torch.backends.cpu.get_cpu_capability()}; {forced_isa()}; GPU: {gpu}\n"
         f"torch {torch.__version__}, transformers {hf}, python {platform.python_version()}, "
         f"threads {threads}, load average {load}\n"
         f"oneDNN kernel caches (bf16 on CPU; see seq2seq.accel.cpu.limit_onednn_caches): "

@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import DATA, read_gz  # noqa: E402
+from benchmarks.common import DATA, machine_info, read_gz  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from seq2seq.inference.translator import Translator
 
     torch.set_num_threads(args.threads)
+    print(machine_info(args.threads))
     path = Path(args.src)
     lines = read_gz(path) if path.suffix == ".gz" else read_input_lines(str(path))
     lines = lines[: args.limit]

@@ -277,6 +277,35 @@ def test_bad_audio_files_raise_source_error_naming_the_path(tmp_path):
     assert proc.load(str(good)).numel() == 4000
 
 
+def test_truncated_and_non_finite_audio_is_refused_naming_the_file(tmp_path):
+    import io
+
+    proc = AudioProcessor(audio_cfg())
+    sine = (0.5 * np.sin(np.arange(16000) / 10)).astype(np.float32)
+    for fmt in ("WAV", "AIFF"):  # libsndfile itself reads a file cut short silently, up to where it ends
+        buffer = io.BytesIO()
+        sf.write(buffer, sine, 8000, format=fmt, subtype="PCM_16")
+        whole = buffer.getvalue()
+        (tmp_path / f"cut.{fmt.lower()}").write_bytes(whole[: len(whole) // 2])
+        if fmt == "WAV":  # a streaming writer's "unknown" sizes (0xFFFFFFFF) are no truncation
+            streamed = bytearray(whole)
+            at = streamed.index(b"data") + 4
+            streamed[at: at + 4] = streamed[4:8] = b"\xff\xff\xff\xff"
+            (tmp_path / "streamed.wav").write_bytes(bytes(streamed))
+    sf.write(tmp_path / "nan.wav", np.full(800, np.nan, np.float32), 8000, subtype="FLOAT")
+    sf.write(tmp_path / "inf.wav", np.where(np.arange(800) == 400, np.inf, 0.1).astype(np.float32), 8000,
+             subtype="FLOAT")
+    cases = {"cut.wav": "is truncated: its header announces 32000 bytes of samples, the file holds 15978",
+             "cut.aiff": "is truncated: its header announces 32008 bytes of samples",
+             "nan.wav": "holds non-finite samples (NaN or inf)", "inf.wav": "holds non-finite samples (NaN or inf)"}
+    for name, words in cases.items():
+        path = str(tmp_path / name)
+        with pytest.raises(SourceError) as err:
+            proc.load(path)
+        assert str(err.value).startswith(f"audio file {path} {words}"), str(err.value)
+    assert proc.load(str(tmp_path / "streamed.wav")).numel() == 16000
+
+
 # --------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------

@@ -177,6 +177,40 @@ def test_bad_image_files_raise_source_error_naming_the_path(tmp_path):
     assert proc.load(str(tmp_path / "ok.png")).shape == (3, 16, 16)
 
 
+def png_declaring(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height pixels but that holds almost no pixel data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+def test_images_over_max_pixels_are_refused_from_the_header(tmp_path):
+    import warnings
+
+    (tmp_path / "huge.png").write_bytes(png_declaring(12000, 12000))  # decoding would fail: the size decides
+    (tmp_path / "bomb.png").write_bytes(png_declaring(20000, 20000))  # over Pillow's own limit too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Pillow's DecompressionBombWarning is not shown either
+        with pytest.raises(SourceError) as err:
+            processor().load(str(tmp_path / "huge.png"))
+        assert str(err.value) == (f"image {tmp_path / 'huge.png'} has 12000x12000 pixels (144.0 megapixels), "
+                                  "more than model.encoder.max_pixels=40000000 (40 megapixels)")
+        for cap in (40_000_000, None):  # Pillow refuses it on open, naming its own limit
+            with pytest.raises(SourceError, match=r"bomb.png is too large: Image size \(400000000 pixels\)"):
+                processor(max_pixels=cap).load(str(tmp_path / "bomb.png"))
+    Image.new("RGB", (40, 30)).save(tmp_path / "small.png")
+    with pytest.raises(SourceError, match="40x30 pixels"):
+        processor(max_pixels=1199).load(str(tmp_path / "small.png"))
+    assert processor(max_pixels=1200).load(str(tmp_path / "small.png")).shape == (3, 16, 16)
+    with pytest.raises(ConfigError, match="model.encoder.max_pixels"):
+        processor(max_pixels=0)
+
+
 # --------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------

@@ -5,13 +5,17 @@
     python recipes/speech_digits/run.py --data-dir ../shared/data/fsdd/recordings --minutes 5     # shorter
     python recipes/speech_digits/run.py --data-dir ... --test-speaker lucas --minutes 8           # leave one out
     python recipes/speech_digits/run.py --data-dir ... --loso --minutes 8                         # all five
+    python recipes/speech_digits/run.py --corpus audiomnist --data-dir AudioMNIST                 # 60 speakers
+    python recipes/speech_digits/run.py --corpus audiomnist --download AudioMNIST                 # git clone first
 
 Standard mode trains on all five speakers' train-split recordings (FSDD indices 5-44; 45-49 make the
 validation utterances, on which settings were chosen) and tests on utterances built only from the
 official test-split recordings (indices 0-4). Leave-one-speaker-out trains on four speakers and
 tests on utterances of the fifth (all 50 recordings per digit; the speaker is never heard in
-training). Utterances, models and results go under --output-dir OUT: OUT/data, OUT/model,
-OUT/{val,test}.hyp.tsv, OUT/results.json (LOSO: OUT/loso/<speaker>/...).
+training). AudioMNIST (--corpus audiomnist) splits by speaker: 48 train, 6 val and 6 test speakers
+(--val-speakers, --test-speakers; make_data.py says how they are chosen), so val and test are both
+voices never heard in training. Utterances, models and results go under --output-dir OUT: OUT/data,
+OUT/model, OUT/{val,test}.hyp.tsv, OUT/results.json (LOSO: OUT/loso/<speaker>/...).
 """
 
 from __future__ import annotations
@@ -43,10 +47,14 @@ from seq2seq.text.metrics import cer, wer
 log = logging.getLogger("recipe")
 
 
-def build_data(args: argparse.Namespace, out: Path, test_speaker: str | None) -> Path:
+def build_data(args: argparse.Namespace, out: Path, test_speaker: str | None, sample_rate: int) -> Path:
     """Write the utterances into `out` unless the same arguments already made them there."""
     argv = ["--data-dir", str(args.data_dir), "--out", str(out), "--seed", str(args.seed),
             "--n-train", str(args.n_train), "--n-val", str(args.n_val), "--n-test", str(args.n_test)]
+    if args.corpus != "fsdd" or sample_rate != make_data.SAMPLE_RATE:  # FSDD at 8 kHz: the argv of earlier runs
+        argv += ["--corpus", args.corpus, "--sample-rate", str(sample_rate)]
+    if args.corpus == "audiomnist":
+        argv += ["--val-speakers", str(args.val_speakers), "--test-speakers", str(args.test_speakers)]
     if test_speaker:
         argv += ["--test-speaker", test_speaker]
     summary = out / "summary.json"
@@ -100,13 +108,14 @@ def evaluate(transcriber: Transcriber, data: Path, split: str, out: Path, beam: 
 
 def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    data = build_data(args, out / "data", test_speaker)
+    data = out / "data"
     model_dir = out / "model"
     overrides = [f"data.train={data / 'train.tsv'}", f"data.valid={data / 'val.tsv'}",
                  f"training.output_dir={model_dir}", *args.set]
     if args.minutes is not None:
         overrides.append(f"training.max_time_minutes={args.minutes}")
     cfg = load_config(args.config, overrides)
+    build_data(args, data, test_speaker, cfg.model.encoder.sample_rate)  # at the model's rate
     train_minutes = None
     done = model_dir / "recipe_trained"  # written when training ended; without it a run was interrupted
     if args.retrain and model_dir.exists():
@@ -140,7 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--data-dir", required=True, type=Path, help="FSDD recordings/ directory")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="FSDD recordings/ directory, or (--corpus audiomnist) AudioMNIST's root or data/ folder")
+    p.add_argument("--corpus", choices=["fsdd", "audiomnist"], default="fsdd")
+    p.add_argument("--download", type=Path, default=None, metavar="DIR",
+                   help="AudioMNIST: git clone it (about 1 GB) into DIR first, unless DIR holds it already")
+    p.add_argument("--val-speakers", type=int, default=6, help="AudioMNIST: validation speakers")
+    p.add_argument("--test-speakers", type=int, default=6, help="AudioMNIST: test speakers")
     p.add_argument("--output-dir", "--out", dest="out", type=Path, default=Path("runs/speech_digits"),
                    help="where utterances, models and results go (default: runs/speech_digits, git-ignored)")
     p.add_argument("--config", type=Path, default=HERE / "config.yaml")
@@ -158,6 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if args.corpus == "audiomnist" and (args.loso or args.test_speaker):
+        p.error("--loso and --test-speaker are FSDD's; AudioMNIST's test speakers are never heard in training")
+    if args.download is not None:
+        if args.corpus != "audiomnist":
+            p.error("--download is for --corpus audiomnist (FSDD: clone Jakobovski/free-spoken-digit-dataset)")
+        args.data_dir = make_data.download_audiomnist(args.download)
+    if args.data_dir is None:
+        p.error("give --data-dir (or, for AudioMNIST, --download DIR)")
+    if args.corpus == "audiomnist":
+        make_data.audiomnist_dir(args.data_dir)  # a wrong directory fails here, before anything is written
     speakers = make_data.SPEAKERS if args.loso else args.test_speaker
     try:
         if not speakers:

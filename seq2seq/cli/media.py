@@ -3,17 +3,29 @@
 Both are one command with two names: the model directory's encoder type must match (an image model
 for `caption`, an audio model for `transcribe`). Sources are the FILES arguments, or, without any,
 one path per line from `-i FILE` or stdin. Exactly one output line per source, in order.
+`transcribe` takes recordings of any length: a long one is cut into windows at its pauses
+(`seq2seq.inference.generator.Transcriber`), --timestamps shows each window's times.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from typing import Any, Iterator
 
 import click
 
-from seq2seq.cli.common import check_output_path, model_options, output_file, search_options, search_overrides, user_errors
+from seq2seq.cli.common import (
+    PROGRESS_OPTION,
+    check_output_path,
+    model_options,
+    output_file,
+    search_options,
+    search_overrides,
+    show_progress,
+    user_errors,
+)
 from seq2seq.text.lines import open_binary, warn
 
 
@@ -49,6 +61,13 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
     search = search_overrides(kw)
     if show_attention:
         search["attention_layer"] = attention_layer
+    windows: dict[str, Any] = {}  # transcribe: how long recordings are cut
+    if kind == "audio":
+        windows = {"timestamps": kw["timestamps"], "progress": show_progress(kw["progress"], output_path)}
+        if show_attention:  # the attention of one window over the whole recording, as before windows existed
+            windows["max_window_seconds"] = math.inf
+        elif kw["max_window_seconds"] is not None:
+            windows["max_window_seconds"] = kw["max_window_seconds"]
     check_output_path(output_path, [*files, *([input_path] if input_path else [])])
     cls = Captioner if kind == "image" else Transcriber
     try:
@@ -56,7 +75,7 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
         nbest = generator.search_config(**search).nbest
     except ValueError as e:  # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options
         raise click.ClickException(str(e)) from None
-    emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest)
+    emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest, kw.get("timestamps", False))
     sources = _sources(files, input_path)
     try:
         with output_file(output_path) as out:
@@ -64,7 +83,7 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
                 paths = list(sources)
                 if len(paths) != 1:
                     raise click.ClickException(f"--show-attention draws one source, but {len(paths)} were given")
-                results = generator.generate(paths, batch_tokens=batch_tokens, **search)
+                results = generator.generate(paths, batch_tokens=batch_tokens, **windows, **search)
                 out.write(emit(paths[0], results[0]).encode("utf-8"))
                 generator.plot_attention(results[0][0], show_attention)
                 click.echo(f"attention plot: {show_attention}", err=True)
@@ -73,11 +92,36 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
                 chunk = list(itertools.islice(sources, chunk_lines))
                 if not chunk:
                     break
-                results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn, **search)
+                results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn, **windows,
+                                             **search)
                 out.write("".join(emit(p, r) for p, r in zip(chunk, results)).encode("utf-8"))
                 out.flush()
     except SourceError as e:
         raise click.ClickException(f"{e} (--skip-bad writes an empty line for such a file and goes on)") from None
+
+
+AUDIO_HELP = """
+
+    Recordings of any length: one longer than --max-window-seconds is cut into windows at its
+    pauses (frame energy relative to the recording; the longest pauses first, only as many as
+    needed; fixed windows overlapping by 1 s where there is no pause), all windows are decoded in
+    batches, and the windows' texts are joined in order into the file's one line (--nbest: that one
+    joined hypothesis). A shorter recording is decoded whole, as one utterance. --timestamps writes
+    each window as "[start-end] text" (seconds); with --json, a "segments" list of start, end, text
+    and words whose times are spread over the window's voiced part (approximate). --show-attention
+    decodes its recording whole."""
+
+
+def _audio_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--max-window-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Longest window a recording is decoded in [default: the model's encoder.max_seconds if "
+                          "set, else 20]; about the longest training utterance suits a model trained on short ones."),
+        click.option("--timestamps", is_flag=True, help="Each window's start-end seconds with its text."),
+        PROGRESS_OPTION,
+    ]):
+        fn = option(fn)
+    return fn
 
 
 def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
@@ -85,7 +129,8 @@ def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
 
     Sources are FILES, or one path per line from -i FILE or stdin. Writes one line per source, in
     order: the text (--with-path: "path<TAB>text"; --json: one object per source; --nbest N > 1:
-    N lines "path<TAB>score<TAB>text" per source). MODEL_DIR must hold {noun} model.""")
+    N lines "path<TAB>score<TAB>text" per source). MODEL_DIR must hold {noun} model.""" + (AUDIO_HELP if kind == "audio"
+                                                                                           else ""))
     @click.argument("model_dir", type=click.Path(file_okay=False))
     @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
     @click.option("-i", "--input", "input_path", default=None, help="File listing one source path per line ('-': stdin).")
@@ -99,6 +144,7 @@ def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
                   help="Decoder layer for --show-attention (negative: from the last).")
     @click.option("--skip-bad", is_flag=True, help="An unreadable file gives an empty line and a warning instead of an error.")
     @model_options
+    @(_audio_options if kind == "audio" else lambda fn: fn)
     @user_errors
     def command(**kwargs: Any) -> None:
         _run(kind, **kwargs)

@@ -53,6 +53,12 @@ class EncoderConfig:
         return encoder_config_class(data.get("type", "text"), f"{key}.type" if key else "type")
 
     @property
+    def source_kind(self) -> str:
+        """What the sources are ("text", "image", "audio", ...): the type itself, unless the encoder
+        reads sources of another kind's name (`type: hf` reads images or audio, after its backbone)."""
+        return self.type
+
+    @property
     def shares_target_embedding(self) -> bool:
         """Can this encoder embed its source with the target embedding (model.share_embeddings)? Only
         the built-in text encoder (this class) can; a subclass (another encoder) cannot."""
@@ -271,6 +277,7 @@ class TrainingConfig:
     max_tokens: int = 4096  # padded tokens per batch, per side
     accum_steps: int = 1
     lr: float = 7e-4
+    encoder_lr: float | None = None  # learning rate of the encoder's parameters (e.g. a pretrained backbone); None: lr
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     adam_eps: float = 1e-8
     weight_decay: float = 0.0001
@@ -312,7 +319,7 @@ class TrainingConfig:
             "patience": (1, None), "log_every": (1, None), "max_bad_steps": (1, None), "threads": (1, None),
             "weight_decay": (0.0, None), "min_lr_ratio": (0.0, 1.0), "label_smoothing": (0.0, 0.99),
         })
-        for name in ("lr", "adam_eps", "clip_norm", "max_time_minutes"):
+        for name in ("lr", "encoder_lr", "adam_eps", "clip_norm", "max_time_minutes"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ConfigError(f"training.{name} must be positive, got {value}")

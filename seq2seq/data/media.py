@@ -11,6 +11,12 @@ compact tensors the modality's `SourceProcessor.load` returns (uint8 images, flo
 
 A validation source with several rows (captions) is decoded once and scored against all of
 them; its validation loss uses its first caption.
+
+Training batches may be augmented on the fly (`model.encoder.augment`, docs/augmentation.md):
+`collate_media(..., epoch=e, seed=s)` hands each example to `SourceProcessor.collate_augmented` with
+its own generator, `example_rng(s, e, row)`, so what a row becomes depends on (seed, epoch, row)
+alone: not on the batch it is in, and the same in a resumed run as in an uninterrupted one.
+Validation batches are collated without an epoch, never augmented.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from seq2seq.data.batching import Batch, make_target
@@ -237,11 +244,25 @@ def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, modality: Modality,
     return MediaData(tokenizers, train, valid, references, fingerprint(files), summary)
 
 
-def collate_media(split: MediaSplit, processor: SourceProcessor, indices: list[int], pad_id: int = PAD_ID) -> Batch:
-    """Rows `indices` of `split` -> Batch(src = processor.collate(examples), tgt_in, tgt_out)."""
+def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator that augments training row `index` in `epoch`: a function of these three alone."""
+    return np.random.default_rng([seed % 2**63, epoch, index])
+
+
+def collate_media(split: MediaSplit, processor: SourceProcessor, indices: list[int], pad_id: int = PAD_ID,
+                  epoch: int | None = None, seed: int = 0) -> Batch:
+    """Rows `indices` of `split` -> Batch(src = processor.collate(examples), tgt_in, tgt_out).
+
+    epoch (training batches): src = processor.collate_augmented(examples, [example_rng(seed, epoch, row)
+    for each row]), unchanged where the modality's augmentation is off."""
     tgt_in, tgt_out = make_target([split.tgt_ids[i] for i in indices], pad_id)
+    examples = [split.examples[split.paths[i]] for i in indices]
+    if epoch is None:
+        src = processor.collate(examples)
+    else:
+        src = processor.collate_augmented(examples, [example_rng(seed, epoch, i) for i in indices])
     return Batch(
-        src=processor.collate([split.examples[split.paths[i]] for i in indices]),
+        src=src,
         tgt_in=tgt_in,
         tgt_out=tgt_out,
         n_tgt_tokens=int((tgt_out != pad_id).sum()),

@@ -55,12 +55,23 @@ def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable
     return emit
 
 
-def file_formatter(fmt: str, nbest: int) -> Callable[[str, list], str]:
+def timed_text(h: Translation) -> str:
+    """A transcription with its windows' times, on one line: "[0.00-4.20] three one four [4.20-8.10] ..."
+    (start-end in seconds, 2 decimals); its plain text when it has no segments."""
+    if h.segments is None:
+        return one_line(h.text)
+    return " ".join(f"[{s.start:.2f}-{s.end:.2f}] {one_line(s.text)}".rstrip() for s in h.segments)
+
+
+def file_formatter(fmt: str, nbest: int, timestamps: bool = False) -> Callable[[str, list], str]:
     """The output text of one source file from its n-best list ([] for a file that could not be read).
 
     text: the best text. path: "path<TAB>text". json: one object per file (with an "nbest" list when
     nbest > 1). nbest > 1 (text or path): one "path<TAB>score<TAB>text" line per hypothesis.
+    timestamps (transcriptions): text and path give each window as "[start-end] text" (`timed_text`),
+    json a "segments" list (start, end, text, words with approximate times).
     """
+    show = timed_text if timestamps else (lambda h: one_line(h.text))
 
     def emit(path: str, hyps: list) -> str:
         if fmt == "json":
@@ -69,8 +80,8 @@ def file_formatter(fmt: str, nbest: int) -> Callable[[str, list], str]:
                 obj["nbest"] = [h.to_json() for h in hyps]
             return json_line(obj) + "\n"
         if nbest > 1:
-            return "".join(f"{path}\t{h.score:.4f}\t{one_line(h.text)}\n" for h in hyps) or f"{path}\t\t\n"
-        text = one_line(hyps[0].text) if hyps else ""
+            return "".join(f"{path}\t{h.score:.4f}\t{show(h)}\n" for h in hyps) or f"{path}\t\t\n"
+        text = show(hyps[0]) if hyps else ""
         return f"{path}\t{text}\n" if fmt == "path" else text + "\n"
 
     return emit

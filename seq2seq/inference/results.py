@@ -26,10 +26,12 @@ class Translation:
     src_pieces: list[str] = field(default_factory=list)
     attention: list[list[float]] | None = None
     source: str | None = None
+    segments: list[Segment] | None = None  # a transcription's windows, when asked for (timestamps)
 
     def to_json(self) -> dict[str, Any]:
         """What `--json` prints: text, score, logprob, tokens; a file's result starts with its "source"
-        and carries its "attention", a text's its "alignment" and "src_tokens"."""
+        and carries its "attention", a text's its "alignment" and "src_tokens"; a transcription with
+        timestamps its "segments"."""
         out: dict[str, Any] = {} if self.source is None else {"source": self.source}
         out.update(text=self.text, score=round(self.score, 4), logprob=round(self.logprob, 4), tokens=self.pieces)
         if self.attention is not None:
@@ -39,4 +41,22 @@ class Translation:
                 out["src_tokens"] = self.src_pieces
             else:
                 out["attention"] = rounded
+        if self.segments is not None:
+            out["segments"] = [s.to_json() for s in self.segments]
         return out
+
+
+@dataclass
+class Segment:
+    """One window of a transcribed recording: its span in seconds, its text, and its words with
+    times spread over the window's voiced part in proportion to their length (an approximation,
+    not an alignment: `seq2seq.inference.audio_windows.word_times`)."""
+
+    start: float
+    end: float
+    text: str
+    words: list[tuple[str, float, float]] = field(default_factory=list)  # (word, start, end)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
+                "words": [{"word": w, "start": round(a, 3), "end": round(b, 3)} for w, a, b in self.words]}

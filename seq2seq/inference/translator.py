@@ -134,16 +134,26 @@ class Translator:
             raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
         reader = self.reader
         examples = reader.prepare(texts, first_line, warn or log.warning, skip_bad)
-        results: list[list[Translation]] = [[] for _ in texts]
-        lengths = {i: reader.length(x) for i, x in examples.items()}
+        done = self._search(examples, cfg, batch_tokens, lambda i: reader.describe(texts[i], examples[i]))
+        return [done.get(i, []) for i in range(len(texts))]
+
+    def _search(self, examples: dict[Any, Any], cfg: SearchConfig, batch_tokens: int,
+                about: Callable[[Any], dict[str, Any]],
+                on_batch: Callable[[int], Any] | None = None) -> dict[Any, list[Translation]]:
+        """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
+        length; about(key): the fields telling about its source; on_batch(rows) after each batch."""
+        reader = self.reader
+        lengths = {k: reader.length(x) for k, x in examples.items()}
         autocast = "bf16" if self.precision == "bf16" else "fp32"
+        results: dict[Any, list[Translation]] = {}
         for batch in length_batches(lengths, batch_tokens):
-            src = to_device(reader.collate([examples[i] for i in batch]), self.device)
+            src = to_device(reader.collate([examples[k] for k in batch]), self.device)
             with torch.inference_mode(), autocast_context(self.device, autocast):
                 hyps = search(self.model, src, cfg)
-            for i, nbest in zip(batch, hyps):
-                about = reader.describe(texts[i], examples[i])
-                results[i] = [self._translation(h, about) for h in nbest]
+            for k, nbest in zip(batch, hyps):
+                results[k] = [self._translation(h, about(k)) for h in nbest]
+            if on_batch is not None:
+                on_batch(len(batch))
         return results
 
     def _translation(self, h: Hypothesis, about: dict[str, Any]) -> Translation:

@@ -31,7 +31,8 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path) -> Non
             ax_loss.plot(*zip(*pts), marker="." if key.startswith("valid") else None, label=label)
     ax_loss.set_xlabel("training time (min)")
     ax_loss.set_ylabel("loss per token")
-    ax_loss.legend()
+    if ax_loss.lines:  # nothing to label before the first logged step
+        ax_loss.legend()
     ax_loss.grid(alpha=0.3)
     for key, label in (("valid_bleu", "valid BLEU"), ("valid_chrf", "valid chrF")):
         pts = [(r["time_min"], r[key]) for r in history if r.get(key) is not None]

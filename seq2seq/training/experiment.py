@@ -9,7 +9,6 @@ written, in `seq2seq.storage.model_dir`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import platform
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ class TrainingData:
     summary: str  # what cleaning kept and dropped
     n_train: int
     n_valid: int
+    examples: list[Any] = dataclasses.field(default_factory=list)  # image/audio: the training examples, loaded
 
 
 def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
@@ -109,8 +109,13 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
                                   max_tokens=cfg.training.max_tokens, shuffle=False, seed=0)
         valid = ValidData(batches=[collate_media(valid_split, processor, idx) for idx in order],
                           references=data.valid_references, detokenize=data.tokenizers.tgt.decode)
-    return TrainingData(data.tokenizers, sampler, functools.partial(collate_media, train, processor), valid,
-                        data.fingerprint, data.summary, len(train), 0 if valid_split is None else len(valid_split))
+    seed = cfg.training.seed
+
+    def collate(indices: list[int]) -> Batch:  # augmented by (seed, epoch, row) where model.encoder.augment says
+        return collate_media(train, processor, indices, epoch=sampler.epoch, seed=seed)
+
+    return TrainingData(data.tokenizers, sampler, collate, valid, data.fingerprint, data.summary, len(train),
+                        0 if valid_split is None else len(valid_split), list(train.examples.values()))
 
 
 def run_training(cfg: Config, resume: bool = False, config_source: str | None = None,
@@ -172,7 +177,13 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     if cfg.model.share_embeddings and not tok.joint:
         raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
     torch.manual_seed(cfg.training.seed)
+    pretrained = get_modality(cfg.model.encoder.type).pretrained
+    if encoder is None and pretrained is not None and parent is None and state_dir is None:
+        encoder = pretrained(cfg.model)  # a fresh run starts from a pretrained backbone's weights
     model = Seq2SeqTransformer(cfg.model, encoder)
+    fit = getattr(model.encoder, "fit_statistics", None)
+    if fit is not None and data.examples:
+        fit(data.examples)  # e.g. normalize: corpus; a parent's or resumed weights replace it below
     if parent is not None:
         parent.init_weights(model)
 
@@ -182,7 +193,9 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
     trainer = Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
     log.info("resolved config:\n%s", config_yaml(cfg))
-    log.info("model: %s parameters; device: %s; precision: %s; processes: %d", f"{model.num_parameters():,}",
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("model: %s parameters (%s trainable, %s frozen); device: %s; precision: %s; processes: %d",
+             f"{model.num_parameters():,}", f"{trainable:,}", f"{model.num_parameters() - trainable:,}",
              trainer.device, trainer.precision, distributed.world_size())
     log.info(
         "data: %s train pairs, %s valid pairs; %s; %d batches/epoch, padding %.1f%%",

@@ -8,7 +8,8 @@ same memory alone as inside a padded batch, up to float rounding):
 
 1. `AudioProcessor.load(path)`: soundfile reads any format libsndfile knows (WAV, FLAC, OGG, ...), at
    any sample rate; channels are averaged to mono and the signal is resampled to `sample_rate` with
-   soxr (HQ). A missing, empty, unreadable or non-audio file raises `SourceError` naming the path.
+   soxr (HQ). A missing, empty, unreadable, truncated or non-audio file, or one holding NaN or
+   inf samples, raises `SourceError` naming the path.
 2. `LogMel`: frames of `n_fft` samples every `hop_length` samples with a periodic Hann window of
    `win_length` samples (centred in the frame), no centre padding (`torch.stft(center=False)`): a
    frame exists only where the utterance has its samples, n_frames = 1 + (max(T, n_fft) - n_fft) //
@@ -17,8 +18,11 @@ same memory alone as inside a padded batch, up to float rounding):
    `n_mels` triangles between f_min and f_max, peak 1, no area normalisation (the construction of
    `torchaudio.functional.melscale_fbanks(..., norm=None, mel_scale="htk")`), then
    log(mel + 1e-6). Per-utterance normalisation over the real frames (`normalize: global` = one
-   mean and std per utterance, `per_bin` = mean and variance of each mel bin, `none`); padding
-   frames are zero. Always computed in float32 (autocast is switched off for it).
+   mean and std per utterance, `per_bin` = mean and variance of each mel bin, `none`), or global
+   CMVN (`corpus`: one mean and std per mel bin, computed over up to `corpus_utterances` training
+   utterances before training and stored in the model's weights); padding frames are zero. Always
+   computed in float32 (autocast is switched off for it). In training, a VTLP warp factor per
+   utterance (`augment.vtlp`) evaluates the mel filters at warped frequencies.
 3. SpecAugment (training mode only): `freq_masks` bands of up to `freq_mask_width` mel bins and
    `time_masks` spans of up to min(`time_mask_width`, `time_mask_max_frac` x real frames) frames
    set to 0 (the normalised mean), placed inside the utterance's real frames.
@@ -32,14 +36,18 @@ same memory alone as inside a padded batch, up to float rounding):
    layers (the text encoder's), final LayerNorm with pre-norm. Padded memory rows are zero.
 
 The src batch is a tuple (waveforms [B, T] float, lengths [B] long) as `AudioProcessor.collate`
-makes it; a bare [B, T] tensor means every row is full length.
+makes it; a bare [B, T] tensor means every row is full length. Training batches with VTLP are a dict
+{"waveforms", "lengths", "warp" [B]} (`AudioProcessor.collate_augmented`; waveform augmentation,
+`model.encoder.augment`, is in `seq2seq.model.encoders.augment`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -51,10 +59,13 @@ from torch import Tensor, nn
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.layers import Dropout, EncoderLayer, sinusoidal_table
+from seq2seq.model.encoders.augment import AudioAugmentConfig, augment_waveform, vtlp_warp
 from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
 
 LOG_EPS = 1e-6  # log(mel power + LOG_EPS)
 NORM_EPS = 1e-5  # variance floor of the per-utterance normalisation
@@ -73,14 +84,19 @@ def _mel_to_hz(m: float | np.ndarray) -> Any:
     return 700.0 * (10.0 ** (np.asarray(m, dtype=np.float64) / 2595.0) - 1.0)
 
 
-def mel_filterbank(cfg: AudioEncoderConfig) -> np.ndarray:
-    """HTK-scale triangular filters [n_fft // 2 + 1, n_mels] (float64), peak 1, no area normalisation."""
+def mel_filterbank(cfg: AudioEncoderConfig, warp: np.ndarray | None = None) -> np.ndarray:
+    """HTK-scale triangular filters [n_fft // 2 + 1, n_mels] (float64), peak 1, no area normalisation.
+
+    warp: VTLP factors [B] -> [B, n_fft // 2 + 1, n_mels], each evaluated at the FFT bins' warped
+    frequencies (`augment.vtlp_warp`): the energy at f counts in the filters at alpha f."""
     freqs = np.linspace(0.0, cfg.sample_rate / 2, cfg.n_fft // 2 + 1)
+    if warp is not None:
+        freqs = vtlp_warp(freqs[None, :], np.asarray(warp, dtype=np.float64)[:, None], cfg.sample_rate / 2)
     mel_points = np.linspace(_hz_to_mel(cfg.f_min), _hz_to_mel(cfg.fmax), cfg.n_mels + 2)
     hz = _mel_to_hz(mel_points)
     lower, center, upper = hz[:-2], hz[1:-1], hz[2:]
-    up = (freqs[:, None] - lower[None, :]) / (center - lower)[None, :]
-    down = (upper[None, :] - freqs[:, None]) / (upper - center)[None, :]
+    up = (freqs[..., None] - lower) / (center - lower)
+    down = (upper - freqs[..., None]) / (upper - center)
     return np.maximum(0.0, np.minimum(up, down))
 
 
@@ -101,15 +117,22 @@ class AudioEncoderConfig(EncoderConfig):
     `sample_rate`; the Transformer sizes (d_model, heads, encoder_layers, ...) are the model's.
 
     win_length: None = n_fft. f_max: None = sample_rate / 2.
-    normalize: per-utterance feature normalisation over real frames: global (one mean/std over all
-        bins; the default), per_bin (mean/variance of each bin: this hides which bins hold the
-        energy; on the tone task of tests/test_audio.py it got 5/12 right after 500 steps, global
-        12/12) or none.
+    normalize: feature normalisation over real frames: global (per utterance, one mean/std over all
+        bins; the default), per_bin (per utterance, mean/variance of each bin: this hides which bins
+        hold the energy; on the tone task of tests/test_audio.py it got 5/12 right after 500 steps,
+        global 12/12), corpus (global CMVN: one mean/std per mel bin over the training set, computed
+        before training from up to `corpus_utterances` utterances evenly spread over the training
+        table, unaugmented, and saved with the weights; level differences between utterances stay)
+        or none.
+    corpus_utterances: how many training utterances give the `corpus` statistics (at most).
     subsampling: conv2d (ESPnet-style) | conv1d; conv_channels: C of both convolutions.
     freq_masks / freq_mask_width: SpecAugment frequency masks (count, max width in mel bins).
     time_masks / time_mask_width / time_mask_max_frac: time masks (count, max width in frames, and
         at most this fraction of the utterance's frames). Counts of 0 turn a kind off.
     max_seconds: longer audio files are refused (SourceError) when loaded; None = no limit.
+    augment: on-the-fly waveform augmentation of training utterances and VTLP (speed, vtlp, noise,
+        gain, reverb; off by default): `seq2seq.model.encoders.augment.AudioAugmentConfig`,
+        docs/augmentation.md.
     """
 
     type: str = "audio"
@@ -120,7 +143,8 @@ class AudioEncoderConfig(EncoderConfig):
     n_mels: int = 80
     f_min: float = 0.0
     f_max: float | None = None
-    normalize: Literal["per_bin", "global", "none"] = "global"
+    normalize: Literal["per_bin", "global", "corpus", "none"] = "global"
+    corpus_utterances: int = 2000
     subsampling: Literal["conv2d", "conv1d"] = "conv2d"
     conv_channels: int = 64
     freq_masks: int = 2
@@ -129,12 +153,13 @@ class AudioEncoderConfig(EncoderConfig):
     time_mask_width: int = 20
     time_mask_max_frac: float = 0.1
     max_seconds: float | None = None
+    augment: AudioAugmentConfig = field(default_factory=AudioAugmentConfig)
 
     def __post_init__(self) -> None:
         def fail(key: str, message: str) -> None:
             raise ConfigError(f"model.encoder.{key} {message}")
 
-        for key in ("sample_rate", "n_fft", "hop_length", "n_mels", "conv_channels"):
+        for key in ("sample_rate", "n_fft", "hop_length", "n_mels", "conv_channels", "corpus_utterances"):
             if getattr(self, key) <= 0:
                 fail(key, f"must be positive, got {getattr(self, key)}")
         if self.win_length is not None and not 0 < self.win_length <= self.n_fft:
@@ -200,47 +225,94 @@ def padding_mask(lengths: Tensor, size: int) -> Tensor:
 
 
 class LogMel(nn.Module):
-    """(waveforms [B, T], lengths [B]) -> (normalised log-mel [B, F, n_mels], frame lengths [B]).
+    """(waveforms [B, T], lengths [B], optional VTLP warp [B]) -> (normalised log-mel [B, F, n_mels],
+    frame lengths [B]).
 
-    Frames past an utterance's length are zero; samples past it are ignored (zeroed first)."""
+    Frames past an utterance's length are zero; samples past it are ignored (zeroed first). With
+    `normalize: corpus` the per-bin statistics are the buffers corpus_mean, corpus_std [n_mels]
+    (saved with the weights; 0 and 1, i.e. no normalisation, until `fit_corpus_statistics`)."""
 
     def __init__(self, cfg: AudioEncoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.register_buffer("window", torch.hann_window(cfg.window, periodic=True), persistent=False)
         self.register_buffer("mel", torch.from_numpy(mel_filterbank(cfg)).float(), persistent=False)
+        if cfg.normalize == "corpus":
+            self.register_buffer("corpus_mean", torch.zeros(cfg.n_mels))
+            self.register_buffer("corpus_std", torch.ones(cfg.n_mels))
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        """Moves follow the model (device), but the window and mel matrix stay exact float32 even when the
-        model is cast to bf16/fp16: features are always computed in float32."""
+        """Moves follow the model (device), but the window, mel matrix and corpus statistics stay exact
+        float32 even when the model is cast to bf16/fp16: features are always computed in float32."""
+        stats = {name: getattr(self, name) for name in ("corpus_mean", "corpus_std") if hasattr(self, name)}
         super()._apply(fn, *args, **kwargs)
         device = self.mel.device
         self.window = torch.hann_window(self.cfg.window, periodic=True, device=device)
         self.mel = torch.from_numpy(mel_filterbank(self.cfg)).float().to(device)
+        for name, value in stats.items():
+            setattr(self, name, value.float().to(device))
         return self
 
-    def forward(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def raw(self, waveforms: Tensor, lengths: Tensor, warp: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Unnormalised log-mel [B, F, n_mels] (float32, autocast off by the caller), frame lengths [B],
+        real-frame mask [B, F, 1]. warp [B]: VTLP factors, one filterbank per utterance."""
         cfg = self.cfg
+        x = waveforms.float()
+        x = x.masked_fill(padding_mask(lengths, x.size(1)), 0.0)
+        if x.size(1) < cfg.n_fft:
+            x = F.pad(x, (0, cfg.n_fft - x.size(1)))
+        spec = torch.stft(x, cfg.n_fft, cfg.hop_length, cfg.window, self.window, center=False,
+                          return_complex=True)  # [B, n_freq, F]
+        power = spec.real.square() + spec.imag.square()
+        mel = self.mel if warp is None else torch.from_numpy(
+            mel_filterbank(cfg, warp.detach().cpu().double().numpy())).float().to(x.device)  # [B, n_freq, n_mels]
+        feats = torch.log(torch.matmul(power.transpose(1, 2), mel) + LOG_EPS)  # [B, F, n_mels]
+        frames = num_frames(lengths, cfg).clamp(max=feats.size(1))
+        real = ~padding_mask(frames, feats.size(1))[:, :, None]  # [B, F, 1]
+        return feats, frames, real
+
+    def forward(self, waveforms: Tensor, lengths: Tensor, warp: Tensor | None = None) -> tuple[Tensor, Tensor]:
         with torch.autocast(waveforms.device.type, enabled=False):
-            x = waveforms.float()
-            x = x.masked_fill(padding_mask(lengths, x.size(1)), 0.0)
-            if x.size(1) < cfg.n_fft:
-                x = F.pad(x, (0, cfg.n_fft - x.size(1)))
-            spec = torch.stft(x, cfg.n_fft, cfg.hop_length, cfg.window, self.window, center=False,
-                              return_complex=True)  # [B, n_freq, F]
-            power = spec.real.square() + spec.imag.square()
-            feats = torch.log(torch.matmul(power.transpose(1, 2), self.mel) + LOG_EPS)  # [B, F, n_mels]
-            frames = num_frames(lengths, cfg).clamp(max=feats.size(1))
-            real = ~padding_mask(frames, feats.size(1))[:, :, None]  # [B, F, 1]
-            feats = normalize(feats, real, frames, cfg.normalize)
+            feats, frames, real = self.raw(waveforms, lengths, warp)
+            stats = (self.corpus_mean, self.corpus_std) if self.cfg.normalize == "corpus" else None
+            feats = normalize(feats, real, frames, self.cfg.normalize, stats)
         return feats, frames
 
+    @torch.no_grad()
+    def fit_corpus_statistics(self, waveforms: Sequence[Tensor], batch_size: int = 32) -> int:
+        """Set corpus_mean / corpus_std [n_mels] to the mean and sqrt(variance + 1e-5) of each mel bin's
+        unnormalised log-mel over every real frame of `waveforms` ([T] each). Returns the frame count."""
+        device = self.mel.device
+        total = torch.zeros(self.cfg.n_mels, dtype=torch.float64)
+        squares = torch.zeros(self.cfg.n_mels, dtype=torch.float64)
+        count = 0
+        for start in range(0, len(waveforms), batch_size):
+            chunk = [w.reshape(-1) for w in waveforms[start:start + batch_size]]
+            lengths = torch.tensor([w.numel() for w in chunk])
+            batch = torch.nn.utils.rnn.pad_sequence(chunk, batch_first=True)
+            with torch.autocast(device.type, enabled=False):
+                feats, frames, real = self.raw(batch.to(device), lengths.to(device))
+            feats = feats.double().masked_fill(~real, 0.0).cpu()
+            total += feats.sum(dim=(0, 1))
+            squares += feats.square().sum(dim=(0, 1))
+            count += int(frames.sum())
+        mean = total / max(count, 1)
+        var = (squares / max(count, 1) - mean.square()).clamp(min=0.0)
+        self.corpus_mean = mean.float().to(device)
+        self.corpus_std = torch.sqrt(var + NORM_EPS).float().to(device)
+        return count
 
-def normalize(feats: Tensor, real: Tensor, frames: Tensor, how: str) -> Tensor:
-    """Per-utterance mean/variance normalisation over real frames; padding frames set to 0."""
+
+def normalize(feats: Tensor, real: Tensor, frames: Tensor, how: str,
+              corpus: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Per-utterance mean/variance normalisation over real frames, or with `corpus` = (mean, std)
+    [n_mels] for how="corpus"; padding frames set to 0."""
     feats = feats.masked_fill(~real, 0.0)
     if how == "none":
         return feats
+    if how == "corpus":
+        mean, std = corpus
+        return ((feats - mean) / std).masked_fill(~real, 0.0)
     n = frames.clamp(min=1).to(feats.dtype)[:, None, None]  # [B, 1, 1]
     if how == "global":
         n = n * feats.size(2)
@@ -362,10 +434,21 @@ class AudioEncoder(Encoder):
             self.positions = sinusoidal_table(size, self.d_model).to(self.positions.device)
         return self.positions[:n]
 
+    def fit_statistics(self, examples: Sequence[Any]) -> None:
+        """normalize: corpus: the per-bin statistics from up to cfg.corpus_utterances of `examples`
+        (training waveforms [T], evenly spaced through the list); nothing for the other settings."""
+        if self.cfg.normalize != "corpus" or not examples:
+            return
+        n = min(len(examples), self.cfg.corpus_utterances)
+        picked = [examples[i] for i in np.linspace(0, len(examples) - 1, n).round().astype(int)]
+        frames = self.features.fit_corpus_statistics(picked)
+        log.info("normalize: corpus: log-mel mean and std per bin from %d training utterances (%d frames)", n, frames)
+
     def forward(self, src: Any) -> tuple[Tensor, Tensor]:
         waveforms, lengths = unpack_src(src)
         lengths = lengths.to(waveforms.device)
-        feats, frames = self.features(waveforms, lengths)
+        warp = src.get("warp") if isinstance(src, dict) else None  # VTLP, training batches only
+        feats, frames = self.features(waveforms, lengths, warp)
         if self.training:
             feats = spec_augment(feats, frames, self.cfg)
         x, out_lengths = self.subsample(feats, frames)
@@ -386,8 +469,25 @@ class AudioEncoder(Encoder):
 # --------------------------------------------------------------------------------------------
 
 
+_CHUNK_SIZES = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+_UNKNOWN_SIZES = {0xFFFFFFFF, 0x7FFFFFFF}  # written by streaming encoders that could not seek back
+
+
+def truncation(sndfile_log: str) -> tuple[int, int] | None:
+    """(announced, present) bytes of samples when libsndfile's log of an uncompressed file (WAV,
+    AIFF: a sample chunk "data : N (should be M)") shows a file cut short; None otherwise.
+    libsndfile itself reads such a file silently, up to where it ends."""
+    for match in _CHUNK_SIZES.finditer(sndfile_log):
+        announced, present = int(match.group(1)), int(match.group(2))
+        if present < announced and announced not in _UNKNOWN_SIZES:
+            return announced, present
+    return None
+
+
 class AudioProcessor(SourceProcessor):
-    """Audio file -> mono float32 waveform [T] at cfg.sample_rate; batches of them -> (waveforms, lengths)."""
+    """Audio file -> mono float32 waveform [T] at cfg.sample_rate; batches of them -> (waveforms, lengths).
+    A file that cannot be used (missing, not audio, truncated, holding NaN or inf samples, longer than
+    `max_seconds`) raises SourceError naming it."""
 
     def __init__(self, cfg: EncoderConfig) -> None:
         if not isinstance(cfg, AudioEncoderConfig):
@@ -404,10 +504,15 @@ class AudioProcessor(SourceProcessor):
             raise SourceError(f"not an audio file (not a regular file): {path}")
         # Any failure to decode is the file's; libsndfile's own words ("Format not recognised") are kept.
         try:
-            data, rate = soundfile.read(str(p), dtype="float32", always_2d=True)
+            with soundfile.SoundFile(str(p)) as f:
+                data, rate, sndfile_log = f.read(dtype="float32", always_2d=True), f.samplerate, f.extra_info
         except Exception as e:  # noqa: BLE001
             reason = str(e).replace(f"Error opening {str(p)!r}: ", "").strip() or type(e).__name__
             raise SourceError(f"cannot read audio file {path}: {reason}") from None
+        short = truncation(sndfile_log)
+        if short:
+            raise SourceError(f"audio file {path} is truncated: its header announces {short[0]} bytes of "
+                              f"samples, the file holds {short[1]}")
         if data.shape[0] == 0:
             raise SourceError(f"audio file {path} is empty (0 samples)")
         wave = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
@@ -431,6 +536,18 @@ class AudioProcessor(SourceProcessor):
 
     def length(self, example: Tensor) -> int:
         return int(subsampled_length(num_frames(int(example.numel()), self.cfg)))
+
+    def collate_augmented(self, examples: Sequence[Tensor], rngs: Sequence[np.random.Generator]) -> Any:
+        """Training: each waveform augmented with its generator (`augment.augment_waveform`), then
+        collated; with VTLP a dict {"waveforms", "lengths", "warp" [B]}. Augmentation off: `collate`."""
+        aug = self.cfg.augment
+        if not aug.active:
+            return self.collate(examples)
+        pairs = [augment_waveform(e.reshape(-1), aug, self.cfg.sample_rate, rng) for e, rng in zip(examples, rngs)]
+        waveforms, lengths = self.collate([wave for wave, _ in pairs])
+        if not aug.warps:
+            return waveforms, lengths
+        return {"waveforms": waveforms, "lengths": lengths, "warp": torch.tensor([a for _, a in pairs])}
 
     def collate(self, examples: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
         lengths = torch.tensor([int(e.numel()) for e in examples], dtype=torch.long)

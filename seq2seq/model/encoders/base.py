@@ -8,7 +8,8 @@ A modality is one module under `seq2seq/model/encoders/` that defines
   inference preprocess alike;
 * an `Encoder`: src batch -> (memory [B, S, D], memory_pad_mask [B, S], True at padding);
 * a `SourceProcessor`: path -> example tensor (`load`), example -> encoder positions (`length`, for
-  token batching), examples -> src batch (`collate`). A modality that reads sentences leaves it out
+  token batching), examples -> src batch (`collate`; at training time `collate_augmented`, which a
+  modality with on-the-fly augmentation overrides). A modality that reads sentences leaves it out
   and gets the `TextProcessor`: its sources are tokenized by the model's source tokenizer
   (`needs_source_tokenizer`), and the text pipeline (seq2seq.data, `Translator`) serves it;
 
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -62,6 +64,15 @@ class Encoder(nn.Module):
         None (the default) counts the memory's real positions instead."""
         return None
 
+    def on_train_step(self, step: int) -> None:
+        """Called by the trainer before each optimizer step (`step`: the steps done so far, also after a
+        resume), e.g. to unfreeze a pretrained backbone at a given step. Default: nothing."""
+
+    def fit_statistics(self, examples: Sequence[Any]) -> None:
+        """Called once before training (fresh runs; fine-tuning and --resume then load the saved
+        weights over it) with the training examples as `SourceProcessor.load` made them, for an
+        encoder that normalises with corpus statistics kept in its buffers. Default: nothing."""
+
 
 class SourceProcessor:
     """Raw source (a file path) -> what the encoder takes. Built from the encoder config alone.
@@ -85,6 +96,12 @@ class SourceProcessor:
     def collate(self, examples: list[Tensor]) -> Any:
         """Examples -> one src batch for `Encoder.forward`, padded where lengths differ."""
         raise NotImplementedError
+
+    def collate_augmented(self, examples: list[Tensor], rngs: Sequence[np.random.Generator]) -> Any:
+        """Training batches only: each example randomly transformed with its own generator (seeded
+        from training.seed, epoch and row index by `seq2seq.data.media.example_rng`), then collated.
+        Default, and whenever the modality's augmentation is off: `collate(examples)`, unchanged."""
+        return self.collate(examples)
 
 
 class TextProcessor(SourceProcessor):
@@ -121,6 +138,10 @@ class Modality:
         [len(words), S] as nested lists, S = memory positions); None where not supported. Draw on a
         `matplotlib.figure.Figure` (no pyplot): `seq2seq.report.plots.save_figure` writes it.
     noun: what one source is called in messages ("image", "audio file").
+    pretrained(model_cfg) -> Encoder: the encoder with the weights a training run starts from (e.g. a
+        pretrained backbone read from the config's `name_or_path`), kept as they are (the model
+        initialises only the rest); None (the default): `build_encoder`'s fresh initialisation. A model
+        directory is always loaded through `build_encoder`, its weights replacing the initial ones.
     """
 
     name: str
@@ -128,6 +149,7 @@ class Modality:
     processor: Callable[[EncoderConfig], SourceProcessor] = None  # type: ignore[assignment] - None: TextProcessor
     draw_attention: Callable[[EncoderConfig, Tensor, list[list[float]], list[str]], "Figure"] | None = None
     noun: str = "source"
+    pretrained: Callable[["ModelConfig"], Encoder] | None = None
 
     def __post_init__(self) -> None:
         if self.processor is None:

@@ -17,16 +17,19 @@ antialiasing bicubic filter (the aspect ratio is not kept: a 200x100 photo fills
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.layers import EncoderLayer, sinusoidal_table
+from seq2seq.model.encoders.augment import ImageAugmentConfig, augment_image
 from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,6 +56,12 @@ class ImageEncoderConfig(EncoderConfig):
         (a learned row vector plus a learned column vector).
     mean, std: normalisation of pixel values scaled to [0, 1]: one value per channel, or a single
         value for every channel (the default, 0.5 and 0.5, maps pixels to [-1, 1]).
+    augment: on-the-fly augmentation of training images (random resized crop, rotation, brightness,
+        contrast; off by default): `seq2seq.model.encoders.augment.ImageAugmentConfig`,
+        docs/augmentation.md.
+    max_pixels: larger images (width x height, read from the file's header before decoding) are
+        refused (SourceError) when loaded, so one huge file cannot take gigabytes of memory; None =
+        no limit. The default is 40 megapixels.
 
     Search counts an image's length as its number of patches, so the default output limit
     (decoding.max_len_a * patches + max_len_b) depends on the grid: with few patches, set
@@ -70,6 +79,8 @@ class ImageEncoderConfig(EncoderConfig):
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     mean: list[float] = field(default_factory=lambda: [0.5])
     std: list[float] = field(default_factory=lambda: [0.5])
+    augment: ImageAugmentConfig = field(default_factory=ImageAugmentConfig)
+    max_pixels: int | None = 40_000_000
 
     def __post_init__(self) -> None:
         key = "model.encoder"
@@ -98,6 +109,8 @@ class ImageEncoderConfig(EncoderConfig):
                 raise ConfigError(f"{key}.{name} needs one value, or one per channel ({self.channels}); got {values}")
         if any(not s > 0 for s in self.std):
             raise ConfigError(f"{key}.std must be positive, got {self.std}")
+        if self.max_pixels is not None and self.max_pixels < 1:
+            raise ConfigError(f"{key}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
 
     @property
     def size(self) -> tuple[int, int]:
@@ -226,7 +239,8 @@ class ImageProcessor(SourceProcessor):
 
     def load(self, path: str | Path) -> Tensor:
         """Read, convert and resize one image: uint8 [C, H, W]. SourceError naming the path when the
-        file is missing, empty, not an image, or truncated/corrupt."""
+        file is missing, empty, not an image, truncated/corrupt, or over `max_pixels` (checked from the
+        header, before the pixels are decoded)."""
         from PIL import Image, ImageOps
 
         p = Path(path)
@@ -237,7 +251,15 @@ class ImageProcessor(SourceProcessor):
         try:
             if p.stat().st_size == 0:
                 raise SourceError(f"empty image file: {path}")
-            with Image.open(p) as im:
+            with warnings.catch_warnings():  # Pillow warns above its own limit: max_pixels decides here
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                im = Image.open(p)  # reads the header only
+            with im:
+                cap = self.cfg.max_pixels
+                if cap is not None and im.width * im.height > cap:
+                    raise SourceError(f"image {path} has {im.width}x{im.height} pixels "
+                                      f"({im.width * im.height / 1e6:.1f} megapixels), more than "
+                                      f"model.encoder.max_pixels={cap} ({cap / 1e6:g} megapixels)")
                 im.load()  # decode everything now: a truncated or corrupt file fails here, not later
                 im = ImageOps.exif_transpose(im)
                 im = _to_8bit(im, self.cfg.channels)
@@ -249,6 +271,8 @@ class ImageProcessor(SourceProcessor):
             raise
         except Image.UnidentifiedImageError:
             raise SourceError(f"not an image (or a format Pillow cannot read): {path}") from None
+        except Image.DecompressionBombError as e:  # over twice PIL.Image.MAX_IMAGE_PIXELS: refused on open
+            raise SourceError(f"image {path} is too large: {e}") from None
         except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, zlib.error, ... on bad data
             raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
         c = self.cfg.channels
@@ -268,6 +292,13 @@ class ImageProcessor(SourceProcessor):
                 raise ValueError(f"image {i} has shape {list(x.shape)}, expected {list(expected)} (use ImageProcessor.load)")
         batch = torch.stack(examples).to(torch.float32).div_(255.0)
         return batch.sub_(self.mean).div_(self.std)
+
+    def collate_augmented(self, examples: list[Tensor], rngs: list[np.random.Generator]) -> Tensor:
+        """Training: each uint8 [C, H, W] image augmented with its generator (`augment.augment_image`),
+        then collated. Augmentation off: `collate`."""
+        if not self.cfg.augment.active:
+            return self.collate(examples)
+        return self.collate([augment_image(x, self.cfg.augment, rng) for x, rng in zip(examples, rngs)])
 
 
 # --------------------------------------------------------------------------------------------
