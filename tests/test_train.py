@@ -151,6 +151,40 @@ def test_exact_resume_matches_uninterrupted_run(tmp_path):
     assert [r["step"] for r in full.history] == [r["step"] for r in resumed.history]
 
 
+def test_a_kill_between_the_resume_state_and_the_best_weights_is_repaired_by_resume(tmp_path, monkeypatch):
+    """A save writes train_state/ before model.safetensors: a process killed between the two leaves a
+    resumable directory (never a model.safetensors without train_state/, which a restart would take for
+    a finished model), and resume writes the best weights the killed save did not."""
+    rows = toy_data()
+    trainer = make_trainer(tmp_path, rows, max_steps=4)
+    trainer.train()
+    old_best = load_weights(tmp_path / "model.safetensors")
+
+    def killed(self, state):
+        raise KeyboardInterrupt("SIGKILL")  # the process dies before the best weights are written
+
+    monkeypatch.setattr(ModelDir, "save_weights", killed)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.01)  # weights unlike the saved best ones
+    trainer.step += 1
+    trainer.best_step = trainer.step  # this save is the best so far
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save(best=True)
+    monkeypatch.undo()
+    state = ModelDir(tmp_path).train_state()
+    assert state is not None and read_json(state / "state.json")["step"] == trainer.step
+    new_best = load_weights(state / "model.safetensors")
+    assert all(torch.equal(t, old_best[k]) for k, t in load_weights(tmp_path / "model.safetensors").items())
+    assert not all(torch.equal(t, old_best[k]) for k, t in new_best.items())
+
+    resumed = make_trainer(tmp_path, rows, max_steps=4)
+    assert resumed.resume() and resumed.step == trainer.step
+    for name, t in load_weights(tmp_path / "model.safetensors").items():
+        assert torch.equal(t, new_best[name]), name
+    assert read_json(tmp_path / "metadata.json")["step"] == trainer.step
+
+
 def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     rows = toy_data()
     trainer = make_trainer(tmp_path, rows, max_steps=4)

@@ -27,6 +27,8 @@ def average(model_dir: str, last: int | None, output_path: str | None, force: bo
     from seq2seq.storage.weights import save_weights
 
     directory = ModelDir(model_dir)
+    if not directory.path.is_dir():
+        raise CheckpointError(f"model directory not found: {model_dir}")
     available = len(directory.checkpoints())
     if last is not None and available and last > available:
         raise CheckpointError(f"--last {last}: {directory.checkpoint_dir} holds only {available} checkpoint(s)")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from typing import Any, Iterator
 
 import click
@@ -26,7 +25,7 @@ from seq2seq.cli.common import (
     show_progress,
     user_errors,
 )
-from seq2seq.text.lines import open_binary, warn
+from seq2seq.text.lines import check_input_file, open_binary, warn
 
 
 def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
@@ -36,8 +35,7 @@ def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
         yield from files
         return
     path = input_path or "-"
-    if path != "-" and not os.path.isfile(path):
-        raise click.ClickException(f"input file not found: {path}")
+    check_input_file(path)
     with open_binary(path, "rb") as stream:
         for number, raw in enumerate(stream, 1):
             try:

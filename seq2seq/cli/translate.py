@@ -15,7 +15,7 @@ from seq2seq.cli.common import (
     show_progress, user_errors,
 )
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
-from seq2seq.text.lines import count_lines, decoded_lines, open_binary, std_binary, warn
+from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, open_binary, std_binary, warn
 
 
 @click.command()
@@ -58,8 +58,7 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
         raise click.UsageError(f"--nbest-format is an output format of its own; drop {'--json' if as_json else '--scores'}")
     if alignment or show_attention:
         search["attention_layer"] = attention_layer
-    if input_path != "-" and not os.path.isfile(input_path):
-        raise click.ClickException(f"input file not found: {input_path}")
+    check_input_file(input_path)
     check_output_path(output_path, [input_path])
     interactive = input_path == "-" and common.stdin_is_tty()
     lines: list[str] | None = None  # --show-attention reads its one sentence up front

@@ -138,6 +138,17 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
         raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}': {e}") from None
 
 
+def parse_error(e: Exception) -> str:
+    """What is wrong with a config file's text, on one line, with its line and column where known."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+    mark = getattr(e, "problem_mark", None)  # a YAML syntax error
+    if mark is not None:
+        what = " ".join(str(getattr(e, "problem", None) or e).split())
+        return f"line {mark.line + 1}, column {mark.column + 1}: {what}"
+    return " ".join(str(e).split())
+
+
 def load_dict(path: str | Path) -> dict[str, Any]:
     """Read a YAML or JSON file into a dict, with a readable error on a bad or missing file."""
     path = Path(path)
@@ -147,7 +158,7 @@ def load_dict(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot parse config file {path}: {e}") from None
+        raise ConfigError(f"cannot parse config file {path}: {parse_error(e)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -156,6 +156,20 @@ class ModelConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")
+        memory = physical_memory()
+        if memory and 4 * self.approx_parameters() > memory:  # its float32 weights alone would not fit
+            raise ConfigError(
+                f"model: d_model {self.d_model}, ffn_dim {self.ffn_dim}, {self.n_encoder_layers}+{self.n_decoder_layers} "
+                f"layers and vocabularies of {self.src_vocab_size}/{self.tgt_vocab_size} make ~{self.approx_parameters():.3g} "
+                f"parameters, whose weights alone exceed this machine's {memory / 2**30:.0f} GiB of memory")
+
+    def approx_parameters(self) -> int:
+        """About how many parameters the Transformer has (weight matrices of its layers and embeddings)."""
+        d, f = self.d_model, self.ffn_dim
+        embeddings = self.tgt_vocab_size * d * (1 if self.tie_output else 2)
+        if not self.share_embeddings:
+            embeddings += self.src_vocab_size * d
+        return embeddings + self.n_encoder_layers * (4 * d * d + 2 * d * f) + self.n_decoder_layers * (8 * d * d + 2 * d * f)
 
     @property
     def n_encoder_layers(self) -> int:
@@ -253,6 +267,16 @@ class DataConfig:
         """Raise ConfigError unless some training data is configured."""
         if self.train_src is None and self.train is None and self.hf_dataset is None:
             raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, or data.hf_dataset")
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def check_ranges(section: Any, name: str, ranges: dict[str, tuple[float | None, float | None]]) -> None:

@@ -65,14 +65,14 @@ def to_device(x: Any, device: torch.device | str, non_blocking: bool = False) ->
     return x
 
 
-def length_batches(lengths: dict[int, int], max_tokens: int) -> Iterator[list[int]]:
+def length_batches(lengths: dict[int, int], max_tokens: int, max_items: int | None = None) -> Iterator[list[int]]:
     """Inference batches: keys of `lengths` sorted by length (stable), grouped so that
-    max length * rows <= max_tokens; a longer single item is a batch of its own."""
+    max length * rows <= max_tokens and rows <= max_items; a longer single item is a batch of its own."""
     batch: list[int] = []
     longest = 0
     for i in sorted(lengths, key=lengths.__getitem__):
         n = lengths[i]
-        if batch and max(longest, n) * (len(batch) + 1) > max_tokens:
+        if batch and (max(longest, n) * (len(batch) + 1) > max_tokens or len(batch) == max_items):
             yield batch
             batch, longest = [], 0
         batch.append(i)

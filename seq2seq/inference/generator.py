@@ -23,15 +23,12 @@ from torch import Tensor
 
 from seq2seq.inference.audio_windows import Window, join_texts, split_windows, word_times
 from seq2seq.inference.results import Segment, Translation
-from seq2seq.inference.sources import is_text
+from seq2seq.inference.sources import COMMANDS, is_text
 from seq2seq.inference.translator import Translator
 from seq2seq.model.encoders.base import SourceError, get_modality
 from seq2seq.storage.model_dir import LoadedModel
 
 log = logging.getLogger(__name__)
-
-COMMANDS = {"text": "`seq2seq translate` (Translator)", "image": "`seq2seq caption` (Captioner)",
-            "audio": "`seq2seq transcribe` (Transcriber)"}
 
 
 class Generator(Translator):

@@ -93,6 +93,14 @@ def check_type(name: str, value: Any) -> Any:
     return value
 
 
+MAX_STEP_LOGITS = 2**28  # decoder outputs (rows x target vocabulary) of one search step: 1 GiB in float32
+
+
+def rows_per_source(cfg: SearchConfig) -> int:
+    """Decoder rows one source takes in a search: its beam, its samples, or 1 (greedy)."""
+    return cfg.beam if cfg.strategy == "beam" else cfg.nbest if cfg.strategy == "sample" else 1
+
+
 def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: Any = None) -> SearchConfig:
     """`defaults` (a model's `decoding` config) with the options `overrides` applied.
 
@@ -141,6 +149,12 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
         layers = model.n_decoder_layers
         if layer is not None and not -layers <= layer < layers:
             raise ValueError(f"attention_layer {layer} does not exist: the decoder has {layers} layer(s)")
+        vocab = model.tgt_vocab_size
+        rows = beam if strategy == "beam" else options.get("nbest", defaults.nbest) if strategy == "sample" else 1
+        if rows * vocab > MAX_STEP_LOGITS:  # one source's step would not fit in memory
+            name = "beam" if strategy == "beam" else "nbest"
+            raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
+                             f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
         cap = model.max_positions - 1  # BOS + max_len tokens must fit
         max_len = options.get("max_len", defaults.max_len)
         options["max_len"] = cap if max_len is None else min(max_len, cap)

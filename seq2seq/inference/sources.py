@@ -18,6 +18,10 @@ from seq2seq.storage.model_dir import LoadedModel
 from seq2seq.text.tokenizer import EOS_ID, PAD_ID
 
 
+COMMANDS = {"text": "`seq2seq translate` (Translator)", "image": "`seq2seq caption` (Captioner)",
+            "audio": "`seq2seq transcribe` (Transcriber)"}  # what decodes each kind of source
+
+
 def is_text(encoder_type: str) -> bool:
     """Does a model with this encoder type read text (tokenized here) rather than files?"""
     return get_modality(encoder_type).tokenizes_source

@@ -25,7 +25,7 @@ import copy
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,11 +35,11 @@ from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_
 from seq2seq.accel.packed import pack_decoder
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.batching import length_batches, to_device
-from seq2seq.inference.options import resolve_search
+from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search, rows_per_source
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import Hypothesis, search
-from seq2seq.inference.sources import source_reader
-from seq2seq.model.encoders.base import Encoder
+from seq2seq.inference.sources import COMMANDS, is_text, source_reader
+from seq2seq.model.encoders.base import Encoder, SourceError
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,13 @@ class Translator:
         self.reader = source_reader(loaded)
 
     def _check_model(self, loaded: LoadedModel) -> None:
-        """Refuse a model this class does not decode (a subclass's hook; any model here)."""
+        """Refuse a model this class does not decode (SourceError naming the command that does): texts
+        here; a subclass decodes other sources."""
+        encoder_cfg = loaded.config.model.encoder
+        if not is_text(encoder_cfg.type):
+            kind = encoder_cfg.source_kind
+            raise SourceError(f"{loaded.path} is a model for {kind} sources, not text: "
+                              f"use {COMMANDS.get(kind, 'the API of its modality')}")
 
     @classmethod
     def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32",
@@ -146,7 +152,8 @@ class Translator:
         lengths = {k: reader.length(x) for k, x in examples.items()}
         autocast = "bf16" if self.precision == "bf16" else "fp32"
         results: dict[Any, list[Translation]] = {}
-        for batch in length_batches(lengths, batch_tokens):
+        max_sources = max(1, MAX_STEP_LOGITS // (rows_per_source(cfg) * self.loaded.config.model.tgt_vocab_size))
+        for batch in length_batches(lengths, batch_tokens, max_sources):
             src = to_device(reader.collate([examples[k] for k in batch]), self.device)
             with torch.inference_mode(), autocast_context(self.device, autocast):
                 hyps = search(self.model, src, cfg)
@@ -169,11 +176,6 @@ class Translator:
             **about,
         )
 
-    @staticmethod
-    def _batches(order: list[int], ids: dict[int, list[int]], batch_tokens: int) -> Iterator[list[int]]:
-        """Token-bounded batches of similar length: padded source tokens (EOS included) <= batch_tokens
-        (a longer single source is a batch of its own)."""
-        return length_batches({i: len(ids[i]) + 1 for i in order}, batch_tokens)
 
 
 class Bf16Linear(nn.Module):

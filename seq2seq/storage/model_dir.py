@@ -226,6 +226,20 @@ class ModelDir:
         for old in kept[: max(0, len(kept) - keep_last)]:
             old.unlink()
 
+    def discard_partial_writes(self) -> list[Path]:
+        """Remove what saves killed midway left (temporary `.*.tmp` files, an incomplete train_state.new/);
+        returns them. A complete train_state.new/ whose swap was cut short (train_state/ already moved
+        aside) becomes train_state/. Call only when no other process writes this directory (a training
+        run, at its start)."""
+        new, final = self.path / f"{self.TRAIN_STATE}.new", self.path / self.TRAIN_STATE
+        if (new / "COMPLETE").is_file() and not final.exists():
+            os.replace(new, final)
+        leftovers = [*self.path.glob(".*.tmp"), *self.checkpoint_dir.glob(".*.tmp"), new]
+        found = [p for p in leftovers if p.exists()]
+        for p in found:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        return found
+
     def save_train_state(self, files: dict[str, Any]) -> None:
         """Write the resume state as a directory swapped in atomically.
 

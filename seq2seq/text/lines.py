@@ -2,7 +2,8 @@
 
 * Input is read as bytes and split on '\\n' only (a stray '\\r' or U+2028 stays inside its line), so
   the output has exactly one entry per input line; invalid UTF-8 is replaced, with a warning naming
-  the line. '-' is stdin/stdout, a name ending in .gz is read/written through gzip.
+  the line; a line that is not UTF-8 and holds NUL bytes (a binary or UTF-16 file) is an error
+  naming the line. '-' is stdin/stdout, a name ending in .gz is read/written through gzip.
 * Output lines never contain a line break of their own (`one_line`), whatever the model produced.
   Turning results into output lines is seq2seq.inference.formats.
 """
@@ -51,8 +52,10 @@ class InputError(ValueError):
 def decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = warn) -> Iterator[str]:
     """Lines of a byte stream, lazily: split on '\\n' only (a lone '\\r' or U+2028 stays inside its
     line), one trailing '\\r' dropped (CRLF files), invalid UTF-8 replaced by U+FFFD with a warning
-    that names the line. InputError naming the file and the last good line where the stream breaks
-    off (a truncated .gz) or is not what its name says (a .gz that is not gzip)."""
+    that names the line. InputError naming the file and line where a line is not UTF-8 and holds NUL
+    bytes (a binary or UTF-16 file: refused rather than turned into garbage), and naming
+    the file and the last good line where the stream breaks off (a truncated .gz) or is not what its
+    name says (a .gz that is not gzip)."""
     number = 0
     try:
         for number, raw in enumerate(stream, 1):
@@ -61,6 +64,9 @@ def decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = war
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
+                if b"\0" in raw:  # NUL bytes and not UTF-8: not a text file someone mistyped a byte in
+                    raise InputError(f"{name} line {number} is not text (NUL bytes, not UTF-8): a binary file, "
+                                     "or UTF-16 text (convert it to UTF-8)") from None
                 text = raw.decode("utf-8", errors="replace")
                 warn(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD")
             yield text.removeprefix("\ufeff") if number == 1 else text
@@ -79,10 +85,18 @@ def input_error(name: str, e: BaseException, where: str) -> InputError:
     return InputError(f"{name}: cannot be read {where}: {e}")
 
 
+def check_input_file(path: str) -> None:
+    """Refuse, with one line, an input path that is not a readable file ('-' is stdin)."""
+    if path == "-" or os.path.isfile(path):
+        return
+    if os.path.isdir(path):
+        raise click.ClickException(f"input {path} is a directory; give a file")
+    raise click.ClickException(f"input file not found: {path}")
+
+
 def read_input_lines(path: str) -> list[str]:
     """All lines of a file ('-': stdin), as `decoded_lines` reads them; a missing file is a one-line error."""
-    if path != "-" and not os.path.isfile(path):
-        raise click.ClickException(f"file not found: {path}")
+    check_input_file(path)
     with open_binary(path, "rb") as f:
         return list(decoded_lines(f, path))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -136,10 +137,21 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
 
     Started by torchrun, every process runs this (see `seq2seq.training.distributed`): rank 0 prepares the
     data and tokenizer first, the others then reuse them; only rank 0 writes the model directory.
+
+    A run that fails (bad data, an interrupt) before its first checkpoint leaves no output directory
+    behind if it made it: nothing in it could be used or resumed.
     """
     started = distributed.init(choose_device(cfg.training.device).type)
+    out_dir = Path(cfg.training.output_dir)
+    made_here = not out_dir.exists()
     try:
         return _run_training(cfg, resume, config_source, encoder, init_from, overwrite)
+    except BaseException:
+        model_dir = ModelDir(out_dir)
+        if made_here and distributed.is_main() and out_dir.is_dir() and model_dir.train_state() is None \
+                and not model_dir.weights_path.exists():
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     finally:
         if started:
             distributed.shutdown()
@@ -166,6 +178,9 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
     parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
     out_dir.mkdir(parents=True, exist_ok=True)
+    if distributed.is_main():
+        for leftover in model_dir.discard_partial_writes():
+            log.info("removed %s, left by a save that was interrupted", leftover)
 
     text_source = get_modality(cfg.model.encoder.type).tokenizes_source  # text, or a custom text encoder
     with distributed.main_first():

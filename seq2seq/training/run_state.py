@@ -1,14 +1,20 @@
 """A training run's checkpoints in its model directory (the layout and atomic writes: `ModelDir`).
 
-Each save writes, every file atomically:
+Each save writes, every file atomically, in this order:
 
     checkpoints/step_N.safetensors  this step's weights; only the last `keep_last` are kept
-    model.safetensors               the weights, when this step is the best so far
     train_state/                    what resume needs: weights, `objects` (optimizer, scheduler,
                                     scaler, RNG states; torch.save) and `progress` (JSON: step,
                                     data position, best score, history, ...)
+    model.safetensors               the weights, when this step is the best so far
     metadata.json                   updated with the step, the best score and the last validation
     log.csv, curves.png             every logged row of the history, and its plot
+
+The resume state comes before the best weights: a run killed between the two is resumable (a
+model.safetensors without train_state/ would look like a finished model), and `load` writes what
+the killed save did not (the best weights when the last save was the best, the metadata and log),
+so a run killed at any moment and resumed ends with the files of a run never killed
+(benchmarks/kill_soak.py).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import torch
 from torch import nn
 
 from seq2seq.storage.atomic import atomic_path, read_json
+from seq2seq.training import distributed
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.storage.weights import load_into, load_torch, load_weights
 
@@ -59,9 +66,12 @@ class Checkpoints:
         progress must hold step, best, best_step, elapsed (seconds) and history (list of rows)."""
         weights = dict(model.state_dict())
         self.model_dir.save_checkpoint(weights, progress["step"], self.keep_last)
+        self.model_dir.save_train_state({"model.safetensors": weights, "optimizer.pt": objects, "state.json": progress})
         if best:
             self.model_dir.save_weights(weights)
-        self.model_dir.save_train_state({"model.safetensors": weights, "optimizer.pt": objects, "state.json": progress})
+        self._finish_save(progress)
+
+    def _finish_save(self, progress: dict[str, Any]) -> None:
         self._update_metadata(progress)
         self._write_log(progress["history"])
 
@@ -71,10 +81,15 @@ class Checkpoints:
         state_dir = self.model_dir.train_state()
         if state_dir is None:
             return None
-        load_into(model, load_weights(state_dir / "model.safetensors"), state_dir)
+        weights = load_weights(state_dir / "model.safetensors")
+        load_into(model, weights, state_dir)
         objects = load_torch(state_dir / "optimizer.pt")
         progress = read_json(state_dir / "state.json")
         log.info("resumed from %s at step %d", state_dir, progress["step"])
+        if distributed.is_main():  # what a save killed after train_state/ did not write (see the module)
+            if progress.get("best_step") == progress["step"]:
+                self.model_dir.save_weights(weights)
+            self._finish_save(progress)
         return objects, progress
 
     def _update_metadata(self, progress: dict[str, Any]) -> None:

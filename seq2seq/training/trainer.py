@@ -90,6 +90,7 @@ class Trainer:
         self.best: float | None = None
         self.plateau_step: int | None = None  # where cfg.cooldown_patience started the cooldown
         self.history: list[dict[str, Any]] = []
+        self.window = _Window()  # the training loss since the last log line
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, lambda: self.elapsed, lambda: self.max_steps)
         self.tensorboard = open_tensorboard(self.out_dir) if cfg.tensorboard and distributed.is_main() else None
@@ -117,7 +118,8 @@ class Trainer:
         at the end. Returns the step, best score and step, the stop reason and the last log row."""
         cfg, stream = self.cfg, self._batch_stream()
         start_elapsed, t0 = self.elapsed, time.perf_counter()
-        window = _Window()
+        window = self.window
+        window.start = time.perf_counter()
         # The bar needs a terminal; elsewhere (CI, nohup, a pipe) the same figures go to the log.
         bar = tqdm(total=self.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    leave=False, disable=None if distributed.is_main() else True)
@@ -300,6 +302,7 @@ class Trainer:
             objects["rng_ranks"] = rngs
         progress = {name: getattr(self, name) for name in PROGRESS}
         progress["sampler"] = self.sampler.state_dict()
+        progress["log_window"] = [self.window.tokens, self.window.loss]  # a resumed run logs the same means
         self.checkpoints.save(self.model, objects, progress, best)
         if self.tensorboard is not None:
             self.tensorboard.flush()
@@ -318,6 +321,7 @@ class Trainer:
         self.sampler.load_state_dict(progress["sampler"])
         for name in PROGRESS:
             setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
+        self.window.tokens, self.window.loss = progress.get("log_window", (0, 0.0))
         return True
 
 
