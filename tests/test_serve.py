@@ -129,6 +129,25 @@ def in_threads(port: int, bodies: list) -> list:
     return threads, results
 
 
+def queued_behind_one(app, translator: Translator, bodies: list) -> tuple[list, list]:
+    """Serve `app`; while the worker is held inside a first request's model call, send `bodies` so they
+    all queue up behind it; then let the worker go. Returns the (status, body) results of the first
+    request and of `bodies`."""
+    entered, release, restore = gate(translator)
+    try:
+        with serving(app) as (port, _):
+            first, first_result = in_threads(port, [{"text": "A cat sleeps."}])
+            assert entered.wait(TIMEOUT)  # the worker is busy with the first request ...
+            threads, results = in_threads(port, bodies)  # ... while the others arrive
+            wait_for(lambda: app.state.batcher.waiting_jobs == len(bodies), "the requests to queue up")
+            release.set()
+            for t in first + threads:
+                t.join(TIMEOUT)
+    finally:
+        restore()
+    return first_result, results
+
+
 # ---- what the API answers -------------------------------------------------------------------------
 
 
@@ -162,18 +181,7 @@ def test_concurrent_requests_share_model_calls_and_get_their_own_translations(tr
 
     app = create_app(translator, Limits(batch_window_ms=20))
     batcher = app.state.batcher
-    entered, release, restore = gate(translator)
-    try:
-        with serving(app) as (port, _):
-            first, first_result = in_threads(port, [{"text": "A cat sleeps."}])
-            assert entered.wait(TIMEOUT)  # the worker is busy with the first request ...
-            threads, results = in_threads(port, requests)  # ... while 10 more arrive
-            wait_for(lambda: batcher.waiting_jobs == len(requests), "the requests to queue up")
-            release.set()
-            for t in first + threads:
-                t.join(TIMEOUT)
-    finally:
-        restore()
+    first_result, results = queued_behind_one(app, translator, requests)
     assert first_result[0][0] == 200
     for r, (status, body), want in zip(requests, results, expected):
         assert status == 200, body
@@ -265,19 +273,8 @@ def test_when_a_merged_model_call_fails_only_the_culprit_request_fails(translato
     app = create_app(translator, Limits(batch_window_ms=20))
     batcher = app.state.batcher
     translator.translate_nbest = picky  # gate() wraps it; its restore() removes both
-    entered, release, restore = gate(translator)
-    try:
-        with serving(app) as (port, _):
-            first, _ = in_threads(port, [{"text": "A cat sleeps."}])
-            assert entered.wait(TIMEOUT)
-            bodies = good[:2] + [{"texts": ["A dog.", "POISON"]}] + good[2:]
-            threads, results = in_threads(port, bodies)
-            wait_for(lambda: batcher.waiting_jobs == len(bodies), "the requests to queue up")
-            release.set()
-            for t in first + threads:
-                t.join(TIMEOUT)
-    finally:
-        restore()
+    bodies = good[:2] + [{"texts": ["A dog.", "POISON"]}] + good[2:]
+    _, results = queued_behind_one(app, translator, bodies)
     statuses = [status for status, _ in results]
     assert statuses == [200, 200, 500, 200, 200], results
     assert results[2][1] == {"error": "the model failed on this request: RuntimeError: cannot encode POISON"}

@@ -50,12 +50,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from seq2seq.data.batching import length_batches
 from seq2seq.deploy.staging import EXPORT_INFO, ExportError, read_export_info, require, weights_digest
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.options import resolve_search
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
-from seq2seq.inference.translator import Translation, Translator
+from seq2seq.inference.results import Translation
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,8 @@ class CTranslate2Translator:
                         results[i] = self._nbest([(tokens, sum(r.log_probs))], cfg, pieces[i])
             return blocked
 
-        blocked = [i for batch in Translator._batches(todo, ids, batch_tokens) for i in first_pass(batch, False)]
+        lengths = {i: len(ids[i]) + 1 for i in todo}  # source tokens and EOS
+        blocked = [i for batch in length_batches(lengths, batch_tokens) for i in first_pass(batch, False)]
         if blocked:
             first_pass(blocked, True)
         for (n, suppress), sentences in sorted(at_limit.items()):
