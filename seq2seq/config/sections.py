@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -271,8 +272,6 @@ class DataConfig:
 
 def physical_memory() -> int | None:
     """This machine's memory in bytes (None where the OS does not say)."""
-    import os
-
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):

@@ -149,16 +149,16 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
         layers = model.n_decoder_layers
         if layer is not None and not -layers <= layer < layers:
             raise ValueError(f"attention_layer {layer} does not exist: the decoder has {layers} layer(s)")
-        vocab = model.tgt_vocab_size
-        rows = beam if strategy == "beam" else options.get("nbest", defaults.nbest) if strategy == "sample" else 1
-        if rows * vocab > MAX_STEP_LOGITS:  # one source's step would not fit in memory
-            name = "beam" if strategy == "beam" else "nbest"
-            raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
-                             f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
         cap = model.max_positions - 1  # BOS + max_len tokens must fit
         max_len = options.get("max_len", defaults.max_len)
         options["max_len"] = cap if max_len is None else min(max_len, cap)
     try:
-        return dataclasses.replace(defaults, **options)
+        cfg = dataclasses.replace(defaults, **options)
     except ValueError as e:  # SearchConfig's own checks ("decoding.topp must be in (0, 1]")
         raise ValueError(str(e).removeprefix("decoding.")) from None
+    rows, vocab = rows_per_source(cfg), getattr(model, "tgt_vocab_size", 1)
+    if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory
+        name = "beam" if cfg.strategy == "beam" else "nbest"
+        raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
+                         f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
+    return cfg

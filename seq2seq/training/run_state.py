@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 from seq2seq.storage.atomic import atomic_path, read_json
-from seq2seq.training import distributed
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.storage.weights import load_into, load_torch, load_weights
+from seq2seq.training import distributed
 
 log = logging.getLogger(__name__)
 
