@@ -43,15 +43,18 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import DATA, machine_info, read_gz  # noqa: E402
 
 
-def batches_of(texts: list[str], tokenize, size: int) -> list[list[str]]:
+def batches_of(texts: list[str], tokenize, size: int) -> tuple[list[list[str]], list[int]]:
+    """Batches of `size` texts sorted by length, and the order of the texts in them."""
     order = sorted(range(len(texts)), key=lambda i: len(tokenize(texts[i])))
-    return [[texts[i] for i in order[k : k + size]] for k in range(0, len(order), size)]
+    return [[texts[i] for i in order[k : k + size]] for k in range(0, len(order), size)], order
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", required=True, help="A trained seq2seq model directory.")
     parser.add_argument("--src", default=str(DATA / "test_2016_flickr.en.gz"), help="Source sentences (.gz ok).")
+    parser.add_argument("--ref", default=None,
+                        help="References, line-parallel to --src (.gz ok): adds each system's BLEU (sacreBLEU)")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N sentences.")
     parser.add_argument("--beam", type=int, default=5, help="Beam size (1: greedy).")
     parser.add_argument("--batch-size", type=int, default=32, help="Sentences per batch.")
@@ -63,6 +66,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import ctranslate2
+    import sacrebleu
 
     from seq2seq.deploy.engine import CTranslate2Translator
     from seq2seq.deploy.ctranslate2 import export_ctranslate2
@@ -73,8 +77,13 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     path = Path(args.src)
-    texts = read_gz(path) if path.suffix == ".gz" else read_input_lines(str(path))
-    texts = [t for t in texts[: args.limit] if t.strip()]
+    read = lambda p: read_gz(Path(p)) if str(p).endswith(".gz") else read_input_lines(str(p))  # noqa: E731
+    texts = read(path)[: args.limit]
+    refs = read(args.ref)[: args.limit] if args.ref else None
+    if refs is not None and len(refs) != len(texts):
+        raise SystemExit(f"--ref has {len(refs)} lines for {len(texts)} sources")
+    keep = [i for i, t in enumerate(texts) if t.strip()]
+    texts, refs = [texts[i] for i in keep], refs and [refs[i] for i in keep]
     print(machine_info(args.threads))
     print(f"ctranslate2 {ctranslate2.__version__}; {len(texts)} sentences from {path}, batches of {args.batch_size}, "
           f"beam {args.beam}, {args.repeats} repeat(s)\n", flush=True)
@@ -84,7 +93,7 @@ def main() -> None:
     search = dict(beam=args.beam) if args.beam > 1 else dict(greedy=True)
     cfg = ours.search_config(**search)
     tok_src, tok_tgt = ours.tokenizers.src, ours.tokenizers.tgt
-    batches = batches_of(texts, lambda t: tok_src.encode([t])[0], args.batch_size)
+    batches, order = batches_of(texts, lambda t: tok_src.encode([t])[0], args.batch_size)
     huge = 10**9
 
     systems: dict[str, callable] = {}
@@ -153,12 +162,16 @@ def main() -> None:
 
     base = statistics.median(times["seq2seq"])
     ref = outputs["seq2seq"]
-    print(f"\n{'system':<22} {'sent/s':>8} {'tok/s':>8} {'median s':>9} {'vs seq2seq':>10} {'same output':>12}")
+    references = refs and [[refs[i] for i in order]]  # in the order the batches hold the sources
+    print(f"\n{'system':<22} {'sent/s':>8} {'tok/s':>8} {'median s':>9} {'vs seq2seq':>10} {'same output':>12}"
+          + (f" {'BLEU':>6}" if references else ""))
     for name, t in times.items():
         med = statistics.median(t)
         tokens = sum(len(ids) for ids in tok_tgt.encode(outputs[name]))
         same = sum(a == b for a, b in zip(outputs[name], ref)) / len(ref)
-        print(f"{name:<22} {len(texts) / med:>8.1f} {tokens / med:>8.0f} {med:>9.2f} {base / med:>9.2f}x {same:>11.1%}")
+        bleu = f" {sacrebleu.corpus_bleu(outputs[name], references).score:>6.2f}" if references else ""
+        print(f"{name:<22} {len(texts) / med:>8.1f} {tokens / med:>8.0f} {med:>9.2f} {base / med:>9.2f}x {same:>11.1%}"
+              + bleu)
     print(f"\nexports in {work}")
 
 
