@@ -129,17 +129,18 @@ def in_threads(port: int, bodies: list) -> list:
     return threads, results
 
 
-def queued_behind_one(app, translator: Translator, bodies: list) -> tuple[list, list]:
+def queued_behind_one(app, translator: Translator, bodies: list, queued=None) -> tuple[list, list]:
     """Serve `app`; while the worker is held inside a first request's model call, send `bodies` so they
-    all queue up behind it; then let the worker go. Returns the (status, body) results of the first
-    request and of `bodies`."""
+    all queue up behind it (or until `queued(results)` holds, for requests answered without the model);
+    then let the worker go. Returns the (status, body) results of the first request and of `bodies`."""
     entered, release, restore = gate(translator)
     try:
         with serving(app) as (port, _):
             first, first_result = in_threads(port, [{"text": "A cat sleeps."}])
             assert entered.wait(TIMEOUT)  # the worker is busy with the first request ...
             threads, results = in_threads(port, bodies)  # ... while the others arrive
-            wait_for(lambda: app.state.batcher.waiting_jobs == len(bodies), "the requests to queue up")
+            ready = (lambda: queued(results)) if queued else (lambda: app.state.batcher.waiting_jobs == len(bodies))
+            wait_for(ready, "the requests to queue up")
             release.set()
             for t in first + threads:
                 t.join(TIMEOUT)
@@ -196,18 +197,7 @@ def test_concurrent_requests_share_model_calls_and_get_their_own_translations(tr
 def test_a_batch_never_exceeds_max_batch(translator):
     app = create_app(translator, Limits(max_batch=4, max_texts=4, batch_window_ms=20))
     batcher = app.state.batcher
-    entered, release, restore = gate(translator)
-    try:
-        with serving(app) as (port, _):
-            first, _ = in_threads(port, [{"text": "A cat sleeps."}])
-            assert entered.wait(TIMEOUT)
-            threads, results = in_threads(port, [{"texts": SENTENCES[i: i + 2]} for i in range(5)])
-            wait_for(lambda: batcher.waiting_jobs == 5, "the requests to queue up")
-            release.set()
-            for t in first + threads:
-                t.join(TIMEOUT)
-    finally:
-        restore()
+    _, results = queued_behind_one(app, translator, [{"texts": SENTENCES[i: i + 2]} for i in range(5)])
     assert all(status == 200 for status, _ in results)
     assert batcher.batch_sizes[1:] == [4, 4, 2]
 
@@ -291,21 +281,11 @@ def test_a_lone_surrogate_fails_only_its_own_request_with_422(translator):
     expected = [translator.translate([s])[0] for s in SENTENCES[:3]]
     app = create_app(translator, Limits(batch_window_ms=20))
     batcher = app.state.batcher
-    entered, release, restore = gate(translator)
-    try:
-        with serving(app) as (port, _):
-            first, _ = in_threads(port, [{"text": "A cat sleeps."}])
-            assert entered.wait(TIMEOUT)
-            bodies = [{"text": SENTENCES[0]}, b'{"text": "\\ud800"}', {"text": SENTENCES[1]},
-                      b'{"texts": ["A dog.", "x \\udfff y"]}', {"text": SENTENCES[2]}]
-            threads, results = in_threads(port, bodies)
-            wait_for(lambda: batcher.waiting_jobs == 3 and sum(r is not None for r in results) == 2,
-                     "the good requests to queue up and the bad ones to be answered")
-            release.set()
-            for t in first + threads:
-                t.join(TIMEOUT)
-    finally:
-        restore()
+    bodies = [{"text": SENTENCES[0]}, b'{"text": "\\ud800"}', {"text": SENTENCES[1]},
+              b'{"texts": ["A dog.", "x \\udfff y"]}', {"text": SENTENCES[2]}]
+    # the good requests queue up; the bad ones are answered without the model
+    _, results = queued_behind_one(app, translator, bodies,
+                                   lambda results: batcher.waiting_jobs == 3 and sum(r is not None for r in results) == 2)
     assert [status for status, _ in results] == [200, 422, 200, 422, 200], results
     assert [results[i][1]["text"] for i in (0, 2, 4)] == expected
     assert results[1][1] == {"error": "text is not valid Unicode: character 0 is a lone surrogate (\\ud800); "
