@@ -252,6 +252,18 @@ def test_images_get_exactly_the_pixels_of_the_transformers_processor(backbones, 
     assert torch.equal(ours.collate(examples), theirs)
 
 
+def test_images_over_max_pixels_are_refused_before_decoding_as_by_our_image_encoder(backbones, tmp_path):
+    Image.new("RGB", (40, 30)).save(tmp_path / "big.png")  # 1,200 pixels
+    path = str(tmp_path / "big.png")
+    assert model_cfg(backbones["vit"]).encoder.max_pixels == 40_000_000  # the image encoder's default
+    with pytest.raises(SourceError, match=r"has 40x30 pixels .* more than model.encoder.max_pixels=1199"):
+        get_modality("hf").processor(model_cfg(backbones["vit"], max_pixels=1199).encoder).load(path)
+    assert get_modality("hf").processor(model_cfg(backbones["vit"], max_pixels=1200).encoder).load(path).shape == \
+        (3, 32, 32)
+    with pytest.raises(ConfigError, match="model.encoder.max_pixels must be positive"):
+        model_cfg(backbones["vit"], max_pixels=0)
+
+
 def test_audio_gets_the_samples_and_features_of_the_transformers_extractor(backbones, audio_data):
     path = files(audio_data, "train")[1]  # 16 kHz
     wave, _ = sf.read(path, dtype="float32")

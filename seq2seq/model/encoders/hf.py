@@ -56,6 +56,7 @@ from torch import Tensor, nn
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
+from seq2seq.model.encoders.image import read_image
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,8 @@ class HFEncoderConfig(EncoderConfig):
         preprocessor_config.json); read once, when the config is, into `backbone` and `preprocessor`.
     freeze / unfreeze_top_layers / unfreeze_after_steps: which backbone weights train (see the module
         docstring); the unfreeze options need freeze: true.
+    max_pixels: image backbones: larger images (width x height, from the file's header) are refused
+        before they are decoded, as by our image encoder; None = no limit.
     backbone: the backbone's config.json (filled from name_or_path; kept in the model directory).
     preprocessor: its image processor / feature extractor settings (likewise; give them here to
         override or supply them).
@@ -168,6 +171,7 @@ class HFEncoderConfig(EncoderConfig):
     freeze: bool = False
     unfreeze_top_layers: int = 0
     unfreeze_after_steps: int | None = None
+    max_pixels: int | None = 40_000_000
     backbone: dict[str, Any] = field(default_factory=dict)
     preprocessor: dict[str, Any] = field(default_factory=dict)
 
@@ -177,6 +181,8 @@ class HFEncoderConfig(EncoderConfig):
             raise ConfigError(f"{KEY}.type must be 'hf' for an HFEncoderConfig, got {self.type!r}")
         if self.unfreeze_top_layers < 0:
             raise ConfigError(f"{KEY}.unfreeze_top_layers must be >= 0, got {self.unfreeze_top_layers}")
+        if self.max_pixels is not None and self.max_pixels < 1:
+            raise ConfigError(f"{KEY}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
         if self.unfreeze_after_steps is not None and self.unfreeze_after_steps < 1:
             raise ConfigError(f"{KEY}.unfreeze_after_steps must be >= 1, got {self.unfreeze_after_steps}")
         if (self.unfreeze_top_layers or self.unfreeze_after_steps is not None) and not self.freeze:
@@ -362,28 +368,6 @@ def hf_preprocessor(cfg: HFEncoderConfig) -> Any:
     return cls.from_dict(settings)
 
 
-def read_image(path: str | Path, channels: int) -> Any:
-    """A Pillow image read as our image encoder reads it (upright by EXIF, transparency flattened on
-    white, RGB or grey), not resized; SourceError naming the path for a missing or bad file."""
-    from PIL import Image, ImageOps
-
-    from seq2seq.model.encoders.image import _to_8bit
-
-    p = Path(path)
-    if not p.is_file():
-        raise SourceError(f"image not found: {path}" if not p.exists() else f"not a file: {path}")
-    if p.stat().st_size == 0:
-        raise SourceError(f"empty image file: {path}")
-    try:
-        with Image.open(p) as im:
-            im.load()
-            return _to_8bit(ImageOps.exif_transpose(im), channels)
-    except Image.UnidentifiedImageError:
-        raise SourceError(f"not an image (or a format Pillow cannot read): {path}") from None
-    except Exception as e:  # noqa: BLE001 - Pillow raises OSError, SyntaxError, ValueError, ... on bad data
-        raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
-
-
 class HFImageProcessor(SourceProcessor):
     """Image file -> uint8 [C, H, W], resized and cropped by the backbone's image processor (`load`);
     examples -> float [B, C, H, W] rescaled and normalised as that processor does (`collate`)."""
@@ -392,6 +376,7 @@ class HFImageProcessor(SourceProcessor):
         self.hf = hf_preprocessor(cfg)
         b = cfg.backbone
         self.channels = int(b.get("num_channels", 3))
+        self.max_pixels = cfg.max_pixels
         size = b["image_size"]
         patch = b["patch_size"]
         self.positions = (size // patch) ** 2 + cfg.spec.class_tokens
@@ -401,7 +386,7 @@ class HFImageProcessor(SourceProcessor):
         self.std = torch.tensor(self.hf.image_std if normalize else [1.0], dtype=torch.float32).view(1, -1, 1, 1)
 
     def load(self, path: str) -> Tensor:
-        image = read_image(path, self.channels)
+        image = read_image(path, self.channels, self.max_pixels)
         pixels = self.hf(images=image, do_rescale=False, do_normalize=False, return_tensors="np").pixel_values[0]
         return torch.from_numpy(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
 

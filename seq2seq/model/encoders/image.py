@@ -20,7 +20,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -205,6 +205,41 @@ class ImageEncoder(Encoder):
 # --------------------------------------------------------------------------------------------
 
 
+def read_image(path: str | Path, channels: int, max_pixels: int | None) -> Any:
+    """One image file as a Pillow image, upright (EXIF), transparency flattened on white, 8-bit RGB
+    (channels 3) or grey (1), not resized. SourceError naming the path when the file is missing,
+    empty, not an image, truncated/corrupt, or over `max_pixels` (model.encoder.max_pixels, checked
+    from the header before the pixels are decoded; None: no limit)."""
+    from PIL import Image, ImageOps
+
+    p = Path(path)
+    if not p.exists():
+        raise SourceError(f"image not found: {path}")
+    if not p.is_file():
+        raise SourceError(f"not a file: {path}")
+    try:
+        if p.stat().st_size == 0:
+            raise SourceError(f"empty image file: {path}")
+        with warnings.catch_warnings():  # Pillow warns above its own limit: max_pixels decides here
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(p)  # reads the header only
+        with im:
+            if max_pixels is not None and im.width * im.height > max_pixels:
+                raise SourceError(f"image {path} has {im.width}x{im.height} pixels "
+                                  f"({im.width * im.height / 1e6:.1f} megapixels), more than "
+                                  f"model.encoder.max_pixels={max_pixels} ({max_pixels / 1e6:g} megapixels)")
+            im.load()  # decode everything now: a truncated or corrupt file fails here, not later
+            return _to_8bit(ImageOps.exif_transpose(im), channels)  # (a copy: outlives the closed file)
+    except SourceError:
+        raise
+    except Image.UnidentifiedImageError:
+        raise SourceError(f"not an image (or a format Pillow cannot read): {path}") from None
+    except Image.DecompressionBombError as e:  # over twice PIL.Image.MAX_IMAGE_PIXELS: refused on open
+        raise SourceError(f"image {path} is too large: {e}") from None
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, zlib.error, ... on bad data
+        raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
+
+
 def _to_8bit(image, channels: int):
     """Any Pillow image -> mode "RGB" (channels 3) or "L" (channels 1); transparency flattened on white."""
     from PIL import Image
@@ -238,45 +273,16 @@ class ImageProcessor(SourceProcessor):
         self.std = torch.tensor(cfg.std, dtype=torch.float32).view(1, -1, 1, 1)
 
     def load(self, path: str | Path) -> Tensor:
-        """Read, convert and resize one image: uint8 [C, H, W]. SourceError naming the path when the
-        file is missing, empty, not an image, truncated/corrupt, or over `max_pixels` (checked from the
-        header, before the pixels are decoded)."""
-        from PIL import Image, ImageOps
+        """Read, convert and resize one image: uint8 [C, H, W]. SourceError naming the path as
+        `read_image` raises it."""
+        from PIL import Image
 
-        p = Path(path)
-        if not p.exists():
-            raise SourceError(f"image not found: {path}")
-        if not p.is_file():
-            raise SourceError(f"not a file: {path}")
-        try:
-            if p.stat().st_size == 0:
-                raise SourceError(f"empty image file: {path}")
-            with warnings.catch_warnings():  # Pillow warns above its own limit: max_pixels decides here
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                im = Image.open(p)  # reads the header only
-            with im:
-                cap = self.cfg.max_pixels
-                if cap is not None and im.width * im.height > cap:
-                    raise SourceError(f"image {path} has {im.width}x{im.height} pixels "
-                                      f"({im.width * im.height / 1e6:.1f} megapixels), more than "
-                                      f"model.encoder.max_pixels={cap} ({cap / 1e6:g} megapixels)")
-                im.load()  # decode everything now: a truncated or corrupt file fails here, not later
-                im = ImageOps.exif_transpose(im)
-                im = _to_8bit(im, self.cfg.channels)
-            h, w = self.size
-            if im.size != (w, h):
-                im = im.resize((w, h), Image.Resampling.BICUBIC)
-            data = im.tobytes()
-        except SourceError:
-            raise
-        except Image.UnidentifiedImageError:
-            raise SourceError(f"not an image (or a format Pillow cannot read): {path}") from None
-        except Image.DecompressionBombError as e:  # over twice PIL.Image.MAX_IMAGE_PIXELS: refused on open
-            raise SourceError(f"image {path} is too large: {e}") from None
-        except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, zlib.error, ... on bad data
-            raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
+        im = read_image(path, self.cfg.channels, self.cfg.max_pixels)
+        h, w = self.size
+        if im.size != (w, h):
+            im = im.resize((w, h), Image.Resampling.BICUBIC)
         c = self.cfg.channels
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(h, w, c).permute(2, 0, 1).contiguous()
+        return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(h, w, c).permute(2, 0, 1).contiguous()
 
     def length(self, example: Tensor) -> int:
         """Every image becomes gh * gw encoder positions."""
