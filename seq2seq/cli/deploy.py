@@ -104,14 +104,19 @@ def _has_backbone(model_dir: str) -> bool:
 @export_errors
 def import_hf_command(hf_dir: str, out_dir: str, force: bool) -> None:
     """Make a model directory from a Hugging Face MarianMTModel (or BlenderbotForConditionalGeneration)
-    directory, exactly: the same logits. Needs its MarianTokenizer files (source.spm, target.spm,
-    vocab.json) with SentencePiece ids pad 0, unk 1, bos 2, eos 3 (as `seq2seq export --to hf`
-    writes them); weights in safetensors."""
+    directory: the same logits. Needs its MarianTokenizer files (source.spm, target.spm, vocab.json)
+    and weights in safetensors. A vocabulary in another order than the SentencePiece models' own
+    (Helsinki-NLP opus-mt) is re-indexed onto seq2seq's ids; one written by `seq2seq export --to hf`
+    is kept as it is. Fine-tune the result with `seq2seq train CONFIG --init-from OUT_DIR`."""
+    import json
+
     from seq2seq.deploy.hf_import import import_hf
 
     _quiet_transformers()
     path = import_hf(hf_dir, out_dir, force=force)
-    click.echo(f"imported {hf_dir} -> {path} (translate with: seq2seq translate {path})")
+    meta = json.loads((Path(path) / "metadata.json").read_text(encoding="utf-8"))
+    note = "vocabulary re-indexed; " if "hf_vocabulary" in meta else ""
+    click.echo(f"imported {hf_dir} -> {path} ({note}translate with: seq2seq translate {path})")
 
 
 def load_engine(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,

@@ -73,7 +73,8 @@ def ctranslate2_spec(loaded: LoadedModel) -> Any:
     check_text_model(cfg, "CTranslate2")
     w = {k: v.numpy() for k, v in model_tensors(loaded).items()}
     d = cfg.d_model
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "swish": common_spec.Activation.SWISH}[cfg.activation]
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre",
         activation=activation, alignment_layer=-1, alignment_heads=cfg.heads,

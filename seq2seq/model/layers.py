@@ -76,7 +76,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
-        self.act: Callable[[Tensor], Tensor] = F.gelu if cfg.activation == "gelu" else F.relu
+        self.act: Callable[[Tensor], Tensor] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[cfg.activation]
         self.dropout = nn.Dropout(cfg.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:

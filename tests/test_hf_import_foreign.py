@@ -1,0 +1,392 @@
+"""`seq2seq import-hf` of a Helsinki-NLP opus-mt-shaped directory (seq2seq.deploy.hf_import's re-indexing).
+
+No network: the module builds a tiny opus-mt look-alike: two SentencePiece models with their own ids
+(unk 0, <s> 1, </s> 2), a joint vocab.json in opus-mt order (</s> 0, <unk> 1, the union of the pieces,
+<pad> last) that lacks one source piece (MarianTokenizer reads it as <unk>) and one target piece, and
+has one piece neither model has; a MarianMTModel with pad = decoder start = the last id, eos 0 and
+shared embeddings, trained for a few seconds on a toy task (the words in upper case) so that it stops
+by itself like a translation model; MarianTokenizer files from `MarianTokenizer.save_pretrained`.
+Then MarianTokenizer's ids, the logits, and transformers' greedy and beam `generate` are compared
+with the imported model directory, which is also fine-tuned.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+transformers = pytest.importorskip("transformers", reason="the export extra: pip install -e '.[export]'")
+
+import sentencepiece as spm  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+from seq2seq.cli import cli  # noqa: E402
+from seq2seq.data.batching import pad_sequences  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
+from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+transformers.logging.disable_progress_bar()
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
+
+WORDS = ("red blue green cat dog tree sun moon big small house river bird fish car road apple water stone light "
+         "night garden window winter summer yellow mountain little happy quiet").split()
+LEFT_OUT_SOURCE = "▁cat"  # a source.spm piece vocab.json lacks: MarianTokenizer reads "cat" as <unk>
+LEFT_OUT_TARGET = "."  # a target.spm piece vocab.json lacks (the targets only use "▁."): dropped
+MODEL_ONLY = "▁ξ"  # a vocab.json piece neither SentencePiece model has: decoded, never produced
+
+
+def _sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(n)]
+
+
+def _target(text: str) -> str:
+    return text.upper() + " ."
+
+
+def _train_spm(texts: list[str], size: int) -> bytes:
+    """SentencePiece's default ids (unk 0, <s> 1, </s> 2, no pad), as in opus-mt's source.spm/target.spm."""
+    writer = io.BytesIO()
+    spm.set_random_generator_seed(1)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=writer, vocab_size=size,
+                                   num_threads=1, minloglevel=2, character_coverage=1.0)
+    return writer.getvalue()
+
+
+def _pieces(proto: bytes) -> list[str]:
+    sp = spm.SentencePieceProcessor()
+    sp.LoadFromSerializedProto(proto)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+
+
+def _marian_config(src_size: int, tgt_size: int, pad: int, shared: bool) -> "transformers.MarianConfig":
+    return transformers.MarianConfig(
+        vocab_size=src_size, decoder_vocab_size=tgt_size, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_position_embeddings=64, activation_function="relu", scale_embedding=True, dropout=0.0,
+        share_encoder_decoder_embeddings=shared, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0,
+        bos_token_id=0, forced_eos_token_id=0,
+    )
+
+
+def _save_tokenizer(path: Path, separate: bool = False) -> "transformers.MarianTokenizer":
+    from transformers import MarianTokenizer
+
+    kwargs = {"target_vocab_file": str(path / "target_vocab.json"), "separate_vocabs": True} if separate else {}
+    MarianTokenizer(str(path / "source.spm"), str(path / "target.spm"), str(path / "vocab.json"),
+                    **kwargs).save_pretrained(str(path))
+    return MarianTokenizer.from_pretrained(str(path))
+
+
+@pytest.fixture(scope="module")
+def opus(tmp_path_factory) -> SimpleNamespace:
+    from transformers import MarianMTModel
+
+    path = tmp_path_factory.mktemp("opus") / "opus-mt-toy"
+    path.mkdir()
+    src_texts = _sentences(400, 1)
+    tgt_texts = [_target(t) for t in src_texts]
+    src_proto, tgt_proto = _train_spm(src_texts, 52), _train_spm(tgt_texts, 50)
+    (path / "source.spm").write_bytes(src_proto)
+    (path / "target.spm").write_bytes(tgt_proto)
+    src_pieces, tgt_pieces = _pieces(src_proto), _pieces(tgt_proto)
+    assert LEFT_OUT_SOURCE in src_pieces and LEFT_OUT_TARGET in tgt_pieces
+    union = [p for p in src_pieces if p != LEFT_OUT_SOURCE]
+    union += [p for p in tgt_pieces if p not in union and p != LEFT_OUT_TARGET] + [MODEL_ONLY]
+    vocab = {p: i for i, p in enumerate(["</s>", "<unk>"] + union + ["<pad>"])}
+    (path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tok = _save_tokenizer(path)
+    pad = vocab["<pad>"]
+    assert (tok.eos_token_id, tok.unk_token_id, tok.pad_token_id) == (0, 1, pad)
+
+    torch.manual_seed(0)
+    model = MarianMTModel(_marian_config(len(vocab), len(vocab), pad, shared=True))
+    batch = tok(src_texts, text_target=tgt_texts, padding=True, return_tensors="pt")
+    labels = batch["labels"].masked_fill(batch["labels"] == pad, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(160):
+        rows = torch.randint(0, len(src_texts), (32,), generator=generator)
+        loss = model(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
+                     labels=labels[rows]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    # as in the opus-mt generation configs: the decoder starts with pad, which is never generated
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=pad, eos_token_id=0, pad_token_id=pad, bos_token_id=0, forced_eos_token_id=0,
+        bad_words_ids=[[pad]], num_beams=4, max_length=64)
+    model.save_pretrained(str(path))
+    assert (path / "model.safetensors").is_file() and not list(path.glob("*.bin"))
+    return SimpleNamespace(path=path, model=model, tok=tok, vocab=vocab, pad=pad)
+
+
+def run(args: list):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def imported(opus, tmp_path_factory) -> SimpleNamespace:
+    out = tmp_path_factory.mktemp("imported") / "model"
+    result = run(["import-hf", opus.path, out])
+    assert result.exit_code == 0, result.output
+    assert f"imported {opus.path} -> {out}" in result.output
+    loaded = load_model_dir(out)
+    pair = loaded.tokenizers
+    # our id -> theirs: the specials as the module docstring says, the rest by piece (<unk> where
+    # vocab.json lacks the piece)
+    specials = {PAD_ID: opus.pad, UNK_ID: opus.vocab["<unk>"], BOS_ID: opus.pad, EOS_ID: opus.vocab["</s>"]}
+
+    def id_map(tok) -> list[int]:
+        return [specials[i] if i in specials else opus.vocab.get(tok.id_to_piece(i), opus.vocab["<unk>"])
+                for i in range(tok.vocab_size)]
+
+    return SimpleNamespace(path=out, loaded=loaded, src_map=id_map(pair.src), tgt_map=id_map(pair.tgt))
+
+
+def test_the_vocabulary_is_reindexed(opus, imported):
+    loaded, vocab = imported.loaded, opus.vocab
+    m = loaded.config.model
+    assert (m.norm, m.positions, m.activation, m.tie_output) == ("post", "sinusoidal", "relu", True)
+    assert not loaded.tokenizers.joint and not m.share_embeddings  # two SentencePiece models: two copies
+    target_pieces = set(_pieces((opus.path / "target.spm").read_bytes()))
+    not_in_target_spm = [p for p in vocab if p not in target_pieces and p not in ("</s>", "<unk>", "<pad>")]
+    assert MODEL_ONLY in not_in_target_spm and "▁red" in not_in_target_spm  # and the other source pieces
+    meta = json.loads((imported.path / "metadata.json").read_text())["hf_vocabulary"]
+    assert meta == {"vocabulary": "re-indexed from vocab.json", "source_pieces_read_as_unk": 1,
+                    "target_pieces_not_in_target_spm": len(not_in_target_spm), "target_spm_pieces_dropped": 1}
+    # every model id is one target id of ours, the decoder start (pad) twice: as our BOS and our PAD
+    assert sorted(imported.tgt_map) == sorted(list(range(len(vocab))) + [opus.pad])
+    tgt = loaded.tokenizers.tgt
+    pieces = [tgt.id_to_piece(i) for i in range(tgt.vocab_size)]
+    assert LEFT_OUT_TARGET not in pieces and MODEL_ONLY in pieces
+    src_pieces = [loaded.tokenizers.src.id_to_piece(i) for i in range(loaded.tokenizers.src.vocab_size)]
+    assert src_pieces[-1] == LEFT_OUT_SOURCE and imported.src_map[-1] == vocab["<unk>"]
+
+
+def test_marian_tokenizer_ids_map_onto_ours(opus, imported):
+    tok, pair = opus.tok, imported.loaded.tokenizers
+    eos, unk = opus.vocab["</s>"], opus.vocab["<unk>"]
+    texts = _sentences(30, 7) + ["cat cat dog", "a cat, in the garden!", "zebra ß"]
+    ours = [[imported.src_map[i] for i in ids] + [eos] for ids in pair.src.encode(texts)]
+    assert ours == tok(texts).input_ids
+    assert sum(unk in ids for ids in ours) >= 3
+    # The one difference: characters source.spm does not know come out as <unk> with their text as
+    # the piece, which MarianTokenizer looks up in the joint vocab.json: "R" is a target piece there
+    assert tok(["Red"]).input_ids == [[opus.vocab[p] for p in ("▁", "R", "e", "d", "</s>")]]
+    assert [imported.src_map[i] for i in pair.src.encode(["Red"])[0]][1] == unk
+    # target side (what fine-tuning encodes): the same ids; "." alone is <unk> for both
+    targets = [_target(t) for t in texts[:30]] + ["RED. BLUE"]
+    ours = [[imported.tgt_map[i] for i in ids] + [eos] for ids in pair.tgt.encode(targets)]
+    assert ours == tok(text_target=targets).input_ids
+    # decoding: a model piece that target.spm lacks is written as MarianTokenizer writes it
+    theirs = tok(text_target=["RED CAT ."]).input_ids[0][:-1]
+    theirs = theirs[:1] + [opus.vocab[MODEL_ONLY]] + theirs[1:]
+    ours = [imported.tgt_map.index(i) for i in theirs]
+    assert pair.tgt.decode([ours]) == [tok.decode(theirs, skip_special_tokens=True)]
+    assert MODEL_ONLY[1:] in pair.tgt.decode([ours])[0]
+
+
+
+def _assert_same_logits(opus, hf_model, imported) -> None:
+    texts = _sentences(6, 11)
+    batch = opus.tok(texts, text_target=[_target(t) for t in texts], padding=True, return_tensors="pt")
+    decoder_in = torch.cat([torch.full((len(texts), 1), opus.pad), batch["labels"][:, :-1]], dim=1)
+    with torch.no_grad():
+        theirs = hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          decoder_input_ids=decoder_in).logits
+    src = pad_sequences([ids + [EOS_ID] for ids in imported.loaded.tokenizers.src.encode(texts)], PAD_ID)
+    tgt_back = {t: i for i, t in enumerate(imported.tgt_map)}
+    tgt_back[opus.pad] = BOS_ID  # the decoder starts with their pad: our BOS
+    tgt_in = torch.tensor([[tgt_back[t] for t in row] for row in decoder_in.tolist()])
+    with torch.no_grad():
+        ours = imported.loaded.model(src, tgt_in)
+    real = batch["labels"] != opus.pad
+    assert torch.allclose(ours[real], theirs[:, :, imported.tgt_map][real], atol=1e-4)
+
+
+def test_logits_are_transformers_logits(opus, imported):
+    _assert_same_logits(opus, opus.model, imported)
+
+
+def test_a_swish_model_is_imported_with_swish(opus, tmp_path):
+    """Helsinki-NLP's classic opus-mt models use swish (SiLU): the same weights run with swish give
+    transformers' logits, and relu would not."""
+    from transformers import MarianMTModel
+
+    path = tmp_path / "swish"
+    shutil.copytree(opus.path, path)
+    config = json.loads((path / "config.json").read_text())
+    config["activation_function"] = "swish"
+    (path / "config.json").write_text(json.dumps(config))
+    result = run(["import-hf", path, tmp_path / "model"])
+    assert result.exit_code == 0, result.output
+    loaded = load_model_dir(tmp_path / "model")
+    assert loaded.config.model.activation == "swish"
+    imported = SimpleNamespace(loaded=loaded, tgt_map=None)
+    pair = loaded.tokenizers
+    specials = {PAD_ID: opus.pad, UNK_ID: opus.vocab["<unk>"], BOS_ID: opus.pad, EOS_ID: opus.vocab["</s>"]}
+    imported.tgt_map = [specials[i] if i in specials else opus.vocab.get(pair.tgt.id_to_piece(i), opus.vocab["<unk>"])
+                        for i in range(pair.tgt.vocab_size)]
+    swish_model = MarianMTModel.from_pretrained(str(path)).eval()
+    _assert_same_logits(opus, swish_model, imported)
+    with pytest.raises(AssertionError):
+        _assert_same_logits(opus, opus.model, imported)  # the relu model's logits differ
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_translations_are_transformers_translations(opus, imported, search):
+    """Greedy, and beam 4 without length penalty stopping when 4 hypotheses have ended: the same search
+    in both (transformers' length_penalty 0 and ours, lenpen 0, both rank by the log-probability)."""
+    texts = _sentences(40, 13) + ["cat dog", "river"]
+    limit = 40
+    if search == "greedy":
+        ours_opts, their_opts = {"greedy": True}, {"num_beams": 1}
+    else:
+        ours_opts = {"beam": 4, "lenpen": 0.0, "early_stopping": True}
+        their_opts = {"num_beams": 4, "length_penalty": 0.0, "early_stopping": True}
+    translator = Translator.load(imported.path, device="cpu")
+    ours = translator.translate_nbest(texts, min_len=1, max_len_a=0, max_len_b=limit, **ours_opts)
+    generated = opus.model.generate(**opus.tok(texts, return_tensors="pt", padding=True), min_new_tokens=1,
+                                    max_new_tokens=limit + 1, output_scores=True, return_dict_in_generate=True,
+                                    **their_opts)
+    decoded = opus.tok.batch_decode(generated.sequences, skip_special_tokens=True)
+    eos = opus.vocab["</s>"]
+    for i, (nbest, row, text) in enumerate(zip(ours, generated.sequences.tolist(), decoded)):
+        theirs = [t for t in row[1:] if t != opus.pad]
+        assert theirs[-1] == eos and len(theirs) <= limit, "ended by the length limit: not the same search"
+        assert [imported.tgt_map[t] for t in nbest[0].token_ids] + [eos] == theirs, texts[i]
+        if opus.vocab["<unk>"] not in theirs:  # MarianTokenizer drops <unk>, ours writes it as " ⁇ "
+            assert nbest[0].text == text
+        if search == "beam":
+            # ours counts their pad's probability twice (our PAD is a copy of it): log(1 + p(pad)) lower per
+            # token (here p(pad) ~ 1e-4: a toy model's pad row; opus-mt's is zero)
+            lower = float(generated.sequences_scores[i]) - nbest[0].logprob
+            assert -1e-5 < lower < 3e-4 * len(theirs), (lower, texts[i])
+
+
+def test_finetuning_from_the_import(opus, imported, tmp_path):
+    texts = _sentences(40, 17)
+    files = {}
+    for name, lines in (("train.en", texts), ("train.de", [_target(t) for t in texts]),
+                        ("val.en", texts[:8]), ("val.de", [_target(t) for t in texts[:8]])):
+        files[name] = tmp_path / name
+        files[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = {"data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
+                       "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"])},
+              "training": {"max_tokens": 400, "lr": 0.0005, "warmup_steps": 2, "device": "cpu", "threads": 1,
+                           "valid_bleu": False, "best_metric": "loss", "log_every": 1, "seed": 5,
+                           "output_dir": str(tmp_path / "ft"), "max_steps": 3, "valid_every": 3}}
+    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = run(["train", tmp_path / "ft.yaml", "--init-from", imported.path])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "ft"
+    for name in ("spm.src.model", "spm.tgt.model"):  # the re-indexed tokenizers go on
+        assert (out / name).read_bytes() == (imported.path / name).read_bytes()
+    translated = CliRunner().invoke(cli, ["translate", str(out), "--greedy", "--device", "cpu"], input="red cat\n")
+    assert translated.exit_code == 0 and len(translated.output.splitlines()) == 1, translated.output
+
+
+def _broken_copy(opus, tmp_path: Path, case: str) -> tuple[Path, str]:
+    path = tmp_path / case
+    shutil.copytree(opus.path, path)
+    if case == "bias":
+        state = load_file(str(path / "model.safetensors"))
+        state["final_logits_bias"][0, 5] = 0.5
+        save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+        return path, f"{path / 'model.safetensors'}: final_logits_bias is not zero"
+    if case == "no_target_spm":
+        (path / "target.spm").unlink()
+        return path, f"{path / 'target.spm'} is missing"
+    if case == "multilingual":
+        vocab = dict(opus.vocab)
+        vocab[">>deu<<"] = vocab.pop(MODEL_ONLY)
+        (path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        return path, "target-language tokens (>>deu<<"
+    config = json.loads((path / "config.json").read_text())
+    if case == "activation":
+        config["activation_function"] = "tanh"
+        message = "activation 'tanh' (seq2seq has relu, gelu and swish)"
+    else:
+        assert case == "start"
+        config["decoder_start_token_id"] = 0
+        (path / "generation_config.json").unlink()
+        message = "the decoder starts with id 0, not with pad"
+    (path / "config.json").write_text(json.dumps(config))
+    return path, message
+
+
+@pytest.mark.parametrize("case", ["bias", "no_target_spm", "multilingual", "start", "activation"])
+def test_what_cannot_be_imported_exactly_is_refused_in_one_line(opus, tmp_path, case):
+    path, message = _broken_copy(opus, tmp_path, case)
+    result = run(["import-hf", path, tmp_path / "model"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], result.output
+    assert not (tmp_path / "model").exists()
+
+
+def test_separate_vocabularies(opus, tmp_path):
+    """share_encoder_decoder_embeddings false, vocab.json + target_vocab.json (separate_vocabs): a random
+    model; MarianTokenizer's ids, the logits and greedy search (which runs to the length limit, where
+    both force </s>) as transformers'."""
+    from transformers import MarianMTModel
+
+    path = tmp_path / "separate"
+    path.mkdir()
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(opus.path / name, path / name)
+    src_vocab, tgt_vocab = ({p: i for i, p in enumerate(["</s>", "<unk>"] + _pieces(f.read_bytes()) + ["<pad>"])}
+                            for f in (path / "source.spm", path / "target.spm"))
+    (path / "vocab.json").write_text(json.dumps(src_vocab, ensure_ascii=False), encoding="utf-8")
+    (path / "target_vocab.json").write_text(json.dumps(tgt_vocab, ensure_ascii=False), encoding="utf-8")
+    tok = _save_tokenizer(path, separate=True)
+    pad = tgt_vocab["<pad>"]
+    torch.manual_seed(1)
+    model = MarianMTModel(_marian_config(len(src_vocab), len(tgt_vocab), pad, shared=False)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.3)
+    model.save_pretrained(str(path))
+    result = run(["import-hf", path, tmp_path / "model"])
+    assert result.exit_code == 0, result.output
+    loaded = load_model_dir(tmp_path / "model")
+    pair = loaded.tokenizers
+    assert not pair.joint and not loaded.config.model.share_embeddings
+    assert (loaded.config.model.src_vocab_size, loaded.config.model.tgt_vocab_size) == (len(src_vocab) + 1,
+                                                                                         len(tgt_vocab) + 1)
+    src_map = [src_vocab.get(pair.src.id_to_piece(i), 1) for i in range(pair.src.vocab_size)]
+    tgt_map = [pad, 1, pad, 0] + [tgt_vocab[pair.tgt.id_to_piece(i)] for i in range(4, pair.tgt.vocab_size)]
+    texts = _sentences(8, 19)
+    assert [[src_map[i] for i in ids] + [0] for ids in pair.src.encode(texts)] == tok(texts).input_ids
+    targets = [_target(t) for t in texts]
+    assert [[tgt_map[i] for i in ids] + [0] for ids in pair.tgt.encode(targets)] == \
+        tok(text_target=targets).input_ids
+
+    batch = tok(texts, return_tensors="pt", padding=True)
+    src = pad_sequences([ids + [EOS_ID] for ids in pair.src.encode(texts)], PAD_ID)
+    generated = model.generate(**batch, num_beams=1, max_new_tokens=9, bad_words_ids=[[pad]])
+    ours = Translator.load(tmp_path / "model", device="cpu").translate_nbest(texts, greedy=True, max_len_a=0,
+                                                                            max_len_b=8, min_len=0)
+    for nbest, row in zip(ours, generated.tolist()):
+        assert [tgt_map[t] for t in nbest[0].token_ids] + [0] == [t for t in row[1:] if t != pad]
+    tgt_back = {t: i for i, t in enumerate(tgt_map)}
+    tgt_back[pad] = BOS_ID
+    with torch.no_grad():
+        theirs = model(**batch, decoder_input_ids=generated[:, :-1]).logits
+        mine = loaded.model(src, torch.tensor([[tgt_back[t] for t in row] for row in generated[:, :-1].tolist()]))
+    assert torch.allclose(mine, theirs[:, :, tgt_map], atol=1e-4)
