@@ -185,6 +185,24 @@ def test_image_crop_zooms_in_and_rotation_tilts():
     assert grey.shape == (1, 32, 32)
 
 
+def test_image_zoom_out_keeps_all_of_the_content():
+    """crop_scale above 1: a line of 'ink' running to both side edges of a wide grey image shrinks
+    by the zoom and moves, but none of it is cut off: its total darkness over the area factor
+    is kept, for every draw."""
+    x = torch.full((1, 32, 192), 255, dtype=torch.uint8)
+    x[:, 12:20, :] = 0  # a dark band from the left edge to the right edge
+    ink = (255 - x.float()).sum()
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        out = augment_image(x, ImageAugmentConfig(crop_scale=[1.2, 1.6], crop_ratio=[0.8, 1.25]), rng)
+        u = np.random.default_rng(seed).random(7)  # the draws augment_image takes: area, then ratio
+        scale, ratio = 1.2 + 0.4 * u[0], math.exp(math.log(0.8) + (math.log(1.25) - math.log(0.8)) * u[1])
+        area = max(1.0, math.sqrt(scale * ratio)) * max(1.0, math.sqrt(scale / ratio))  # the window / the image
+        border = (255 - int(x.float().mean().round())) * out.numel() * (1 - 1 / area)  # filled with the mean
+        kept = (255 - out.float()).sum() - border
+        assert area >= 1.2 and kept.item() == pytest.approx(ink.item() / area, rel=0.05)
+
+
 # --------------------------------------------------------------------------------------------
 # Seeding, batch independence, off by default, config
 # --------------------------------------------------------------------------------------------
@@ -274,7 +292,7 @@ def test_config_keys_are_checked_and_named():
                      ({"noise_colors": ["blue"]}, "noise_colors"), ({"reverb_rt60": [0, 1]}, "reverb_rt60")):
         with pytest.raises(ConfigError, match=f"model.encoder.augment.{key}"):
             audio_cfg(**bad)
-    for bad, key in (({"crop_scale": [0.5, 1.5]}, "crop_scale"), ({"rotate": -1.0}, "rotate"),
+    for bad, key in (({"crop_scale": [0.5, 5.0]}, "crop_scale"), ({"crop_scale": [1.2, 1.1]}, "crop_scale"), ({"rotate": -1.0}, "rotate"),
                      ({"brightness": 2.0}, "brightness")):
         with pytest.raises(ConfigError, match=f"model.encoder.augment.{key}"):
             image_cfg(**bad)

@@ -46,6 +46,10 @@ def save(image: Image.Image, path: Path, **kw) -> Path:
     {},
     {"positions": "learned", "conv_stem": True, "stem_channels": 4},
     {"height": 16, "width": 40, "patch_size": 4, "channels": 1},
+    {"height": 16, "width": 48, "patch_size": 8, "channels": 1, "resnet_widths": [4, 6], "resnet_blocks": 2},
+    {"height": 24, "width": 40, "patch_size": 8, "resnet_widths": [4, 4, 8]},
+    {"height": 32, "width": 64, "patch_size": 8, "patch_height": 32, "channels": 1, "resnet_widths": [4, 8]},
+    {"height": 16, "width": 24, "patch_size": 4, "patch_height": 16, "conv_stem": True, "stem_channels": 4},
 ])
 def test_encoder_shapes_mask_and_grid(encoder):
     cfg = model_cfg(**encoder)
@@ -53,7 +57,7 @@ def test_encoder_shapes_mask_and_grid(encoder):
     model = Seq2SeqTransformer(cfg).eval()
     assert isinstance(model.encoder, ImageEncoder)
     h, w = enc.size
-    gh, gw = h // enc.patch_size, w // enc.patch_size
+    gh, gw = h // (enc.patch_height or enc.patch_size), w // enc.patch_size
     assert model.encoder.grid == (gh, gw) == enc.grid
     memory, mask = model.encode(torch.randn(3, enc.channels, h, w))
     assert memory.shape == (3, gh * gw, cfg.d_model)
@@ -89,10 +93,16 @@ def test_sinusoidal_positions_encode_row_then_column():
         Seq2SeqTransformer(from_dict(ModelConfig, {"d_model": 30, "heads": 2, "encoder": {"type": "image"}}))
 
 
-def test_encoder_is_batch_invariant():
+@pytest.mark.parametrize("stem", [{"conv_stem": True, "stem_channels": 4}, {"resnet_widths": [4, 8]}])
+def test_encoder_is_batch_invariant(stem):
     torch.manual_seed(0)
-    model = Seq2SeqTransformer(model_cfg(conv_stem=True, stem_channels=4, positions="learned")).eval()
+    model = Seq2SeqTransformer(model_cfg(**stem, positions="learned"))
     images = torch.randn(4, 3, 32, 32)
+    model.train()  # BatchNorm: a few training batches move its running statistics off their start
+    with torch.no_grad():
+        for _ in range(3):
+            model.encode(images * 2 + 1)
+    model.eval()
     with torch.inference_mode():
         batch, _ = model.encode(images)
         for i in range(4):
@@ -230,6 +240,20 @@ def test_config_validation_names_the_key():
         model(height=32)
     with pytest.raises(ConfigError, match=r"model\.encoder\.conv_stem needs model\.encoder\.patch_size divisible by 4"):
         model(conv_stem=True, image_size=60, patch_size=6)
+    with pytest.raises(ConfigError, match=r"model\.encoder\.patch_size \(8\) must be divisible by 16: the 4 stages"):
+        model(resnet_widths=[8, 8, 8, 8], patch_size=8)
+    with pytest.raises(ConfigError, match=r"model\.encoder\.height \(32\) must be divisible by model\.encoder\.patch_height \(12\)"):
+        model(height=32, width=64, patch_height=12)
+    with pytest.raises(ConfigError, match=r"model\.encoder\.patch_height \(12\) must be divisible by 8"):
+        model(height=24, width=64, patch_height=12, resnet_widths=[4, 4, 4])
+    with pytest.raises(ConfigError, match=r"model\.encoder\.patch_height must be positive"):
+        model(patch_height=0)
+    with pytest.raises(ConfigError, match=r"conv_stem and model\.encoder\.resnet_widths are two alternative stems"):
+        model(resnet_widths=[8], conv_stem=True)
+    with pytest.raises(ConfigError, match=r"model\.encoder\.resnet_blocks must be at least 1"):
+        model(resnet_widths=[8], resnet_blocks=0)
+    with pytest.raises(ConfigError, match=r"model\.encoder\.resnet_widths must be positive"):
+        model(resnet_widths=[8, 0])
     with pytest.raises(ConfigError, match=r"model\.encoder\.channels"):
         model(channels=4)
     with pytest.raises(ConfigError, match=r"model\.encoder\.mean"):
@@ -238,6 +262,37 @@ def test_config_validation_names_the_key():
         model(std=[0.0])
     with pytest.raises(ConfigError, match=r"model\.encoder\.image_size': expected an integer"):
         model(image_size="64")
+
+
+def test_resnet_stem_downsamples_by_two_per_stage_and_uses_batch_statistics_only_in_training():
+    """Each stage halves the map (so the patch embedding covers patch_size / 2^stages of it); in
+    training BatchNorm normalises by the batch and updates its running statistics, in eval it uses
+    them, so one image's memory depends on its batch in training only."""
+    from seq2seq.model.encoders.image import ResidualBlock, resnet
+
+    stem = resnet(1, [4, 6, 8], blocks=2)
+    assert sum(isinstance(m, ResidualBlock) for m in stem) == 6
+    assert stem(torch.randn(2, 1, 32, 192)).shape == (2, 8, 4, 24)
+    block = ResidualBlock(4, 4, stride=1)
+    assert isinstance(block.shortcut, torch.nn.Identity)  # same shape: the identity shortcut
+    assert tuple(ResidualBlock(4, 8, stride=2)(torch.randn(1, 4, 7, 9)).shape) == (1, 8, 4, 5)
+
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(model_cfg(resnet_widths=[4, 8]))
+    encoder = model.encoder
+    assert encoder.patch_embed.kernel_size == (2, 2)  # patch 8 over a 4x smaller map
+    first_bn = encoder.stem[1]
+    images = torch.randn(3, 3, 32, 32) * 3 + 2
+    model.train()
+    before = first_bn.running_mean.clone()
+    with torch.no_grad():
+        batch, _ = model.encode(images)
+        alone, _ = model.encode(images[:1])
+    assert not torch.equal(first_bn.running_mean, before)
+    assert not torch.allclose(batch[0], alone[0], atol=1e-3)  # batch statistics in training
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model.encode(images)[0][0], model.encode(images[:1])[0][0], atol=1e-5, rtol=1e-5)
 
 
 def test_config_round_trip_keeps_the_image_settings(tmp_path):

@@ -416,6 +416,20 @@ def test_average_is_the_elementwise_mean_and_replaces_nothing(tiny_model_dir, tm
     assert Translator.load(model, weights=out).translate(["A man."], greedy=True) == out_lines(translated)[:1]
 
 
+def test_average_keeps_each_tensors_dtype_and_rounds_integer_ones(tmp_path):
+    """BatchNorm's num_batches_tracked (int64) stays an integer; fp32 weights stay fp32."""
+    from seq2seq.storage.weights import average_checkpoints, save_weights
+
+    states = [{"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(10)}, {"w": torch.tensor([2.0, 5.0]), "n": torch.tensor(13)}]
+    paths = []
+    for i, state in enumerate(states):
+        save_weights(state, tmp_path / f"{i}.safetensors")
+        paths.append(tmp_path / f"{i}.safetensors")
+    mean = average_checkpoints(paths)
+    assert mean["w"].dtype == torch.float32 and mean["w"].tolist() == [1.5, 3.5]
+    assert mean["n"].dtype == torch.int64 and mean["n"].item() == 12  # 11.5, rounded half to even
+
+
 # --------------------------------------------------------------------------------------------
 # the Python API
 # --------------------------------------------------------------------------------------------

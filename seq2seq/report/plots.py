@@ -23,7 +23,8 @@ def save_figure(fig: Figure, path: str | Path) -> None:
 
 
 def plot_training_curves(history: list[dict[str, Any]], path: str | Path) -> None:
-    """Loss (train, validation) and BLEU/chrF against wall-clock minutes, side by side."""
+    """Loss (train, validation) and the validation scores (BLEU, chrF, and WER/CER where logged)
+    against wall-clock minutes, side by side."""
     fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in (("train_loss", "train loss (smoothed CE)"), ("valid_loss", "valid loss (NLL)")):
         pts = [(r["time_min"], r[key]) for r in history if r.get(key) is not None]
@@ -34,12 +35,14 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path) -> Non
     if ax_loss.lines:  # nothing to label before the first logged step
         ax_loss.legend()
     ax_loss.grid(alpha=0.3)
-    for key, label in (("valid_bleu", "valid BLEU"), ("valid_chrf", "valid chrF")):
+    for key, label, style in (("valid_bleu", "valid BLEU", "-"), ("valid_chrf", "valid chrF", "-"),
+                              ("valid_wer", "valid WER % (lower is better)", "--"),
+                              ("valid_cer", "valid CER % (lower is better)", "--")):
         pts = [(r["time_min"], r[key]) for r in history if r.get(key) is not None]
         if pts:
-            ax_score.plot(*zip(*pts), marker=".", label=label)
+            ax_score.plot(*zip(*pts), marker=".", linestyle=style, label=label)
     ax_score.set_xlabel("training time (min)")
-    ax_score.set_ylabel("score")
+    ax_score.set_ylabel("score (%)")
     ax_score.grid(alpha=0.3)
     if ax_score.lines:
         ax_score.legend()

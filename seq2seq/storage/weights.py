@@ -67,14 +67,19 @@ def load_torch(path: str | Path) -> Any:
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of several safetensors checkpoints of one model (fp32 accumulation)."""
+    """Element-wise mean of several safetensors checkpoints of one model (fp64 accumulation), each
+    tensor in its dtype in the checkpoints: integer tensors (BatchNorm's num_batches_tracked) are
+    rounded to the nearest integer."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
     for p in paths:
         state = load_weights(p)
         if total and set(state) != set(total):
             raise CheckpointError(f"{p} has different tensors from {paths[0]}")
         for name, t in state.items():
-            total[name] = total[name] + t.float() if name in total else t.float().clone()
-    return {name: (t / len(paths)) for name, t in total.items()}
+            total[name] = total[name] + t.double() if name in total else t.double()
+            dtypes.setdefault(name, t.dtype)
+    mean = {name: t / len(paths) for name, t in total.items()}
+    return {name: (t if dtypes[name].is_floating_point else t.round()).to(dtypes[name]) for name, t in mean.items()}

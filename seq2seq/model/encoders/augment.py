@@ -126,9 +126,13 @@ class ImageAugmentConfig:
     docstring). The defaults change nothing.
 
     crop_scale: [low, high] area of the random crop as a fraction of the image, uniform; the crop is
-        resized back to the full size ([1.0, 1.0]: no crop; e.g. [0.8, 1.0]).
+        resized back to the full size ([1.0, 1.0]: no crop; e.g. [0.8, 1.0]). Above 1 the window is
+        larger than the image, which stays whole inside it (a zoom out, the border filled with the
+        image's mean colour): for images whose content may reach the edges, such as a line of
+        handwriting, [1.0, 1.3] moves and shrinks the content without ever cutting any of it off.
     crop_ratio: [low, high] aspect ratio of the crop relative to the image's, log-uniform
-        (e.g. [0.75, 1.333]); the crop is shrunk to fit inside the image.
+        (e.g. [0.75, 1.333]); a crop (area below 1) is shrunk to fit inside the image, a zoom-out
+        window (area above 1) is grown to hold all of it.
     rotate: the rotation in degrees is drawn uniformly from [-rotate, rotate] (0: none).
     brightness: pixel values are multiplied by a factor uniform in [1 - brightness, 1 + brightness].
     contrast: the distance of each pixel value from the image's mean is multiplied by a factor
@@ -142,7 +146,7 @@ class ImageAugmentConfig:
     contrast: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_range("crop_scale", self.crop_scale, 0.01, 1.0)
+        _check_range("crop_scale", self.crop_scale, 0.01, 4.0)
         _check_range("crop_ratio", self.crop_ratio, 0.1, 10.0)
         if not 0.0 <= self.rotate <= 180.0:
             raise ConfigError(f"model.encoder.augment.rotate must be in [0, 180] degrees, got {self.rotate}")
@@ -292,7 +296,9 @@ def augment_image(image: Tensor, cfg: ImageAugmentConfig, rng: np.random.Generat
     if cfg.moves:
         scale = _lerp(cfg.crop_scale, u[0])
         ratio = math.exp(_lerp(np.log(cfg.crop_ratio), u[1]))
-        cw, ch = min(w, w * math.sqrt(scale * ratio)), min(h, h * math.sqrt(scale / ratio))
+        cw, ch = w * math.sqrt(scale * ratio), h * math.sqrt(scale / ratio)
+        fit = min if scale <= 1 else max  # a crop stays inside the image; a zoom-out window holds all of it
+        cw, ch = fit(w, cw), fit(h, ch)
         cx, cy = _lerp((cw / 2, w - cw / 2), u[2]), _lerp((ch / 2, h - ch / 2), u[3])
         theta = math.radians(_lerp((-cfg.rotate, cfg.rotate), u[4]))
         # output point (u, v) -> input point: scale to the crop, rotate, about the centres

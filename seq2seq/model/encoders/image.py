@@ -45,12 +45,23 @@ class ImageEncoderConfig(EncoderConfig):
         (both; then height x width).
     patch_size: side of the square patches; height and width must be multiples of it. The encoder
         sees (height / patch_size) * (width / patch_size) positions.
+    patch_height: patches patch_height high and patch_size wide instead (None, the default: square).
+        A line of text or digits as high as the image (patch_height = height) becomes one row of
+        positions read left to right: 192x32 pixels with patch 8 give 24 positions, not 4x24.
     channels: 3 (RGB) or 1 (grey); inputs of any mode are converted.
     conv_stem: a small convolutional stem before the patch embedding (as in Xiao et al. 2021, "Early
         convolutions help transformers see better"): two 3x3 stride-2 convolutions (stem_channels / 2,
         then stem_channels wide, each followed by GELU), then the patch embedding as a
         (patch_size / 4)-sized convolution over that 4x smaller feature map, so the grid is the same.
         Needs patch_size divisible by 4.
+    resnet_widths: a ResNet-style CNN before the patch embedding instead (He et al. 2016, the basic
+        block, with BatchNorm), for fine-grained images such as handwriting: a 3x3 convolution to
+        resnet_widths[0] channels at full resolution, then one stage per width, each of
+        resnet_blocks residual blocks, the first of which halves height and width. The patch
+        embedding is then a (patch_size / 2^stages)-sized convolution over the last stage's map, so
+        the grid is the same; patch_size (and patch_height) must be divisible by 2^stages. [] (the
+        default): no CNN.
+        E.g. [32, 64, 128]: 8x smaller maps, patch_size 8 -> one position per 8x8 input pixels.
     positions: how patch positions are encoded: "sinusoidal" (fixed 2-D: the first half of d_model
         encodes the row, the second half the column; needs d_model divisible by 4) or "learned"
         (a learned row vector plus a learned column vector).
@@ -73,9 +84,12 @@ class ImageEncoderConfig(EncoderConfig):
     height: int | None = None
     width: int | None = None
     patch_size: int = 8
+    patch_height: int | None = None
     channels: int = 3
     conv_stem: bool = False
     stem_channels: int = 32
+    resnet_widths: list[int] = field(default_factory=list)
+    resnet_blocks: int = 1
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     mean: list[float] = field(default_factory=lambda: [0.5])
     std: list[float] = field(default_factory=lambda: [0.5])
@@ -90,19 +104,39 @@ class ImageEncoderConfig(EncoderConfig):
             raise ConfigError(f"{key}.height and {key}.width must be set together (or neither: {key}.image_size)")
         if self.channels not in (1, 3):
             raise ConfigError(f"{key}.channels must be 3 (RGB) or 1 (grey), got {self.channels}")
-        if self.patch_size < 1:
-            raise ConfigError(f"{key}.patch_size must be positive, got {self.patch_size}")
+        patches = {"patch_size": self.patch_size} if self.patch_height is None else \
+            {"patch_height": self.patch_height, "patch_size": self.patch_size}
+        for name, value in patches.items():
+            if value < 1:
+                raise ConfigError(f"{key}.{name} must be positive, got {value}")
         sizes = {"image_size": self.image_size} if self.height is None else {"height": self.height, "width": self.width}
         for name, value in sizes.items():
             if value < 1:
                 raise ConfigError(f"{key}.{name} must be positive, got {value}")
-            if value % self.patch_size:
-                raise ConfigError(f"{key}.{name} ({value}) must be divisible by {key}.patch_size ({self.patch_size})")
+        (h, w), (ph, pw) = self.size, self.patch
+        for name, value, patch, patch_name in (("height", h, ph, "patch_height" if self.patch_height else "patch_size"),
+                                               ("width", w, pw, "patch_size")):
+            if value % patch:
+                name = "image_size" if self.height is None else name
+                raise ConfigError(f"{key}.{name} ({value}) must be divisible by {key}.{patch_name} ({patch})")
         if self.conv_stem and self.stem_channels < 2:
             raise ConfigError(f"{key}.stem_channels must be at least 2, got {self.stem_channels}")
-        if self.conv_stem and self.patch_size % 4:
-            raise ConfigError(f"{key}.conv_stem needs {key}.patch_size divisible by 4 (the stem downsamples 4x), "
-                              f"got {self.patch_size}")
+        for name, value in patches.items():
+            if self.conv_stem and value % 4:
+                raise ConfigError(f"{key}.conv_stem needs {key}.{name} divisible by 4 (the stem downsamples 4x), "
+                                  f"got {value}")
+        if self.resnet_widths:
+            if self.conv_stem:
+                raise ConfigError(f"{key}.conv_stem and {key}.resnet_widths are two alternative stems: set one")
+            if any(w < 1 for w in self.resnet_widths):
+                raise ConfigError(f"{key}.resnet_widths must be positive channel counts, got {self.resnet_widths}")
+            if self.resnet_blocks < 1:
+                raise ConfigError(f"{key}.resnet_blocks must be at least 1, got {self.resnet_blocks}")
+            factor = 2 ** len(self.resnet_widths)
+            for name, value in patches.items():
+                if value % factor:
+                    raise ConfigError(f"{key}.{name} ({value}) must be divisible by {factor}: the "
+                                      f"{len(self.resnet_widths)} stages of {key}.resnet_widths downsample {factor}x")
         for name in ("mean", "std"):
             values = getattr(self, name)
             if len(values) not in (1, self.channels):
@@ -118,15 +152,56 @@ class ImageEncoderConfig(EncoderConfig):
         return (self.image_size, self.image_size) if self.height is None else (self.height, self.width)
 
     @property
+    def patch(self) -> tuple[int, int]:
+        """(patch height, patch width) in pixels."""
+        return (self.patch_height or self.patch_size, self.patch_size)
+
+    @property
     def grid(self) -> tuple[int, int]:
         """(gh, gw): patches per column and per row."""
-        h, w = self.size
-        return h // self.patch_size, w // self.patch_size
+        (h, w), (ph, pw) = self.size, self.patch
+        return h // ph, w // pw
 
 
 # --------------------------------------------------------------------------------------------
 # The encoder
 # --------------------------------------------------------------------------------------------
+
+
+class ResidualBlock(nn.Module):
+    """The ResNet basic block: conv3x3(stride) -> BN -> ReLU -> conv3x3 -> BN, plus the shortcut
+    (identity, or a strided 1x1 convolution + BN where the shape changes), then ReLU.
+
+    forward(x [B, C_in, H, W]) -> [B, C_out, H / stride, W / stride] (sizes rounded up).
+    """
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+def resnet(in_channels: int, widths: list[int], blocks: int) -> nn.Sequential:
+    """The `resnet_widths` CNN: conv3x3 + BN + ReLU to widths[0] channels at full resolution, then per
+    width a stage of `blocks` residual blocks, the first with stride 2.
+    [B, in_channels, H, W] -> [B, widths[-1], H / 2^n, W / 2^n], n = len(widths)."""
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False),
+                               nn.BatchNorm2d(widths[0]), nn.ReLU()]
+    c = widths[0]
+    for width in widths:
+        for i in range(blocks):
+            layers.append(ResidualBlock(c, width, stride=2 if i == 0 else 1))
+            c = width
+    return nn.Sequential(*layers)
 
 
 def sinusoidal_2d(gh: int, gw: int, d_model: int) -> Tensor:
@@ -139,7 +214,7 @@ def sinusoidal_2d(gh: int, gw: int, d_model: int) -> Tensor:
 
 
 class ImageEncoder(Encoder):
-    """ViT-style encoder: (optional conv stem) -> patch embedding -> + 2-D positions -> dropout ->
+    """ViT-style encoder: (optional conv stem or ResNet) -> patch embedding -> + 2-D positions -> dropout ->
     `model_cfg.n_encoder_layers` self-attention layers -> final LayerNorm (pre-norm models).
 
     forward(images [B, C, H, W] float, normalised) -> (memory [B, S, D], pad_mask [B, S] all False),
@@ -158,18 +233,22 @@ class ImageEncoder(Encoder):
         self.size = enc.size
         self.grid = enc.grid
         gh, gw = self.grid
-        in_channels, patch = enc.channels, enc.patch_size
+        in_channels, (ph, pw) = enc.channels, enc.patch
         if enc.conv_stem:  # [B, C, H, W] -> [B, stem_channels, H / 4, W / 4]
             half = enc.stem_channels // 2
             self.stem: nn.Module = nn.Sequential(
                 nn.Conv2d(enc.channels, half, 3, stride=2, padding=1), nn.GELU(),
                 nn.Conv2d(half, enc.stem_channels, 3, stride=2, padding=1), nn.GELU(),
             )
-            in_channels, patch = enc.stem_channels, patch // 4
+            in_channels, ph, pw = enc.stem_channels, ph // 4, pw // 4
+        elif enc.resnet_widths:  # [B, C, H, W] -> [B, widths[-1], H / 2^n, W / 2^n]
+            self.stem = resnet(enc.channels, enc.resnet_widths, enc.resnet_blocks)
+            factor = 2 ** len(enc.resnet_widths)
+            in_channels, ph, pw = enc.resnet_widths[-1], ph // factor, pw // factor
         else:
             self.stem = nn.Identity()
         # A convolution with kernel = stride = patch size is a linear map of each flattened patch.
-        self.patch_embed = nn.Conv2d(in_channels, cfg.d_model, kernel_size=patch, stride=patch)
+        self.patch_embed = nn.Conv2d(in_channels, cfg.d_model, kernel_size=(ph, pw), stride=(ph, pw))
         if enc.positions == "learned":
             self.row_embed = nn.Parameter(torch.randn(gh, cfg.d_model) * 0.02)  # [gh, D]
             self.col_embed = nn.Parameter(torch.randn(gw, cfg.d_model) * 0.02)  # [gw, D]
