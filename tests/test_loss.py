@@ -81,3 +81,61 @@ def test_linear_cross_entropy_without_grad_mode_and_twice_with_retained_graph():
     second = torch.autograd.grad(2 * loss, (h, w))  # saved gradients are not scaled in place
     for a, b in zip(first, second):
         assert torch.allclose(2 * a, b)
+
+
+def _ctc_by_enumeration(log_probs: torch.Tensor, target: list[int], blank: int) -> float:
+    """-log of the summed probability of every frame labelling that collapses to `target`
+    (merge repeats, drop blanks): CTC's definition, by brute force over all V^S labellings."""
+    import itertools
+
+    s, v = log_probs.shape
+    total = []
+    for path in itertools.product(range(v), repeat=s):
+        collapsed = [k for i, k in enumerate(path) if k != blank and (i == 0 or path[i - 1] != k)]
+        if collapsed == target:
+            total.append(sum(log_probs[i, k] for i, k in enumerate(path)))
+    return -torch.logsumexp(torch.stack(total), dim=0).item()
+
+
+def test_ctc_loss_is_the_definition_over_unpadded_memory_with_pad_as_blank():
+    """Per row: the CTC loss of the non-pad memory positions, projected by the output weights,
+    against y1..yn (not EOS), with the pad id (0) as the blank; padded positions change nothing."""
+    from seq2seq.training.loss import ctc_loss
+
+    torch.manual_seed(0)
+    v, d = 5, 8
+    weight = torch.randn(v, d, dtype=torch.float64)
+    memory = torch.randn(2, 5, d, dtype=torch.float64)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    eos = 4
+    tgt_out = torch.tensor([[1, 2, 2, eos], [3, eos, 0, 0]])  # row 0: 1 2 2 (a repeat needs a blank between)
+    got = ctc_loss(memory, mask, weight, tgt_out, pad_id=0)
+    expected = 0.0
+    for row, (length, target) in enumerate(((5, [1, 2, 2]), (3, [3]))):
+        log_probs = torch.log_softmax(memory[row, :length] @ weight.t(), dim=-1)
+        expected += _ctc_by_enumeration(log_probs, target, blank=0)
+    assert got.item() == pytest.approx(expected, rel=1e-6)
+    garbage = memory.clone()
+    garbage[1, 3:] = 100.0  # the padded positions of row 1
+    assert ctc_loss(garbage, mask, weight, tgt_out, pad_id=0).item() == pytest.approx(expected, rel=1e-6)
+    too_long = torch.tensor([[1, 2, 1, 2, 1, 2, eos], [3, eos, 0, 0, 0, 0, 0]])  # 6 labels, 5 positions
+    only_row_1 = ctc_loss(memory, mask, weight, too_long, pad_id=0).item()
+    assert only_row_1 == pytest.approx(_ctc_by_enumeration(torch.log_softmax(memory[1, :3] @ weight.t(), -1), [3], 0))
+
+
+def test_sequence_loss_with_ctc_weight_mixes_the_two_losses():
+    from seq2seq.training.loss import ctc_loss
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=16, heads=2, ffn_dim=32, layers=1, dropout=0.0)
+    model = Seq2SeqTransformer(cfg)
+    src = torch.tensor([[5, 6, 7, 8, 3], [5, 9, 3, 0, 0]])
+    tgt_in = torch.tensor([[2, 6, 7, 0], [2, 9, 0, 0]])
+    tgt_out = torch.tensor([[6, 7, 3, 0], [9, 3, 0, 0]])
+    attention = sequence_loss(model, src, tgt_in, tgt_out, pad_id=0)
+    memory, mask = model.encode(src)
+    ctc = ctc_loss(memory, mask, model.decoder.output_weight, tgt_out, pad_id=0)
+    mixed = sequence_loss(model, src, tgt_in, tgt_out, pad_id=0, ctc_weight=0.25)
+    assert mixed.item() == pytest.approx(0.75 * attention.item() + 0.25 * ctc.item(), rel=1e-5)
+    mixed.backward()
+    assert model.encoder.embed.tokens.weight.grad is not None

@@ -133,7 +133,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    activation: typing.Literal["relu", "gelu"] = "relu"
+    activation: typing.Literal["relu", "gelu", "swish"] = "relu"  # swish = SiLU (Marian/opus-mt)
     norm: typing.Literal["pre", "post"] = "pre"
     positions: typing.Literal["sinusoidal", "learned"] = "sinusoidal"
     max_positions: int = 1024
@@ -315,6 +315,9 @@ class TrainingConfig:
     max_epochs: int | None = None
     max_time_minutes: float | None = None  # wall-clock budget for the training loop
     label_smoothing: float = 0.1
+    # Hybrid CTC/attention training (Watanabe et al. 2017): loss = (1 - w) * attention loss + w * CTC
+    # loss of the encoder's memory (see seq2seq.training.loss.ctc_loss). 0 turns it off.
+    ctc_weight: float = 0.0
     clip_norm: float | None = 1.0
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where the hardware has it
     device: str = "auto"  # auto: cuda > mps > cpu
@@ -341,6 +344,7 @@ class TrainingConfig:
             "max_epochs": (1, None), "warmup_steps": (0, None), "keep_last": (0, None), "checkpoint_every": (1, None),
             "patience": (1, None), "log_every": (1, None), "max_bad_steps": (1, None), "threads": (1, None),
             "weight_decay": (0.0, None), "min_lr_ratio": (0.0, 1.0), "label_smoothing": (0.0, 0.99),
+            "ctc_weight": (0.0, 0.99),
         })
         for name in ("lr", "encoder_lr", "adam_eps", "clip_norm", "max_time_minutes"):
             value = getattr(self, name)

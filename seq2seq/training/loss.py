@@ -115,12 +115,40 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, smoothi
     return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk, need_grad)
 
 
+def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt_out: Tensor, pad_id: int) -> Tensor:
+    """Summed CTC loss (Graves et al. 2006) of the encoder's memory against the target tokens, the
+    auxiliary objective of hybrid CTC/attention training (Watanabe et al. 2017, ESPnet's mtlalpha).
+
+    memory [B, S, D] with memory_pad_mask [B, S] (True = padding); output_weight [V, D], the
+    decoder's output projection, projects each memory position to the vocabulary, so CTC adds no
+    weights (nothing new is saved, decoding is unchanged); the pad id, never a target, is CTC's blank.
+    tgt_out [B, T] = [y1, ..., yn, EOS, PAD...]: the targets are y1..yn.
+
+    CTC reads the memory in order, so it suits encoders whose positions follow the text: audio
+    frames, one row of image patches (`patch_height` = the image's height), text. It teaches each
+    position which token it holds, and so where every token is, which an attention decoder
+    otherwise learns slowly (it skips or repeats tokens until it does). A target longer than its
+    memory has no alignment and adds 0 (zero_infinity).
+    """
+    log_probs = F.log_softmax(F.linear(memory, output_weight.to(memory.dtype)).float(), dim=-1)  # [B, S, V]
+    input_lengths = (~memory_pad_mask).sum(dim=1)
+    target_lengths = tgt_out.ne(pad_id).sum(dim=1) - 1  # without the EOS
+    return F.ctc_loss(log_probs.transpose(0, 1), tgt_out, input_lengths, target_lengths, blank=pad_id,
+                      reduction="sum", zero_infinity=True)
+
+
 def sequence_loss(model: torch.nn.Module, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
-                  smoothing: float = 0.0) -> Tensor:
+                  smoothing: float = 0.0, ctc_weight: float = 0.0) -> Tensor:
     """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.
 
-    Only the non-pad positions of tgt_out are projected to the vocabulary and scored.
+    Only the non-pad positions of tgt_out are projected to the vocabulary and scored. With
+    ctc_weight w > 0: (1 - w) * that loss + w * `ctc_loss` of the encoder's memory.
     """
     keep = tgt_out.ne(pad_id)
-    hidden = model.features(src, tgt_in)[keep]  # [K, D]
-    return linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out[keep], smoothing)
+    memory, memory_pad_mask = model.encode(src)
+    hidden = model.decoder.features(tgt_in, memory, memory_pad_mask)[0][keep]  # [K, D]
+    loss = linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out[keep], smoothing)
+    if ctc_weight:
+        ctc = ctc_loss(memory, memory_pad_mask, model.decoder.output_weight, tgt_out, pad_id)
+        loss = (1 - ctc_weight) * loss + ctc_weight * ctc
+    return loss

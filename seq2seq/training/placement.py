@@ -51,7 +51,7 @@ def place(model: nn.Module, cfg: TrainingConfig, pad_id: int) -> Placement:
             torch.set_num_threads(cfg.threads)
         speed_up_for_cpu_training(model)
     model.to(device)
-    ddp = DistributedDataParallel(TeacherForcedLoss(model, pad_id, cfg.label_smoothing)) if world > 1 else None
+    ddp = DistributedDataParallel(TeacherForcedLoss(model, pad_id, cfg.label_smoothing, cfg.ctc_weight)) if world > 1 else None
     precision = resolve_precision(cfg.precision, device)
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16" and device.type == "cuda")
     return Placement(device, precision, world, ddp, scaler)
@@ -60,9 +60,9 @@ def place(model: nn.Module, cfg: TrainingConfig, pad_id: int) -> Placement:
 class TeacherForcedLoss(nn.Module):
     """The summed training loss as a module's forward, for DistributedDataParallel to wrap."""
 
-    def __init__(self, model: nn.Module, pad_id: int, smoothing: float) -> None:
+    def __init__(self, model: nn.Module, pad_id: int, smoothing: float, ctc_weight: float = 0.0) -> None:
         super().__init__()
-        self.model, self.pad_id, self.smoothing = model, pad_id, smoothing
+        self.model, self.pad_id, self.smoothing, self.ctc_weight = model, pad_id, smoothing, ctc_weight
 
     def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing)
+        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing, self.ctc_weight)

@@ -199,7 +199,7 @@ class Trainer:
                 with autocast_context(self.device, self.precision):
                     if self.ddp is None:
                         loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
-                                             self.cfg.label_smoothing)
+                                             self.cfg.label_smoothing, self.cfg.ctc_weight)
                     else:
                         loss = self.ddp(batch.src, batch.tgt_in, batch.tgt_out)
                 finite = finite and bool(torch.isfinite(loss))
