@@ -38,6 +38,9 @@ class SearchConfig:
     nondeterministic).
     attention_layer: when set, each hypothesis carries that decoder layer's head-averaged
     cross-attention (negative values count from the last layer).
+    ctc_weight: w > 0 rescores each source's finished hypotheses, plus the CTC best path, with
+    (1 - w) * attention + w * CTC log-probability (models trained with training.ctc_weight > 0;
+    beam and greedy search; see seq2seq.inference.ctc).
     bos_id, eos_id, pad_id: special token ids.
     """
 
@@ -59,6 +62,7 @@ class SearchConfig:
     temperature: float = _option(1.0, "Sampling temperature.")
     seed: int | None = _option(None, "Sampling seed.")
     attention_layer: int | None = None
+    ctc_weight: float = _option(0.0, "Rescore with the CTC head: (1 - w) attention + w CTC (models trained with CTC).")
     bos_id: int = 2
     eos_id: int = 3
     pad_id: int = 0
@@ -80,3 +84,5 @@ class SearchConfig:
         check(self.topk >= 0, f"topk must be >= 0, got {self.topk}")
         check(0.0 < self.topp <= 1.0, f"topp must be in (0, 1], got {self.topp}")
         check(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
+        check(0.0 <= self.ctc_weight <= 1.0, f"ctc_weight must be in [0, 1], got {self.ctc_weight}")
+        check(self.ctc_weight == 0.0 or self.strategy != "sample", "ctc_weight needs beam or greedy search, not sample")

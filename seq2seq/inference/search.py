@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.config.search import SearchConfig
+from seq2seq.inference.ctc import attention_log_probs, ctc_best_path, ctc_log_likelihood, ctc_log_probs
 
 NEG_INF = float("-inf")
 
@@ -62,8 +63,10 @@ class Hypothesis:
 
     tokens: generated ids without BOS and EOS. token_logprobs: the log-probability of each token
     and of the final EOS (len(tokens) + 1 values). logprob: their sum. score: logprob with the
-    length penalty (see the module docstring). attention: [len(tokens) + 1, S_real]
-    cross-attention weights over the real source positions, when `attention_layer` is set.
+    length penalty (see the module docstring), or with decoding.ctc_weight w the mix
+    ((1 - w) * logprob + w * ctc_logprob) with it (seq2seq.inference.ctc). attention:
+    [len(tokens) + 1, S_real] cross-attention weights over the real source positions, when
+    `attention_layer` is set.
     """
 
     tokens: list[int]
@@ -71,6 +74,7 @@ class Hypothesis:
     logprob: float
     token_logprobs: list[float]
     attention: Tensor | None = None
+    ctc_logprob: float | None = None  # log P_CTC(tokens | source), with decoding.ctc_weight > 0
 
 
 class Candidates(NamedTuple):
@@ -300,6 +304,7 @@ class _Search:
     def run(self, src: Any) -> list[list[Hypothesis]]:
         cfg, model = self.cfg, self.model
         memory, pad_mask = model.encode(src)  # [N, S, D], [N, S]
+        encoded = memory, pad_mask
         n_src, device = memory.size(0), memory.device
         if n_src == 0:
             return []
@@ -378,7 +383,35 @@ class _Search:
             rows = rows.append(cont.tokens, cont.logprob, step_attn)
             scores = cont.scores.view(-1)
 
+        if cfg.ctc_weight > 0:
+            self._rescore_with_ctc(*encoded)
         return [self._nbest(hyps) for hyps in self.finished]
+
+    def _rescore_with_ctc(self, memory: Tensor, pad_mask: Tensor) -> None:
+        """decoding.ctc_weight: add each source's CTC best path to its finished hypotheses and score
+        them all with attention and CTC together (see seq2seq.inference.ctc)."""
+        cfg, w = self.cfg, self.cfg.ctc_weight
+        log_probs = ctc_log_probs(self.model, memory)
+        sources, paths = [], []
+        for source, tokens in enumerate(ctc_best_path(log_probs, pad_mask, cfg.pad_id)):
+            if len(tokens) >= cfg.min_len and all(h.tokens != tokens for h in self.finished[source]):
+                sources.append(source)
+                paths.append(tokens)
+        scored = attention_log_probs(self.model, memory, pad_mask, sources, paths, cfg.bos_id, cfg.eos_id, cfg.pad_id,
+                                     cfg.attention_layer)
+        for source, tokens, (lps, attention) in zip(sources, paths, scored):
+            if attention is not None:
+                attention = attention[:, self.real_positions[source]]
+            self.finished[source].append(Hypothesis(tokens, 0.0, sum(lps), lps, attention))
+        pairs = [(source, h) for source, hyps in enumerate(self.finished) for h in hyps]
+        ctc = ctc_log_likelihood(log_probs, pad_mask, [s for s, _ in pairs], [h.tokens for _, h in pairs], cfg.pad_id)
+        for (_, h), value in zip(pairs, ctc):
+            h.ctc_logprob = value
+        for hyps in self.finished:
+            if any(h.ctc_logprob > NEG_INF for h in hyps):  # else CTC can align none: attention stands
+                for h in hyps:
+                    combined = (1 - w) * h.logprob + w * h.ctc_logprob
+                    h.score = combined / length_penalty(len(h.tokens) + 1, cfg.lenpen)
 
     def _arange(self, n: int) -> Tensor:
         if n not in self._aranges:

@@ -111,7 +111,11 @@ class Translator:
         """The model's decoding defaults with `options` applied (e.g. beam=5, lenpen=0.6), by
         `resolve_search`; max_len is capped at model.max_positions - 1. ValueError with a readable
         message for unknown, mistyped or conflicting options."""
-        return resolve_search(self.defaults, options, self.loaded.config.model)
+        cfg = resolve_search(self.defaults, options, self.loaded.config.model)
+        if cfg.ctc_weight > 0 and not self.loaded.config.training.ctc_weight:
+            raise ValueError(f"ctc_weight {cfg.ctc_weight}: {self.loaded.path} was trained without CTC "
+                             "(training.ctc_weight 0), so it has no CTC head to rescore with")
+        return cfg
 
     def translate(self, texts: list[str], **options: Any) -> list[str]:
         """Best translation of each text, in input order ("" for an empty or blank text)."""

@@ -112,8 +112,11 @@ class Decoder(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """As `features`, projected to the vocabulary: (logits [B, T, V], attention or None)."""
         x, attention = self.features(tgt, memory, memory_pad_mask, cache, attention_layer)
-        logits = F.linear(x, self.embed.tokens.weight) if self.output is None else self.output(x)
-        return logits, attention
+        return self.project(x), attention
+
+    def project(self, x: Tensor) -> Tensor:
+        """The output projection: states [..., D] -> logits [..., V] (also of encoder memory, for CTC)."""
+        return F.linear(x, self.embed.tokens.weight) if self.output is None else self.output(x)
 
 
 class Seq2SeqTransformer(nn.Module):

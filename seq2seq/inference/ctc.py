@@ -1,0 +1,84 @@
+"""Hybrid CTC/attention decoding: the n-best of the attention search rescored with the CTC head.
+
+A model trained with `training.ctc_weight` > 0 has a CTC head for free: its encoder memory, projected
+by the decoder's output weights (pad = blank), gives per-position token log-probabilities
+(`seq2seq.training.loss.ctc_loss`). The attention decoder alone may skip or repeat a token while it
+reads the right symbols (a digit string "81" read as "811"); CTC scores whole sequences against the
+memory in order, so it tells such readings apart. With `decoding.ctc_weight` w > 0 each source's
+candidates, the attention search's finished hypotheses plus the CTC greedy (best-path) reading, are
+scored
+
+    score = ((1 - w) * attention log-probability + w * CTC log-likelihood) / length penalty
+
+(as ESPnet's joint decoding weighs the two, applied here to complete hypotheses: attention
+rescoring in the manner of WeNet, with the CTC best path added to the candidates). A candidate that
+CTC cannot align (more tokens than the memory has positions) scores -inf; when CTC can align none
+of a source's candidates, the attention scores stand.
+
+Shapes: memory [N, S, D], memory_pad_mask [N, S] (True = padding), V the target vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def ctc_log_probs(model: Any, memory: Tensor) -> Tensor:
+    """Per-position token log-probabilities of the CTC head: [N, S, D] -> [N, S, V] (fp32)."""
+    return F.log_softmax(model.decoder.project(memory).float(), dim=-1)
+
+
+def ctc_best_path(log_probs: Tensor, memory_pad_mask: Tensor, blank: int) -> list[list[int]]:
+    """The greedy CTC reading of each row: the most likely token per real position, repeats merged,
+    blanks dropped. log_probs [N, S, V] -> N token lists."""
+    best = log_probs.argmax(dim=-1).masked_fill(memory_pad_mask, blank).tolist()
+    out = []
+    for row in best:
+        tokens, previous = [], blank
+        for t in row:
+            if t != blank and t != previous:
+                tokens.append(t)
+            previous = t
+        out.append(tokens)
+    return out
+
+
+def ctc_log_likelihood(log_probs: Tensor, memory_pad_mask: Tensor, sources: list[int], hyps: list[list[int]],
+                       blank: int) -> list[float]:
+    """log P_CTC(hyps[i] | memory of source sources[i]) for each i (-inf where no alignment exists)."""
+    if not hyps:
+        return []
+    index = torch.tensor(sources, device=log_probs.device)
+    lp = log_probs.index_select(0, index).transpose(0, 1)  # [S, K, V]
+    input_lengths = (~memory_pad_mask).sum(dim=1).index_select(0, index)
+    target_lengths = torch.tensor([len(h) for h in hyps], device=log_probs.device)
+    targets = torch.tensor([t for h in hyps for t in h], dtype=torch.long, device=log_probs.device)
+    nll = F.ctc_loss(lp, targets, input_lengths, target_lengths, blank=blank, reduction="none", zero_infinity=False)
+    return [-v if math.isfinite(v) else -math.inf for v in nll.tolist()]
+
+
+def attention_log_probs(model: Any, memory: Tensor, memory_pad_mask: Tensor, sources: list[int],
+                        hyps: list[list[int]], bos: int, eos: int, pad: int,
+                        attention_layer: int | None = None) -> list[tuple[list[float], Tensor | None]]:
+    """The attention decoder's log-probability of each token of hyps[i] and of the final EOS, by
+    teacher forcing on the memory of source sources[i] (len(hyps[i]) + 1 values each), with that
+    layer's head-averaged cross-attention [len(hyps[i]) + 1, S] when `attention_layer` is set."""
+    if not hyps:
+        return []
+    index = torch.tensor(sources, device=memory.device)
+    longest = max(len(h) for h in hyps) + 1
+    tgt_in = torch.full((len(hyps), longest), pad, dtype=torch.long, device=memory.device)
+    tgt_out = torch.full_like(tgt_in, pad)
+    for i, h in enumerate(hyps):
+        tgt_in[i, : len(h) + 1] = torch.tensor([bos, *h])
+        tgt_out[i, : len(h) + 1] = torch.tensor([*h, eos])
+    logits, attention = model.decode(tgt_in, memory.index_select(0, index), memory_pad_mask.index_select(0, index),
+                                     attention_layer=attention_layer)
+    lps = F.log_softmax(logits.float(), dim=-1).gather(2, tgt_out[..., None]).squeeze(2)  # [K, T]
+    return [(lps[i, : len(h) + 1].tolist(), None if attention is None else attention[i, : len(h) + 1].float().cpu())
+            for i, h in enumerate(hyps)]
