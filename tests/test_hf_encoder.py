@@ -23,12 +23,14 @@ import torch
 import yaml
 from click.testing import CliRunner
 from PIL import Image
+from safetensors.torch import load_file
 
 transformers = pytest.importorskip("transformers", reason="the hf extra: pip install -e '.[hf]'")
 
 from seq2seq.cli import cli
 from seq2seq.config import ConfigError, ModelConfig, from_dict, load_config, to_dict
 from seq2seq.config.root import Config, config_yaml
+from seq2seq.inference.generator import Captioner
 from seq2seq.model.encoders import SourceError, get_modality
 from seq2seq.model.encoders.hf import HFEncoder, HFEncoderConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
@@ -370,6 +372,27 @@ def test_train_then_caption_offline_from_the_model_directory(caption_model, imag
     assert saved["backbone"]["model_type"] == "vit" and saved["preprocessor"]["size"] == {"height": 32, "width": 32}
     result = runner.invoke(cli, ["transcribe", str(model_dir), paths[0]])
     assert result.exit_code == 1 and "a model for image sources" in result.output
+
+
+def test_a_backbone_given_by_its_config_alone_trains_from_scratch(backbones, image_data, tmp_path, caplog):
+    """Without name_or_path, model.encoder.backbone / preprocessor (as the recipes' config_hf.yaml give
+    them) describe an architecture: a fresh run initialises it randomly, trains it, and the model
+    directory keeps it like a pretrained one."""
+    cfg = model_cfg(backbones["vit"]).encoder
+    out = tmp_path / "model"
+    config = train_config(image_data, backbones["vit"], out, steps=3)
+    config["model"]["encoder"] = {"type": "hf", "name_or_path": None, "backbone": cfg.backbone,
+                                  "preprocessor": cfg.preprocessor}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        run_training(load_config(tmp_path / "c.yaml"))
+    assert "randomly initialised" in caplog.text
+    saved = load_file(str(out / "model.safetensors"))
+    pretrained = transformers.ViTModel.from_pretrained(str(backbones["vit"])).state_dict()
+    ours = {k.split("backbone.", 1)[1]: v for k, v in saved.items() if "backbone." in k}
+    name = "layers.0.attention.q_proj.weight"
+    assert name in ours and not torch.allclose(ours[name], pretrained[name], atol=1e-2)  # not the checkpoint's
+    assert Captioner.load(out, device="cpu").caption(files(image_data)[:2])  # loads and reads images
 
 
 def test_export_to_a_vision_encoder_decoder_with_the_same_outputs(caption_model, image_data, tmp_path):

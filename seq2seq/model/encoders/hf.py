@@ -15,7 +15,9 @@ processor / feature extractor settings are read (from the directory, else the hu
 `preprocessor`, which the model directory's config.yaml keeps: `seq2seq caption/transcribe/serve/export`
 need neither `name_or_path` nor the network, and the backbone's weights are in model.safetensors with the
 rest of the model. Training starts from the pretrained weights (`Modality.pretrained`); loading a model
-directory builds the backbone from `backbone` and loads the saved weights into it.
+directory builds the backbone from `backbone` and loads the saved weights into it. Without `name_or_path`,
+`backbone` and `preprocessor` given in the config describe an architecture that a fresh run initialises
+randomly and trains from scratch (the recipes' `config_hf.yaml`).
 
 Sources, through the backbone's own preprocessing (its settings, transformers' PIL / numpy code):
 
@@ -234,13 +236,17 @@ def backbone_config(cfg: HFEncoderConfig) -> Any:
 
 def build_backbone(cfg: HFEncoderConfig, pretrained: bool = False) -> nn.Module:
     """The transformers module: from the saved config (its weights to be loaded), or with the pretrained
-    weights of `cfg.name_or_path` (the start of training)."""
+    weights of `cfg.name_or_path` (the start of training). At the start of training without a
+    `name_or_path` (the backbone's config given in `backbone`), the weights are transformers' random
+    initialisation of that config: the architecture trained from scratch."""
     spec = cfg.spec
     kwargs = dict(spec.kwargs)
-    if not pretrained:
-        return transformers_class(spec.model_class)(backbone_config(cfg), **kwargs)
-    if not cfg.name_or_path:
-        raise ConfigError(f"{KEY}.name_or_path is not set: the pretrained weights are read from it")
+    if not pretrained or not cfg.name_or_path:
+        model = transformers_class(spec.model_class)(backbone_config(cfg), **kwargs)
+        if pretrained:
+            log.info("backbone: %s from model.encoder.backbone, randomly initialised (%s parameters)",
+                     type(model).__name__, f"{sum(p.numel() for p in model.parameters()):,}")
+        return model
     cls = transformers_class(spec.pretrained_class)
     try:
         model = cls.from_pretrained(cfg.name_or_path, dtype=torch.float32, **kwargs)
