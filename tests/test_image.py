@@ -295,6 +295,28 @@ def test_resnet_stem_downsamples_by_two_per_stage_and_uses_batch_statistics_only
         torch.testing.assert_close(model.encode(images)[0][0], model.encode(images[:1])[0][0], atol=1e-5, rtol=1e-5)
 
 
+def test_resnet_weights_survive_a_save_and_load(tmp_path):
+    """The ResNet stem's weights (BatchNorm statistics included) are saved and loaded whole: a fresh
+    model with them gives the same memory."""
+    from seq2seq.storage.weights import load_weights, save_weights
+
+    torch.manual_seed(0)
+    cfg = model_cfg(resnet_widths=[4, 8])
+    model = Seq2SeqTransformer(cfg)
+    model.train()
+    with torch.no_grad():
+        model.encode(torch.randn(4, 3, 32, 32) * 2 + 1)  # move the running statistics off their start
+    model.eval()
+    save_weights(model.state_dict(), tmp_path / "w.safetensors")
+    saved = load_weights(tmp_path / "w.safetensors")
+    assert saved["encoder.stem.0.weight"].is_contiguous()
+    fresh = Seq2SeqTransformer(cfg).eval()
+    fresh.load_state_dict(saved)
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.encode(images)[0], model.encode(images)[0])
+
+
 def test_config_round_trip_keeps_the_image_settings(tmp_path):
     cfg = model_cfg(height=24, width=40, patch_size=8, conv_stem=True, positions="learned", mean=[0.4, 0.5, 0.6],
                     std=[0.2, 0.3, 0.4])
