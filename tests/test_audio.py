@@ -512,3 +512,37 @@ def test_digit_utterances_keep_the_official_split_and_one_speaker(tmp_path, held
     make_data.main(argv[:2] + ["--out", str(tmp_path / "b")] + argv[4:])  # seeded: the same files again
     assert (tmp_path / "a" / "test.tsv").read_text() == (tmp_path / "b" / "test.tsv").read_text()
     assert (tmp_path / "a" / rows[0]["audio"]).read_bytes() == (tmp_path / "b" / rows[0]["audio"]).read_bytes()
+
+
+@pytest.mark.parametrize("config", ["config.yaml", "config_hf.yaml"])
+def test_speech_recipe_runs_end_to_end_and_chooses_the_ctc_weight_on_val(tmp_path, config):
+    """run.py with a tiny model trained with CTC: the utterances are written at the model's rate (our
+    encoder's 8 kHz, the Whisper feature extractor's 16 kHz), the decoding ctc_weight is the val-best of
+    its candidates, and test is scored with it."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import DATA, require_data
+
+    if config == "config_hf.yaml":
+        pytest.importorskip("transformers")
+    require_data(DATA / "fsdd" / "recordings")
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "speech_digits"
+    small = (["--set", "model.encoder.backbone.d_model=32", "--set", "model.encoder.backbone.encoder_layers=1",
+              "--set", "model.encoder.backbone.encoder_ffn_dim=64"] if config == "config_hf.yaml" else [])
+    result = subprocess.run(
+        [sys.executable, str(recipe / "run.py"), "--data-dir", str(DATA / "fsdd" / "recordings"), "--config",
+         str(recipe / config), "--output-dir", str(tmp_path / "run"), "--n-train", "24", "--n-val", "8",
+         "--n-test", "8", "--set", "training.max_steps=3", "--set", "training.valid_every=3", "--set",
+         "training.ctc_weight=0.3", "--set", "model.d_model=32", "--set", "model.ffn_dim=64", "--set",
+         "model.layers=1", "--set", "model.heads=2", "--set", "training.threads=1", "--beam", "2", *small],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "results.json").read_text())
+    vals = report["val_ctc_weight"]
+    assert set(vals) == {"0.0", "0.3", "0.5", "0.7", "1.0"} and vals[str(report["ctc_weight"])] == min(vals.values())
+    assert report["val"]["wer"] == min(vals.values()) and report["test"]["utterances"] == 8
+    rate = sf.info(next((tmp_path / "run" / "data" / "wav" / "test").glob("*.wav"))).samplerate
+    assert rate == (16000 if config == "config_hf.yaml" else 8000)

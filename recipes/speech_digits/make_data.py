@@ -19,12 +19,19 @@ shuffle of the speakers, ordered by gender when the meta file gives it, hands --
 and then --val-speakers (6) evenly spaced speakers to test and val (so each gets its share of the 12
 women), the rest (48) to train; every recording of a speaker belongs to that speaker's split.
 
+--synthetic DIR (recordings written by synth.py: the ten digits spoken by espeak-ng voices, in
+FSDD's naming `{digit}_{voice}_{take}.wav`) builds --synthetic-share (default 0.5) of the TRAIN
+utterances from those voices instead, one voice per utterance, the voices taking turns as the real
+speakers do; the rest of train, and all of val and test, stay real recordings. Without it the
+output is the same, byte for byte, as before the option existed.
+
 Writes OUT/{train,val,test}.tsv (columns `audio`, `text`, `speaker` and `recordings`, the corpus files
 used; audio paths relative to OUT)
 and OUT/wav/<split>/*.wav (16-bit PCM, --sample-rate).
 
     python recipes/speech_digits/make_data.py --data-dir ../shared/data/fsdd/recordings --out runs/digits/data
     python recipes/speech_digits/make_data.py --corpus audiomnist --data-dir AudioMNIST --out runs/amnist/data
+    python recipes/speech_digits/make_data.py --data-dir ... --out runs/synth/data --synthetic runs/synth/voices
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ TEST_INDICES = range(5)
 TRAIN_INDICES = range(5, 45)
 VAL_INDICES = range(45, 50)
 AUDIOMNIST_NAME = re.compile(r"^(\d)_(\d+)_(\d+)\.wav$")
+SYNTHETIC_NAME = re.compile(r"^(\d)_([A-Za-z0-9-]+)_(\d+)\.wav$")  # synth.py's {digit}_{voice}_{take}.wav
 AUDIOMNIST_GIT = "https://github.com/soerenab/AudioMNIST.git"
 
 log = logging.getLogger("make_data")
@@ -75,6 +83,22 @@ def read_recordings(data_dir: Path, rate: int = SAMPLE_RATE) -> dict[tuple[str, 
             out[(m.group(2), int(m.group(1)), int(m.group(3)))] = read_wav(path, rate)
     if not out:
         raise SystemExit(f"error: no FSDD recordings ({{digit}}_{{speaker}}_{{index}}.wav) in {data_dir}")
+    return out
+
+
+def read_synthetic(folder: Path, rate: int = SAMPLE_RATE) -> dict[tuple[str, int, int], np.ndarray]:
+    """synth.py's output: (voice, digit, take) -> float32 waveform at `rate`."""
+    if not folder.is_dir():
+        raise SystemExit(f"error: --synthetic {folder} is not a directory "
+                         "(write it with recipes/speech_digits/synth.py)")
+    out = {}
+    for path in sorted(folder.glob("*.wav")):
+        m = SYNTHETIC_NAME.match(path.name)
+        if m:
+            out[(m.group(2), int(m.group(1)), int(m.group(3)))] = read_wav(path, rate)
+    if not out:
+        raise SystemExit(f"error: no synthetic recordings ({{digit}}_{{voice}}_{{take}}.wav) in {folder} "
+                         "(write them with recipes/speech_digits/synth.py)")
     return out
 
 
@@ -191,30 +215,49 @@ def make_utterance(rng: np.random.Generator, pool: dict[int, list[tuple[str, np.
     return x, " ".join(WORDS[int(d)] for d in digits), names
 
 
-def write_split(name: str, count: int, speakers: list[str], indices, recordings, out: Path, rng, args) -> dict:
-    """`count` utterances from the recordings of `speakers` whose index is in `indices` (None: all)."""
-    pools = {s: defaultdict(list) for s in speakers}
+def write_split(name: str, count: int, speakers: list[str], indices, recordings, out: Path, rng, args,
+                synthetic: dict | None = None, share: float = 0.0) -> dict:
+    """`count` utterances from the recordings of `speakers` whose index is in `indices` (None: all);
+    with `synthetic` ({(voice, digit, take): waveform}), round(count * share) of them, spread evenly,
+    from its voices (all takes) instead. The speakers, and the voices, take turns."""
+    voices = sorted({v for v, _, _ in synthetic}) if synthetic else []
+    if set(voices) & set(speakers):
+        raise SystemExit(f"error: synthetic voices named as real speakers: {sorted(set(voices) & set(speakers))}")
+    pools = {s: defaultdict(list) for s in [*speakers, *voices]}
+    real_speakers = set(speakers)
     for (speaker, digit, index), x in recordings.items():
-        if speaker in pools and (indices is None or index in indices):
+        if speaker in real_speakers and (indices is None or index in indices):
             pools[speaker][digit].append((f"{digit}_{speaker}_{index}", x))
-    for s in speakers:
+    for (voice, digit, take), x in (synthetic or {}).items():
+        pools[voice][digit].append((f"{digit}_{voice}_{take}", x))
+    for s in pools:
         missing = [d for d in range(10) if not pools[s][d]]
         if missing:
             raise SystemExit(f"error: speaker {s} has no {name} recordings of digits {missing}")
+    n_synthetic = round(count * share) if voices else 0
     wav_dir = out / "wav" / name
     wav_dir.mkdir(parents=True, exist_ok=True)
     seconds = 0.0
     with open(out / f"{name}.tsv", "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f, delimiter="\t", lineterminator="\n")
         w.writerow(["audio", "text", "speaker", "recordings"])
+        real = synth = 0
         for i in range(count):
-            speaker = speakers[i % len(speakers)]  # balanced speakers
+            if (i + 1) * n_synthetic // count > i * n_synthetic // count:  # n_synthetic of count, evenly spread
+                speaker = voices[synth % len(voices)]
+                synth += 1
+            else:
+                speaker = speakers[real % len(speakers)]  # balanced speakers
+                real += 1
             x, text, names = make_utterance(rng, pools[speaker], args)
             rel = f"wav/{name}/{name}_{i:05d}_{speaker}.wav"
             sf.write(out / rel, x, args.sample_rate, subtype="PCM_16")
             w.writerow([rel, text, speaker, " ".join(names)])
             seconds += len(x) / args.sample_rate
-    return {"utterances": count, "hours": round(seconds / 3600, 3), "speakers": speakers}
+    result = {"utterances": count, "hours": round(seconds / 3600, 3), "speakers": speakers}
+    if voices:
+        result.update(synthetic_utterances=n_synthetic, synthetic_voices=voices)
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -237,10 +280,22 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--min-snr", type=float, default=20.0, help="white-noise SNR (dB) range")
     p.add_argument("--max-snr", type=float, default=40.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--synthetic", type=Path, default=None, metavar="DIR",
+                   help="synth.py's output: build part of the TRAIN utterances from its voices")
+    p.add_argument("--synthetic-share", type=float, default=None, metavar="F",
+                   help="share of the train utterances from --synthetic voices (default 0.5)")
     args = p.parse_args(argv)
     if not args.data_dir.is_dir():
         raise SystemExit(f"error: --data-dir {args.data_dir} is not a directory")
-    summary = {"args": {k: str(v) for k, v in vars(args).items()}}
+    if args.synthetic is None:
+        if args.synthetic_share is not None:
+            raise SystemExit("error: --synthetic-share needs --synthetic DIR")
+    elif args.synthetic_share is None:
+        args.synthetic_share = 0.5
+    elif not 0.0 <= args.synthetic_share <= 1.0:
+        raise SystemExit(f"error: --synthetic-share {args.synthetic_share} is not between 0 and 1")
+    skip = () if args.synthetic else ("synthetic", "synthetic_share")  # summary.json as before without them
+    summary = {"args": {k: str(v) for k, v in vars(args).items() if k not in skip}}
     if args.corpus == "audiomnist":
         if args.test_speaker is not None:
             raise SystemExit("error: --test-speaker is for FSDD; AudioMNIST's test speakers come from --test-speakers")
@@ -259,11 +314,20 @@ def main(argv: list[str] | None = None) -> dict:
             test_indices = range(50)
         plan = [("train", args.n_train, train_speakers, TRAIN_INDICES), ("val", args.n_val, train_speakers, VAL_INDICES),
                 ("test", args.n_test, test_speakers, test_indices)]
+    synthetic = None
+    if args.synthetic is not None:
+        synthetic = read_synthetic(args.synthetic, args.sample_rate)
+        voices = sorted({v for v, _, _ in synthetic})
+        summary["synthetic"] = {"dir": str(args.synthetic), "share": args.synthetic_share, "voices": voices,
+                                "recordings": len(synthetic)}
+        print(f"synthetic: {len(voices)} voices, {len(synthetic)} recordings from {args.synthetic} for "
+              f"{args.synthetic_share:.0%} of train", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     # One generator per split, so that e.g. --n-train does not change the val and test sets.
     for k, (name, count, speakers, indices) in enumerate(plan):
         rng = np.random.default_rng([args.seed, k])
-        summary[name] = write_split(name, count, speakers, indices, recordings, args.out, rng, args)
+        extra = {"synthetic": synthetic, "share": args.synthetic_share} if synthetic and name == "train" else {}
+        summary[name] = write_split(name, count, speakers, indices, recordings, args.out, rng, args, **extra)
         print(f"{name}: {summary[name]['utterances']} utterances, {summary[name]['hours']} h", file=sys.stderr)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -7,6 +7,7 @@
     python recipes/speech_digits/run.py --data-dir ... --loso --minutes 8                         # all five
     python recipes/speech_digits/run.py --corpus audiomnist --data-dir AudioMNIST                 # 60 speakers
     python recipes/speech_digits/run.py --corpus audiomnist --download AudioMNIST                 # git clone first
+    python recipes/speech_digits/run.py --data-dir ... --loso --synthetic runs/synth              # + espeak-ng voices
 
 Standard mode trains on all five speakers' train-split recordings (FSDD indices 5-44; 45-49 make the
 validation utterances, on which settings were chosen) and tests on utterances built only from the
@@ -16,12 +17,18 @@ training). AudioMNIST (--corpus audiomnist) splits by speaker: 48 train, 6 val a
 (--val-speakers, --test-speakers; make_data.py says how they are chosen), so val and test are both
 voices never heard in training. Utterances, models and results go under --output-dir OUT: OUT/data,
 OUT/model, OUT/{val,test}.hyp.tsv, OUT/results.json (LOSO: OUT/loso/<speaker>/...).
+
+--synthetic DIR (written by synth.py) builds --synthetic-share (default 0.5) of the TRAIN utterances
+from espeak-ng voices; val and test stay real recordings. Those utterances go to
+OUT/data-synthetic-<share>-<hash of DIR and its manifest> instead of OUT/data, and a model trained on
+one data folder is never evaluated as if trained on another (--retrain or another --output-dir).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import logging
 import shutil
@@ -57,6 +64,8 @@ def build_data(args: argparse.Namespace, out: Path, test_speaker: str | None, sa
         argv += ["--val-speakers", str(args.val_speakers), "--test-speakers", str(args.test_speakers)]
     if test_speaker:
         argv += ["--test-speaker", test_speaker]
+    if args.synthetic is not None:
+        argv += ["--synthetic", str(args.synthetic), "--synthetic-share", str(args.synthetic_share)]
     summary = out / "summary.json"
     if summary.exists():
         old = json.loads(summary.read_text())["args"]
@@ -72,16 +81,35 @@ def build_data(args: argparse.Namespace, out: Path, test_speaker: str | None, sa
     return out
 
 
+def model_rate(encoder) -> int:
+    """The sample rate the model reads: our audio encoder's, or an HF backbone's feature extractor's
+    (`type: hf`, config_hf.yaml); the utterances are written at it."""
+    rate = getattr(encoder, "sample_rate", None)
+    return int(rate if rate is not None else encoder.preprocessor.get("sampling_rate", make_data.SAMPLE_RATE))
+
+
+def data_dir_name(args: argparse.Namespace) -> str:
+    """`data`, or with --synthetic a name that changes with the share, the directory and its manifest
+    (so utterances, and the model trained on them, are not reused for other synthetic voices)."""
+    if args.synthetic is None:
+        return "data"
+    manifest = args.synthetic / "manifest.json"
+    key = str(args.synthetic.resolve()) + "\n" + (manifest.read_text() if manifest.is_file() else "")
+    return f"data-synthetic-{args.synthetic_share:g}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+
+
 def read_table(path: Path) -> list[dict[str, str]]:
     with open(path, encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def evaluate(transcriber: Transcriber, data: Path, split: str, out: Path, beam: int | None) -> dict:
-    """Transcribe data/<split>.tsv; WER/CER overall and per speaker; hypotheses to out/<split>.hyp.tsv."""
+def evaluate(transcriber: Transcriber, data: Path, split: str, out: Path, beam: int | None,
+             options: dict | None = None) -> dict:
+    """Transcribe data/<split>.tsv (with search `options`); WER/CER overall and per speaker; hypotheses to
+    out/<split>.hyp.tsv."""
     rows = read_table(data / f"{split}.tsv")
     t = time.time()
-    options = {} if beam is None else {"beam": beam}
+    options = ({} if beam is None else {"beam": beam}) | (options or {})
     hyps = transcriber.transcribe([str(data / r["audio"]) for r in rows], **options)
     seconds = time.time() - t
     refs = [r["text"] for r in rows]
@@ -108,24 +136,32 @@ def evaluate(transcriber: Transcriber, data: Path, split: str, out: Path, beam: 
 
 def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    data = out / "data"
+    data = out / data_dir_name(args)
     model_dir = out / "model"
     overrides = [f"data.train={data / 'train.tsv'}", f"data.valid={data / 'val.tsv'}",
                  f"training.output_dir={model_dir}", *args.set]
     if args.minutes is not None:
         overrides.append(f"training.max_time_minutes={args.minutes}")
     cfg = load_config(args.config, overrides)
-    build_data(args, data, test_speaker, cfg.model.encoder.sample_rate)  # at the model's rate
     train_minutes = None
     done = model_dir / "recipe_trained"  # written when training ended; without it a run was interrupted
+    stamp = model_dir / "recipe_data"  # the name of the data folder it was trained on ("data" before it existed)
     if args.retrain and model_dir.exists():
         shutil.rmtree(model_dir)
+    if done.exists() or (model_dir / "train_state").exists():
+        trained_on = stamp.read_text().strip() if stamp.exists() else "data"
+        if trained_on != data.name:
+            raise SystemExit(f"error: {model_dir} was trained on {out / trained_on}, not on {data}: pass --retrain "
+                             "to train it again, or another --output-dir")
+    build_data(args, data, test_speaker, model_rate(cfg.model.encoder))
     if done.exists():
         log.info("%s already holds a trained model: evaluating it (--retrain to train again)", model_dir)
     else:
         resume = (model_dir / "train_state").exists()
         if resume:
             log.info("resuming the interrupted run in %s", model_dir)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(data.name + "\n")
         t = time.time()
         run_training(cfg, resume=resume, config_source=str(args.config))
         train_minutes = round((time.time() - t) / 60, 2)
@@ -138,9 +174,19 @@ def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> di
         "training": {k: metadata.get(k) for k in ("step", "best_metric", "best_score", "best_step", "training_minutes")
                      if k in metadata},
         "max_time_minutes": cfg.training.max_time_minutes,
-        "val": evaluate(transcriber, data, "val", out, args.beam),
-        "test": evaluate(transcriber, data, "test", out, args.beam),
     }
+    # A model trained with CTC (training.ctc_weight) may be decoded with its CTC head's rescoring
+    # (decoding.ctc_weight): the weight is chosen on val WER, test is decoded once with it.
+    weights = [0.0, 0.3, 0.5, 0.7, 1.0] if cfg.training.ctc_weight else [0.0]
+    vals = {w: evaluate(transcriber, data, "val", out, args.beam, {"ctc_weight": w} if w else None) for w in weights}
+    chosen = min(weights, key=lambda w: vals[w]["wer"])  # the first of equals: no rescoring
+    if len(weights) > 1:
+        log.info("decoding.ctc_weight chosen on val WER: %g (%s)", chosen,
+                 ", ".join(f"{w:g}: {v['wer']:.2f}" for w, v in vals.items()))
+        result["val_ctc_weight"] = {str(w): v["wer"] for w, v in vals.items()}
+        evaluate(transcriber, data, "val", out, args.beam, {"ctc_weight": chosen} if chosen else None)  # its hyp file
+    result.update(ctc_weight=chosen, val=vals[chosen],
+                  test=evaluate(transcriber, data, "test", out, args.beam, {"ctc_weight": chosen} if chosen else None))
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -167,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-val", type=int, default=300)
     p.add_argument("--n-test", type=int, default=500)
     p.add_argument("--seed", type=int, default=1, help="data seed")
+    p.add_argument("--synthetic", type=Path, default=None, metavar="DIR",
+                   help="synth.py's espeak-ng voices: build part of the TRAIN utterances from them (never val/test)")
+    p.add_argument("--synthetic-share", type=float, default=None, metavar="F",
+                   help="share of the train utterances from --synthetic voices (default 0.5)")
     p.add_argument("--beam", type=int, default=None, help="beam size for evaluation (default: the config's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     p.add_argument("--retrain", action="store_true", help="train again even if OUT holds a model")
@@ -181,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         args.data_dir = make_data.download_audiomnist(args.download)
     if args.data_dir is None:
         p.error("give --data-dir (or, for AudioMNIST, --download DIR)")
+    if args.synthetic is None:
+        if args.synthetic_share is not None:
+            p.error("--synthetic-share needs --synthetic DIR")
+    elif not args.synthetic.is_dir():
+        p.error(f"--synthetic {args.synthetic} is not a directory (write it with recipes/speech_digits/synth.py)")
+    elif args.synthetic_share is None:
+        args.synthetic_share = 0.5
+    elif not 0.0 <= args.synthetic_share <= 1.0:
+        p.error(f"--synthetic-share {args.synthetic_share} is not between 0 and 1")
     if args.corpus == "audiomnist":
         make_data.audiomnist_dir(args.data_dir)  # a wrong directory fails here, before anything is written
     speakers = make_data.SPEAKERS if args.loso else args.test_speaker
