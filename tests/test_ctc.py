@@ -66,7 +66,6 @@ def test_rescored_scores_mix_attention_and_ctc_and_the_best_path_competes(strate
     model = tiny_model(2)
     base = dict(strategy=strategy, beam=4 if strategy == "beam" else 1, max_len_a=0.0, max_len_b=5,
                 early_stopping=False, lenpen=0.6)
-    plain = search(model, SRC, SearchConfig(**base, nbest=base["beam"]))
     memory, mask = model.encode(SRC)
     log_probs = ctc_log_probs(model, memory)
     paths = ctc_best_path(log_probs, mask, PAD)
@@ -75,11 +74,14 @@ def test_rescored_scores_mix_attention_and_ctc_and_the_best_path_competes(strate
         for s, hyps in enumerate(mixed):
             assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
             for h in hyps:
-                assert h.ctc_logprob == pytest.approx(ctc_log_likelihood(log_probs, mask, [s], [h.tokens], PAD)[0], abs=1e-4)
+                ctc = ctc_log_likelihood(log_probs, mask, [s], [h.tokens], PAD)[0]
+                assert h.ctc_logprob == pytest.approx(ctc, abs=1e-4)
                 expected = ((1 - w) * h.logprob + w * h.ctc_logprob) / length_penalty(len(h.tokens) + 1, 0.6)
                 assert h.score == pytest.approx(expected, abs=1e-4)
-            plain_tokens = {tuple(h.tokens) for h in plain[s]}
-            assert {tuple(h.tokens) for h in hyps} <= plain_tokens | {tuple(paths[s])}  # nothing else comes in
+            forced = attention_log_probs(model, memory, mask, [s] * len(hyps), [h.tokens for h in hyps], BOS, EOS,
+                                         PAD)
+            for h, (lps, _) in zip(hyps, forced):  # search's own hypotheses and the added best path alike
+                assert h.logprob == pytest.approx(sum(lps), abs=1e-4)
             if w == 1.0 and paths[s]:  # the CTC best path was a candidate: nothing chosen scores below it
                 best_path = ctc_log_likelihood(log_probs, mask, [s], [paths[s]], PAD)[0]
                 assert hyps[0].score >= best_path / length_penalty(len(paths[s]) + 1, 0.6) - 1e-5
