@@ -178,15 +178,17 @@ def run_one(args: argparse.Namespace, out: Path, test_speaker: str | None) -> di
     # A model trained with CTC (training.ctc_weight) may be decoded with its CTC head's rescoring
     # (decoding.ctc_weight): the weight is chosen on val WER, test is decoded once with it.
     weights = [0.0, 0.3, 0.5, 0.7, 1.0] if cfg.training.ctc_weight else [0.0]
-    vals = {w: evaluate(transcriber, data, "val", out, args.beam, {"ctc_weight": w} if w else None) for w in weights}
+    # Each candidate is explicit (0: attention only, whatever the config's decoding.ctc_weight says).
+    vals = {w: evaluate(transcriber, data, "val", out, args.beam, {"ctc_weight": w}) for w in weights}
     chosen = min(weights, key=lambda w: vals[w]["wer"])  # the first of equals: no rescoring
     if len(weights) > 1:
         log.info("decoding.ctc_weight chosen on val WER: %g (%s)", chosen,
                  ", ".join(f"{w:g}: {v['wer']:.2f}" for w, v in vals.items()))
         result["val_ctc_weight"] = {str(w): v["wer"] for w, v in vals.items()}
-        evaluate(transcriber, data, "val", out, args.beam, {"ctc_weight": chosen} if chosen else None)  # its hyp file
+    if chosen != weights[-1]:  # val.hyp.tsv holds the last candidate's hypotheses: write the chosen one's
+        evaluate(transcriber, data, "val", out, args.beam, {"ctc_weight": chosen})
     result.update(ctc_weight=chosen, val=vals[chosen],
-                  test=evaluate(transcriber, data, "test", out, args.beam, {"ctc_weight": chosen} if chosen else None))
+                  test=evaluate(transcriber, data, "test", out, args.beam, {"ctc_weight": chosen}))
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
