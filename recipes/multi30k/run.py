@@ -31,7 +31,8 @@ from seq2seq.storage.weights import save_weights  # noqa: E402
 from seq2seq.cli.common import user_error_types  # noqa: E402
 from seq2seq.data import DataError, read_lines  # noqa: E402
 from seq2seq.training.experiment import run_training  # noqa: E402
-from seq2seq.config import load_config
+from seq2seq.config import Config, load_config  # noqa: E402
+from seq2seq.training.throughput import estimate_steps  # noqa: E402
 from seq2seq.text.metrics import format_scores, score  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -41,6 +42,15 @@ SPLITS = ("train", "val", "test_2016_flickr")
 
 
 MAX_LENPEN = 10.0  # a bound for the climb only; no model has needed more than ~3
+
+# A machine that trains fewer than SLOW_STEPS steps in the time budget (half of what the reference
+# machine does in 60 minutes) trains with SLOW_SETTINGS instead: half the batch, so twice the updates
+# in the same time (with a lower peak rate, and validation/checkpoints at the same times), and no
+# subword sampling, which pays off only past ~4,000 steps. Chosen on val on the AVX2 stand-in for a
+# slow laptop (one core, instruction set forced to AVX2): README "Slow machines".
+SLOW_STEPS = 3000
+SLOW_SETTINGS = ("training.max_tokens=1600", "training.lr=0.002", "data.subword_alpha=null",
+                 "training.valid_every=2000", "training.checkpoint_every=400")
 
 
 def climb(value_at: Callable[[float], float], start: float, step: float, low: float, high: float) -> float:
@@ -73,6 +83,28 @@ def download(target: Path, langs: tuple[str, ...]) -> None:
                                     "pass --data-dir with a local copy instead") from None
 
 
+def setting(cfg: Config, key: str) -> object:
+    section, name = key.split("=")[0].split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def adapt_to_machine(config: Path, overrides: list[str], out: Path) -> dict[str, object]:
+    """The settings for this machine's speed: SLOW_SETTINGS where the time budget holds fewer than
+    SLOW_STEPS steps (a short probe of the model estimates them), else none. A resumed run keeps
+    what its own config.yaml says. Returns {"estimated_steps", "overrides"}."""
+    model_dir = ModelDir(out)
+    if model_dir.train_state() is not None and model_dir.config_path.is_file():
+        saved, slow = model_dir.config(), load_config(config, [*overrides, *SLOW_SETTINGS])
+        was_slow = all(setting(saved, key) == setting(slow, key) for key in SLOW_SETTINGS)
+        return {"estimated_steps": None, "overrides": list(SLOW_SETTINGS) if was_slow else []}
+    steps = estimate_steps(load_config(config, overrides))
+    adapted = list(SLOW_SETTINGS) if steps is not None and steps < SLOW_STEPS else []
+    if adapted:
+        log.info("a slow machine (about %d steps in the budget, fewer than %d): training with %s",
+                 steps, SLOW_STEPS, " ".join(adapted))
+    return {"estimated_steps": steps, "overrides": adapted}
+
+
 @functools.lru_cache(maxsize=None)
 def translator(model_dir: Path, weights: Path) -> Translator:
     return Translator.load(model_dir, device="cpu", weights=weights)
@@ -97,6 +129,8 @@ def main() -> None:
     p.add_argument("--skip-train", action="store_true", help="reuse a trained model directory")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    p.add_argument("--no-adapt", action="store_true",
+                   help="keep the config's settings on a slow machine (see SLOW_STEPS in this script)")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("datasets").setLevel(logging.WARNING)
@@ -106,20 +140,26 @@ def main() -> None:
         download(args.download, (args.src, args.tgt))
         data = args.download
     out = args.output_dir or ROOT / "runs" / f"multi30k_{args.src}_{args.tgt}"
-    overrides = [
+    paths = [
         f"data.train_src={data}/train.{args.src}.gz", f"data.train_tgt={data}/train.{args.tgt}.gz",
         f"data.valid_src={data}/val.{args.src}.gz", f"data.valid_tgt={data}/val.{args.tgt}.gz",
-        f"training.output_dir={out}", *args.overrides,
+        f"training.output_dir={out}",
     ]
     if args.minutes is not None and args.steps is not None:
         p.error("give --minutes or --steps, not both")
     if args.steps is not None and args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
+    budget = []
     if args.minutes is not None:
-        overrides.append(f"training.max_time_minutes={args.minutes}")
+        budget.append(f"training.max_time_minutes={args.minutes}")
     if args.steps is not None:
-        overrides += [f"training.max_steps={args.steps}", "training.max_time_minutes=null"]
-    cfg = load_config(args.config, overrides)
+        budget += [f"training.max_steps={args.steps}", "training.max_time_minutes=null"]
+    user = [*paths, *args.overrides, *budget]
+    machine = {"estimated_steps": None, "overrides": []}
+    finished = ModelDir(out).train_state() is None and ModelDir(out).weights_path.is_file()
+    if not (args.skip_train or args.no_adapt or finished):  # (training refuses to replace a finished model)
+        machine = adapt_to_machine(args.config, user, out)
+    cfg = load_config(args.config, [*paths, *machine["overrides"], *args.overrides, *budget])  # --set wins
 
     t0 = time.perf_counter()
     if not args.skip_train:
@@ -172,6 +212,8 @@ def main() -> None:
     meta = model_dir.metadata()
     report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
                   steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
+    if not args.skip_train:
+        report["machine"] = machine  # what the throughput probe found, and the settings it chose
     write_json_atomic(out / "recipe_results.json", report)
     print(f"\nresults: {out / 'recipe_results.json'}; learning curves: {out / 'curves.png'}")
 

@@ -1,0 +1,81 @@
+"""The throughput probe (seq2seq.training.throughput) and the Multi30K recipe's choice of settings for a
+slow machine from it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from seq2seq.config import Config, ConfigError, load_config
+from seq2seq.training import throughput
+from test_recipe import RECIPE, load_recipe
+
+TINY = ["model.d_model=32", "model.heads=2", "model.ffn_dim=64", "model.layers=1", "tokenizer.vocab_size=200",
+        "training.max_tokens=256", "training.threads=1"]
+
+
+def tiny_config(*overrides: str) -> Config:
+    return load_config(RECIPE.parents[2] / "configs" / "multi30k_en_de.yaml", [*TINY, *overrides])
+
+
+def test_the_probe_times_steps_after_a_warm_up_step():
+    # a clock whose first step takes 5 s (kernels being built) and the three timed ones 0.2, 0.3, 0.25 s
+    ticks = itertools.accumulate([0.0, 5.0, 0.0, 0.2, 0.0, 0.3, 0.0, 0.25])
+    seconds = throughput.probe_step_seconds(tiny_config(), steps=3, clock=ticks.__next__)
+    assert seconds == pytest.approx(0.25)  # the median of the timed steps; the warm-up step is not one
+
+
+def test_the_probe_really_trains_the_model_it_times():
+    assert 0.0 < throughput.probe_step_seconds(tiny_config(), steps=1) < 60.0
+
+
+def test_the_estimate_is_the_budget_over_the_step_time_capped_by_max_steps():
+    cfg = tiny_config("training.max_time_minutes=10", "training.max_steps=100000")
+    assert throughput.estimate_steps(cfg, step_seconds=0.5) == int(600 * throughput.STEP_SHARE / 0.5)
+    capped = tiny_config("training.max_time_minutes=10", "training.max_steps=300")
+    assert throughput.estimate_steps(capped, step_seconds=0.5) == 300
+    assert throughput.estimate_steps(tiny_config("training.max_time_minutes=null"), step_seconds=0.5) is None
+
+
+def test_the_probe_refuses_a_media_model_with_one_line():
+    cfg = load_config(RECIPE.parents[2] / "recipes" / "captioning" / "config.yaml")
+    with pytest.raises(ConfigError, match="text models only"):
+        throughput.probe_step_seconds(cfg)
+
+
+@pytest.mark.parametrize("estimated, slow", [(1800, True), (2999, True), (3000, False), (6000, False)])
+def test_the_recipe_trains_a_slow_machine_with_the_slow_settings(tmp_path, monkeypatch, estimated, slow):
+    recipe = load_recipe()
+    monkeypatch.setattr(recipe, "estimate_steps", lambda cfg: estimated)
+    machine = recipe.adapt_to_machine(recipe.ROOT / "configs" / "multi30k_en_de.yaml", [], tmp_path / "run")
+    assert machine == {"estimated_steps": estimated, "overrides": list(recipe.SLOW_SETTINGS) if slow else []}
+    assert not (tmp_path / "run").exists()  # nothing is written before training starts
+
+
+def test_a_step_budget_keeps_the_config_whatever_the_machine(tmp_path):
+    recipe = load_recipe()
+    machine = recipe.adapt_to_machine(recipe.ROOT / "configs" / "multi30k_en_de.yaml",
+                                      ["training.max_time_minutes=null", "training.max_steps=4200"], tmp_path)
+    assert machine == {"estimated_steps": None, "overrides": []}
+
+
+@pytest.mark.parametrize("was_slow", [True, False])
+def test_a_resumed_run_keeps_the_settings_it_started_with(tmp_path, monkeypatch, was_slow):
+    from seq2seq.config.root import config_yaml
+    from seq2seq.storage.model_dir import ModelDir
+
+    recipe = load_recipe()
+    config = recipe.ROOT / "configs" / "multi30k_en_de.yaml"
+    model_dir = ModelDir(tmp_path)
+    started = load_config(config, list(recipe.SLOW_SETTINGS) if was_slow else [])
+    model_dir.config_path.write_text(config_yaml(started), encoding="utf-8")
+    (tmp_path / model_dir.TRAIN_STATE).mkdir()
+    (tmp_path / model_dir.TRAIN_STATE / "COMPLETE").write_text("")
+
+    def no_probe(cfg):
+        raise AssertionError("a resumed run must not probe the machine again")
+
+    monkeypatch.setattr(recipe, "estimate_steps", no_probe)
+    machine = recipe.adapt_to_machine(config, [], tmp_path)
+    assert machine["overrides"] == (list(recipe.SLOW_SETTINGS) if was_slow else [])
