@@ -514,11 +514,11 @@ def test_digit_utterances_keep_the_official_split_and_one_speaker(tmp_path, held
     assert (tmp_path / "a" / rows[0]["audio"]).read_bytes() == (tmp_path / "b" / rows[0]["audio"]).read_bytes()
 
 
-@pytest.mark.parametrize("config", ["config.yaml", "config_hf.yaml"])
+@pytest.mark.parametrize("config", ["config.yaml", "config_hf.yaml", "config_hf_wav2vec2.yaml"])
 def test_speech_recipe_runs_end_to_end_and_chooses_the_ctc_weight_on_val(tmp_path, config):
     """run.py with a tiny model trained with CTC: the utterances are written at the model's rate (our
-    encoder's 8 kHz, the Whisper feature extractor's 16 kHz), the decoding ctc_weight is the val-best of
-    its candidates, and test is scored with it."""
+    encoder's and the wav2vec2 extractor's 8 kHz, the Whisper feature extractor's 16 kHz), the decoding
+    ctc_weight is the val-best of its candidates, and test is scored with it."""
     import json
     import subprocess
     import sys
@@ -526,12 +526,17 @@ def test_speech_recipe_runs_end_to_end_and_chooses_the_ctc_weight_on_val(tmp_pat
 
     from conftest import DATA, require_data
 
-    if config == "config_hf.yaml":
+    if config != "config.yaml":
         pytest.importorskip("transformers")
     require_data(DATA / "fsdd" / "recordings")
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "speech_digits"
-    small = (["--set", "model.encoder.backbone.d_model=32", "--set", "model.encoder.backbone.encoder_layers=1",
-              "--set", "model.encoder.backbone.encoder_ffn_dim=64"] if config == "config_hf.yaml" else [])
+    small = {"config.yaml": [],
+             "config_hf.yaml": ["model.encoder.backbone.d_model=32", "model.encoder.backbone.encoder_layers=1",
+                                "model.encoder.backbone.encoder_ffn_dim=64"],
+             "config_hf_wav2vec2.yaml": ["model.encoder.backbone.hidden_size=32", "model.encoder.backbone.num_hidden_layers=1",
+                                         "model.encoder.backbone.intermediate_size=64",
+                                         "model.encoder.backbone.num_attention_heads=2"]}[config]
+    small = [arg for override in small for arg in ("--set", override)]
     result = subprocess.run(
         [sys.executable, str(recipe / "run.py"), "--data-dir", str(DATA / "fsdd" / "recordings"), "--config",
          str(recipe / config), "--output-dir", str(tmp_path / "run"), "--n-train", "24", "--n-val", "8",

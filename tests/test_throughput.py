@@ -79,3 +79,18 @@ def test_a_resumed_run_keeps_the_settings_it_started_with(tmp_path, monkeypatch,
     monkeypatch.setattr(recipe, "estimate_steps", no_probe)
     machine = recipe.adapt_to_machine(config, [], tmp_path)
     assert machine["overrides"] == (list(recipe.SLOW_SETTINGS) if was_slow else [])
+
+
+def test_a_resumed_slow_run_keeps_its_settings_beside_the_users_own(tmp_path, monkeypatch):
+    from seq2seq.config.root import config_yaml
+    from seq2seq.storage.model_dir import ModelDir
+
+    recipe = load_recipe()
+    config = recipe.ROOT / "configs" / "multi30k_en_de.yaml"
+    user = ["training.max_tokens=2000"]  # the user's --set wins over SLOW_SETTINGS' max_tokens
+    model_dir = ModelDir(tmp_path)
+    model_dir.config_path.write_text(config_yaml(load_config(config, [*recipe.SLOW_SETTINGS, *user])), encoding="utf-8")
+    (tmp_path / model_dir.TRAIN_STATE).mkdir()
+    (tmp_path / model_dir.TRAIN_STATE / "COMPLETE").write_text("")
+    monkeypatch.setattr(recipe, "estimate_steps", lambda cfg: pytest.fail("probed a resumed run"))
+    assert recipe.adapt_to_machine(config, user, tmp_path)["overrides"] == list(recipe.SLOW_SETTINGS)

@@ -84,6 +84,7 @@ def download(target: Path, langs: tuple[str, ...]) -> None:
 
 
 def setting(cfg: Config, key: str) -> object:
+    """The value of an override's key ("training.lr=0.002" -> cfg.training.lr)."""
     section, name = key.split("=")[0].split(".")
     return getattr(getattr(cfg, section), name)
 
@@ -94,7 +95,7 @@ def adapt_to_machine(config: Path, overrides: list[str], out: Path) -> dict[str,
     what its own config.yaml says. Returns {"estimated_steps", "overrides"}."""
     model_dir = ModelDir(out)
     if model_dir.train_state() is not None and model_dir.config_path.is_file():
-        saved, slow = model_dir.config(), load_config(config, [*overrides, *SLOW_SETTINGS])
+        saved, slow = model_dir.config(), load_config(config, [*SLOW_SETTINGS, *overrides])  # as applied below
         was_slow = all(setting(saved, key) == setting(slow, key) for key in SLOW_SETTINGS)
         return {"estimated_steps": None, "overrides": list(SLOW_SETTINGS) if was_slow else []}
     steps = estimate_steps(load_config(config, overrides))
