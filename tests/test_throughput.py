@@ -19,6 +19,17 @@ def tiny_config(*overrides: str) -> Config:
     return load_config(RECIPE.parents[2] / "configs" / "multi30k_en_de.yaml", [*TINY, *overrides])
 
 
+def resumable_run(out, cfg: Config) -> None:
+    """A model directory holding a run to resume, trained with `cfg`."""
+    from seq2seq.config.root import config_yaml
+    from seq2seq.storage.model_dir import ModelDir
+
+    model_dir = ModelDir(out)
+    model_dir.config_path.write_text(config_yaml(cfg), encoding="utf-8")
+    (out / model_dir.TRAIN_STATE).mkdir()
+    (out / model_dir.TRAIN_STATE / "COMPLETE").write_text("")
+
+
 def test_the_probe_times_steps_after_a_warm_up_step():
     # a clock whose first step takes 5 s (kernels being built) and the three timed ones 0.2, 0.3, 0.25 s
     ticks = itertools.accumulate([0.0, 5.0, 0.0, 0.2, 0.0, 0.3, 0.0, 0.25])
@@ -62,16 +73,9 @@ def test_a_step_budget_keeps_the_config_whatever_the_machine(tmp_path):
 
 @pytest.mark.parametrize("was_slow", [True, False])
 def test_a_resumed_run_keeps_the_settings_it_started_with(tmp_path, monkeypatch, was_slow):
-    from seq2seq.config.root import config_yaml
-    from seq2seq.storage.model_dir import ModelDir
-
     recipe = load_recipe()
     config = recipe.ROOT / "configs" / "multi30k_en_de.yaml"
-    model_dir = ModelDir(tmp_path)
-    started = load_config(config, list(recipe.SLOW_SETTINGS) if was_slow else [])
-    model_dir.config_path.write_text(config_yaml(started), encoding="utf-8")
-    (tmp_path / model_dir.TRAIN_STATE).mkdir()
-    (tmp_path / model_dir.TRAIN_STATE / "COMPLETE").write_text("")
+    resumable_run(tmp_path, load_config(config, list(recipe.SLOW_SETTINGS) if was_slow else []))
 
     def no_probe(cfg):
         raise AssertionError("a resumed run must not probe the machine again")
@@ -82,15 +86,9 @@ def test_a_resumed_run_keeps_the_settings_it_started_with(tmp_path, monkeypatch,
 
 
 def test_a_resumed_slow_run_keeps_its_settings_beside_the_users_own(tmp_path, monkeypatch):
-    from seq2seq.config.root import config_yaml
-    from seq2seq.storage.model_dir import ModelDir
-
     recipe = load_recipe()
     config = recipe.ROOT / "configs" / "multi30k_en_de.yaml"
     user = ["training.max_tokens=2000"]  # the user's --set wins over SLOW_SETTINGS' max_tokens
-    model_dir = ModelDir(tmp_path)
-    model_dir.config_path.write_text(config_yaml(load_config(config, [*recipe.SLOW_SETTINGS, *user])), encoding="utf-8")
-    (tmp_path / model_dir.TRAIN_STATE).mkdir()
-    (tmp_path / model_dir.TRAIN_STATE / "COMPLETE").write_text("")
+    resumable_run(tmp_path, load_config(config, [*recipe.SLOW_SETTINGS, *user]))
     monkeypatch.setattr(recipe, "estimate_steps", lambda cfg: pytest.fail("probed a resumed run"))
     assert recipe.adapt_to_machine(config, user, tmp_path)["overrides"] == list(recipe.SLOW_SETTINGS)

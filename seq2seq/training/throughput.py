@@ -1,7 +1,7 @@
 """How many training steps a time budget buys on this machine, from a short timed probe.
 
 Budgets are wall-clock minutes, so a machine three times slower trains three times fewer steps. A
-recipe that picks its settings for the steps it will reach (e.g. a shorter warmup where it will train
+recipe that picks its settings for the steps it will reach (e.g. smaller batches where it will train
 only a few thousand) first times a few full-size training steps of its own model, on random tokens,
 with the precision, CPU variants and thread count that training will use:
 
@@ -23,13 +23,13 @@ import torch
 from seq2seq.accel.device import autocast_context
 from seq2seq.config import Config, ConfigError
 from seq2seq.model.transformer import Seq2SeqTransformer
+from seq2seq.text.tokenizer import PAD_ID
 from seq2seq.training.loss import sequence_loss
 from seq2seq.training.optim import build_optimizer
 from seq2seq.training.placement import place
 
 log = logging.getLogger(__name__)
 
-PAD_ID = 0
 # The share of the budget spent in steps like the probe's. Validation, checkpoints and the data pipeline
 # take a little time, but real batches also cost a little less than the probe's full, unpadded one: on the
 # Multi30K recipe's AVX2 one-core stand-in the probe took 1.65-1.70 s a step and training ran 2,240 steps
