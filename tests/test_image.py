@@ -49,6 +49,8 @@ def save(image: Image.Image, path: Path, **kw) -> Path:
     {"height": 16, "width": 48, "patch_size": 8, "channels": 1, "resnet_widths": [4, 6], "resnet_blocks": 2},
     {"height": 24, "width": 40, "patch_size": 8, "resnet_widths": [4, 4, 8]},
     {"height": 32, "width": 64, "patch_size": 8, "patch_height": 32, "channels": 1, "resnet_widths": [4, 8]},
+    {"height": 32, "width": 64, "patch_size": 8, "patch_height": 32, "channels": 1, "resnet_widths": [4, 8],
+     "resnet_stem_stride": 2, "resnet_blocks": 2},
     {"height": 16, "width": 24, "patch_size": 4, "patch_height": 16, "conv_stem": True, "stem_channels": 4},
 ])
 def test_encoder_shapes_mask_and_grid(encoder):
@@ -254,6 +256,8 @@ def test_config_validation_names_the_key():
         model(resnet_widths=[8], resnet_blocks=0)
     with pytest.raises(ConfigError, match=r"model\.encoder\.resnet_widths must be positive"):
         model(resnet_widths=[8, 0])
+    with pytest.raises(ConfigError, match=r"model\.encoder\.resnet_stem_stride must be 1 or 2, got 4"):
+        model(resnet_widths=[8], resnet_stem_stride=4)
     with pytest.raises(ConfigError, match=r"model\.encoder\.channels"):
         model(channels=4)
     with pytest.raises(ConfigError, match=r"model\.encoder\.mean"):
@@ -293,6 +297,29 @@ def test_resnet_stem_downsamples_by_two_per_stage_and_uses_batch_statistics_only
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model.encode(images)[0][0], model.encode(images[:1])[0][0], atol=1e-5, rtol=1e-5)
+
+
+def test_resnet_stem_stride_two_moves_the_first_halving_into_the_stem():
+    """resnet_stem_stride 2: the stem convolution halves the map and the first stage keeps it, so the
+    output has the same shape as with stride 1, every later stage still halves, and no convolution
+    runs at full resolution but the stem's own."""
+    from seq2seq.model.encoders.image import ResidualBlock, resnet
+
+    strided = resnet(1, [4, 6, 8], blocks=2, stem_stride=2)
+    assert strided[0].stride == (2, 2)
+    strides = [block.conv1.stride for block in strided if isinstance(block, ResidualBlock)]
+    assert strides == [(1, 1), (1, 1), (2, 2), (1, 1), (2, 2), (1, 1)]
+    assert [block.conv1.stride for block in resnet(1, [4, 6, 8], blocks=2) if isinstance(block, ResidualBlock)] \
+        == [(2, 2), (1, 1), (2, 2), (1, 1), (2, 2), (1, 1)]
+    images = torch.randn(2, 1, 32, 192)
+    assert strided(images).shape == resnet(1, [4, 6, 8], blocks=2)(images).shape == (2, 8, 4, 24)
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape[2:])))
+             for m in strided.modules() if isinstance(m, torch.nn.Conv2d)]
+    strided(images)
+    for h in hooks:
+        h.remove()
+    assert seen.count((32, 192)) == 1  # only the stem reads the full-resolution image
 
 
 def test_resnet_weights_survive_a_save_and_load(tmp_path):

@@ -62,6 +62,10 @@ class ImageEncoderConfig(EncoderConfig):
         the grid is the same; patch_size (and patch_height) must be divisible by 2^stages. [] (the
         default): no CNN.
         E.g. [32, 64, 128]: 8x smaller maps, patch_size 8 -> one position per 8x8 input pixels.
+    resnet_stem_stride: 1 (the default: the stem convolution keeps full resolution) or 2 (as in
+        ResNet's own stem: the stem convolution halves height and width and the first stage keeps
+        them, so the maps, and the downsampling 2^stages, are the same). On CPU the two convolutions
+        at full resolution cost about half of the CNN's training step; stride 2 drops them.
     positions: how patch positions are encoded: "sinusoidal" (fixed 2-D: the first half of d_model
         encodes the row, the second half the column; needs d_model divisible by 4) or "learned"
         (a learned row vector plus a learned column vector).
@@ -90,6 +94,7 @@ class ImageEncoderConfig(EncoderConfig):
     stem_channels: int = 32
     resnet_widths: list[int] = field(default_factory=list)
     resnet_blocks: int = 1
+    resnet_stem_stride: int = 1
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     mean: list[float] = field(default_factory=lambda: [0.5])
     std: list[float] = field(default_factory=lambda: [0.5])
@@ -132,6 +137,8 @@ class ImageEncoderConfig(EncoderConfig):
                 raise ConfigError(f"{key}.resnet_widths must be positive channel counts, got {self.resnet_widths}")
             if self.resnet_blocks < 1:
                 raise ConfigError(f"{key}.resnet_blocks must be at least 1, got {self.resnet_blocks}")
+            if self.resnet_stem_stride not in (1, 2):
+                raise ConfigError(f"{key}.resnet_stem_stride must be 1 or 2, got {self.resnet_stem_stride}")
             factor = 2 ** len(self.resnet_widths)
             for name, value in patches.items():
                 if value % factor:
@@ -190,16 +197,18 @@ class ResidualBlock(nn.Module):
         return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
 
 
-def resnet(in_channels: int, widths: list[int], blocks: int) -> nn.Sequential:
-    """The `resnet_widths` CNN: conv3x3 + BN + ReLU to widths[0] channels at full resolution, then per
-    width a stage of `blocks` residual blocks, the first with stride 2.
+def resnet(in_channels: int, widths: list[int], blocks: int, stem_stride: int = 1) -> nn.Sequential:
+    """The `resnet_widths` CNN: conv3x3 + BN + ReLU to widths[0] channels, then per width a stage of
+    `blocks` residual blocks, the first with stride 2. With stem_stride 2 the stem convolution halves
+    the map instead of the first stage's first block.
     [B, in_channels, H, W] -> [B, widths[-1], H / 2^n, W / 2^n], n = len(widths)."""
-    layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False),
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, stride=stem_stride, padding=1, bias=False),
                                nn.BatchNorm2d(widths[0]), nn.ReLU()]
     c = widths[0]
-    for width in widths:
+    for stage, width in enumerate(widths):
         for i in range(blocks):
-            layers.append(ResidualBlock(c, width, stride=2 if i == 0 else 1))
+            halves = i == 0 and not (stage == 0 and stem_stride == 2)
+            layers.append(ResidualBlock(c, width, stride=2 if halves else 1))
             c = width
     return nn.Sequential(*layers)
 
@@ -244,7 +253,7 @@ class ImageEncoder(Encoder):
         elif enc.resnet_widths:  # [B, C, H, W] -> [B, widths[-1], H / 2^n, W / 2^n]
             # Not channels_last: it made these convolutions ~1.8x faster on CPU, but training then crashed
             # with heap corruption in backward (torch 2.13, oneDNN; 6 of 8 tiny runs), so NCHW it stays.
-            self.stem = resnet(enc.channels, enc.resnet_widths, enc.resnet_blocks)
+            self.stem = resnet(enc.channels, enc.resnet_widths, enc.resnet_blocks, enc.resnet_stem_stride)
             factor = 2 ** len(enc.resnet_widths)
             in_channels, ph, pw = enc.resnet_widths[-1], ph // factor, pw // factor
         else:
