@@ -130,8 +130,8 @@ def test_recipe_runs_end_to_end_and_reports_per_length(mnist_dir, tmp_path):
         [sys.executable, str(RECIPE / "run.py"), "--mnist", str(mnist_dir), "--output-dir", str(out),
          "--train-strings", "64", "--val-strings", "16", "--test-strings", "16",
          "--set", "training.max_steps=4", "--set", "training.valid_every=2", "--set", "training.threads=1",
-         "--set", "model.encoder.resnet_widths=[4, 4, 8]", "--set", "model.d_model=32", "--set", "model.ffn_dim=64",
-         "--set", "model.heads=2", "--set", "training.max_tokens=1536"],
+         "--set", "model.encoder.resnet_widths=[4, 8]", "--set", "model.d_model=32", "--set", "model.ffn_dim=64",
+         "--set", "model.heads=2", "--set", "training.max_tokens=3072"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "recipe_results.json").read_text())
