@@ -129,3 +129,20 @@ def test_config_rejects_bad_values() -> None:
     with pytest.raises(ConfigError, match="model_type"):
         from_dict(TokenizerConfig, {"model_type": "word"})
     assert from_dict(TokenizerConfig, {"joint": False, "tgt_vocab_size": 300}).tgt_vocab_size == 300
+
+
+def test_without_dummy_prefix_one_word_texts_are_their_characters() -> None:
+    digits = [str(n) for n in (7494, 77188, 1, 10, 111, 19807919, 4457, 3498, 12, 21)] * 20
+    with_mark = train_tokenizer(digits, 16, TokenizerConfig(model_type="bpe"))
+    assert with_mark.pieces("104")[0] == "\u25811"  # the mark merges with a leading 1 ...
+    assert with_mark.pieces("401")[0] == "\u2581"  # ... and stands alone before any other digit
+    plain = train_tokenizer(digits, 14, TokenizerConfig(model_type="bpe", add_dummy_prefix=False))
+    assert plain.vocab_size == 14  # the 4 special ids and the 10 digits: no mark, no merge
+    for text in ("104", "401", "7", "19807919"):
+        assert plain.pieces(text) == list(text)
+        assert plain.decode(plain.encode([text])) == [text]
+    # texts with spaces keep them: the mark stands for each space, not for the start
+    spaced = train_tokenizer(["ab cd", "cd ab"] * 10, 12, TokenizerConfig(model_type="bpe", add_dummy_prefix=False))
+    pieces = spaced.pieces("ab cd")
+    assert spaced.decode(spaced.encode(["ab cd"])) == ["ab cd"]
+    assert not pieces[0].startswith("\u2581") and "".join(pieces) == "ab\u2581cd"

@@ -370,6 +370,10 @@ class TokenizerConfig:
         for separate models. Lowered automatically (with a warning) when the corpus is too small.
     input_sentence_size: at most this many sentences (randomly sampled, fixed seed) are used
         for training.
+    add_dummy_prefix: SentencePiece's word-start mark before the first word, as before every
+        other word (the default). False for targets that are one unbroken word (digit strings,
+        codes): the first piece is then not a merge of the mark with whatever character begins
+        the text.
     src_model / tgt_model: existing `.model` files to load instead of training; with
         joint=True only src_model is used.
     """
@@ -381,6 +385,7 @@ class TokenizerConfig:
     tgt_vocab_size: int | None = None
     character_coverage: float = 1.0
     input_sentence_size: int = 1_000_000
+    add_dummy_prefix: bool = True
     src_model: str | None = None
     tgt_model: str | None = None
 

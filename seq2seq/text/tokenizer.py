@@ -137,6 +137,7 @@ def train_tokenizer(
         model_type=cfg.model_type,
         character_coverage=cfg.character_coverage,
         input_sentence_size=cfg.input_sentence_size,
+        add_dummy_prefix=cfg.add_dummy_prefix,
         shuffle_input_sentence=True,
         num_threads=num_threads,
         minloglevel=2,

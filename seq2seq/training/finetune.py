@@ -47,9 +47,10 @@ FREE_ENCODER_KEYS = ("augment", "name_or_path", "freeze", "unfreeze_top_layers",
 # model keys that run_training derives from the tokenizer
 DERIVED_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id")
 # tokenizer keys that describe the tokenizer (the others only steer its training)
-TOKENIZER_KEYS = ("joint", "model_type", "vocab_size", "src_vocab_size", "tgt_vocab_size", "character_coverage")
+TOKENIZER_KEYS = ("joint", "model_type", "vocab_size", "src_vocab_size", "tgt_vocab_size", "character_coverage",
+                  "add_dummy_prefix")
 # an image or audio model has one (target) tokenizer, always joint: `joint` and the per-side sizes do not apply
-MEDIA_TOKENIZER_KEYS = ("model_type", "vocab_size", "character_coverage")
+MEDIA_TOKENIZER_KEYS = ("model_type", "vocab_size", "character_coverage", "add_dummy_prefix")
 METADATA_KEY = "init_from"
 
 
