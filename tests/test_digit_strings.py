@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from seq2seq.text.tokenizer import JOINT_MODEL, Tokenizer
+
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digit_strings"
 
 
@@ -143,6 +145,9 @@ def test_recipe_runs_end_to_end_and_reports_per_length(mnist_dir, tmp_path):
     assert report["decoding"] in report["val_search"]
     assert (out / "model" / "curves.png").stat().st_size > 0
     assert "exact match by length" in result.stdout
+    # the config's tokenizer: one piece per digit, no word-start mark to merge with the first one
+    tokenizer = Tokenizer.load(out / "model" / JOINT_MODEL)
+    assert tokenizer.vocab_size == 14 and tokenizer.pieces("1019") == ["1", "0", "1", "9"]
 
     bad = subprocess.run([sys.executable, str(RECIPE / "run.py"), "--mnist", str(tmp_path / "nowhere"),
                           "--output-dir", str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)

@@ -122,6 +122,15 @@ def test_too_large_vocab_is_lowered_with_warning(caplog) -> None:
     assert tok.decode(tok.encode(texts[:2])) == texts[:2]
 
 
+def test_too_small_vocab_is_raised_to_the_characters_with_warning(caplog) -> None:
+    texts = ["a + b = c", "x - y = z", "1 2 3 4 5 6 7 8 9 0"] * 10  # 19 characters and the word-start mark
+    with caplog.at_level(logging.WARNING, logger="seq2seq.text.tokenizer"):
+        tok = train_tokenizer(texts, 14, TokenizerConfig(model_type="bpe"))
+    assert tok.vocab_size == 4 + 20
+    assert "too small for the 20 characters" in caplog.text
+    assert tok.decode(tok.encode(texts[:3])) == texts[:3]
+
+
 def test_config_rejects_bad_values() -> None:
     from seq2seq.config import ConfigError, from_dict
     with pytest.raises(ConfigError, match="vocab_size"):

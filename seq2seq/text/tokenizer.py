@@ -129,7 +129,9 @@ def train_tokenizer(
     """Train one SentencePiece model in memory on `texts`.
 
     If the corpus is too small for `vocab_size`, retrains with the largest size SentencePiece
-    reports as possible (or, failing that, with hard_vocab_limit=False) and logs a warning.
+    reports as possible (or, failing that, with hard_vocab_limit=False) and logs a warning. If
+    `vocab_size` is smaller than the corpus's characters (those `character_coverage` keeps) and the
+    special pieces, retrains with just enough and logs a warning.
     """
     if not any(t.strip() for t in texts):
         raise TokenizerError("cannot train a tokenizer: the training text is empty")
@@ -155,6 +157,16 @@ def train_tokenizer(
     try:
         proto = run(vocab_size)
     except RuntimeError as e:
+        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+        if too_small:  # every character kept (character_coverage) needs a piece of its own
+            larger = int(too_small.group(1))
+            logger.warning("vocab_size %d is too small for the %d characters of this corpus and the %d special "
+                           "pieces; training with %d instead", vocab_size, larger - len(SPECIAL_IDS),
+                           len(SPECIAL_IDS), larger)
+            try:
+                return Tokenizer(run(larger), name=f"<trained {cfg.model_type} {larger}>")
+            except RuntimeError as e2:
+                raise TokenizerError(f"SentencePiece training failed: {e2}") from None
         if "Vocabulary size too high" not in str(e):
             raise TokenizerError(f"SentencePiece training failed: {e}") from None
         match = re.search(r"value <= (\d+)", str(e))
