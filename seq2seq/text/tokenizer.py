@@ -154,32 +154,32 @@ def train_tokenizer(
         )
         return writer.getvalue()
 
+    def retry(size: int, **extra: object) -> bytes:
+        try:
+            return run(size, **extra)
+        except RuntimeError as e:
+            raise TokenizerError(f"SentencePiece training failed: {e}") from None
+
     try:
         proto = run(vocab_size)
     except RuntimeError as e:
         too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+        too_large = re.search(r"Vocabulary size too high.*value <= (\d+)", str(e))
         if too_small:  # every character kept (character_coverage) needs a piece of its own
             larger = int(too_small.group(1))
             logger.warning("vocab_size %d is too small for the %d characters of this corpus and the %d special "
                            "pieces; training with %d instead", vocab_size, larger - len(SPECIAL_IDS),
                            len(SPECIAL_IDS), larger)
-            try:
-                return Tokenizer(run(larger), name=f"<trained {cfg.model_type} {larger}>")
-            except RuntimeError as e2:
-                raise TokenizerError(f"SentencePiece training failed: {e2}") from None
-        if "Vocabulary size too high" not in str(e):
+            proto = retry(larger)
+        elif "Vocabulary size too high" not in str(e):
             raise TokenizerError(f"SentencePiece training failed: {e}") from None
-        match = re.search(r"value <= (\d+)", str(e))
-        if match and int(match.group(1)) > len(SPECIAL_IDS):
-            smaller = int(match.group(1))
+        elif too_large and int(too_large.group(1)) > len(SPECIAL_IDS):
+            smaller = int(too_large.group(1))
             logger.warning("vocab_size %d is too large for this corpus; training with %d instead", vocab_size, smaller)
-            proto = run(smaller)
+            proto = retry(smaller)
         else:
             logger.warning("vocab_size %d is too large for this corpus; training with hard_vocab_limit=False", vocab_size)
-            try:
-                proto = run(vocab_size, hard_vocab_limit=False)
-            except RuntimeError as e2:
-                raise TokenizerError(f"SentencePiece training failed: {e2}") from None
+            proto = retry(vocab_size, hard_vocab_limit=False)
     return Tokenizer(proto, name=f"<trained {cfg.model_type} {vocab_size}>")
 
 
