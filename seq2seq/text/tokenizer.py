@@ -163,18 +163,19 @@ def train_tokenizer(
     try:
         proto = run(vocab_size)
     except RuntimeError as e:
-        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
-        too_large = re.search(r"Vocabulary size too high.*value <= (\d+)", str(e))
+        message = str(e)
+        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+        largest = re.search(r"value <= (\d+)", message)  # in SentencePiece's "Vocabulary size too high" message
         if too_small:  # every character kept (character_coverage) needs a piece of its own
             larger = int(too_small.group(1))
             logger.warning("vocab_size %d is too small for the %d characters of this corpus and the %d special "
                            "pieces; training with %d instead", vocab_size, larger - len(SPECIAL_IDS),
                            len(SPECIAL_IDS), larger)
             proto = retry(larger)
-        elif "Vocabulary size too high" not in str(e):
-            raise TokenizerError(f"SentencePiece training failed: {e}") from None
-        elif too_large and int(too_large.group(1)) > len(SPECIAL_IDS):
-            smaller = int(too_large.group(1))
+        elif "Vocabulary size too high" not in message:
+            raise TokenizerError(f"SentencePiece training failed: {message}") from None
+        elif largest and int(largest.group(1)) > len(SPECIAL_IDS):
+            smaller = int(largest.group(1))
             logger.warning("vocab_size %d is too large for this corpus; training with %d instead", vocab_size, smaller)
             proto = retry(smaller)
         else:
