@@ -13,16 +13,8 @@ import torch
 from seq2seq.config import ConfigError, ModelConfig, from_dict, load, save, to_dict
 from seq2seq.model.encoders import SourceError, get_modality
 from seq2seq.report.plots import save_figure
-from seq2seq.model.encoders.audio import (
-    AudioEncoder,
-    AudioEncoderConfig,
-    AudioProcessor,
-    ConvSubsampling,
-    LogMel,
-    num_frames,
-    spec_augment,
-    subsampled_length,
-)
+from seq2seq.model.encoders.audio import AudioEncoder, AudioEncoderConfig, AudioProcessor, ConvSubsampling
+from seq2seq.model.encoders.audio_features import LogMel, num_frames, spec_augment, subsampled_length
 from seq2seq.config.root import Config
 
 SMALL = {"type": "audio", "sample_rate": 8000, "n_fft": 256, "win_length": 200, "hop_length": 80, "n_mels": 40}
@@ -317,7 +309,7 @@ def test_config_round_trips_and_names_bad_keys(tmp_path):
     assert from_dict(ModelConfig, to_dict(cfg)) == cfg
     save(cfg, tmp_path / "m.yaml")
     assert load(ModelConfig, tmp_path / "m.yaml") == cfg
-    assert AudioEncoderConfig().type == "audio" and get_modality("audio").noun == "audio file"
+    assert AudioEncoderConfig().type == "audio" and AudioProcessor(AudioEncoderConfig()).kind.noun == "audio file"
     bad = {"hop_length": 0, "win_length": 300, "f_max": 5000, "f_min": -1, "n_mels": 200, "freq_mask_width": 41,
            "time_mask_max_frac": 1.5, "max_seconds": 0, "normalize": "cmvn", "subsampling": "conv3d"}
     for key, value in bad.items():
@@ -328,11 +320,17 @@ def test_config_round_trips_and_names_bad_keys(tmp_path):
 
 
 def test_attention_plot_writes_a_png(tmp_path):
+    from seq2seq.report.source_attention import draw_source_attention
+
     cfg = audio_cfg()
     x = torch.randn(8000) * 0.1
-    s = AudioProcessor(cfg).length(x)
+    proc = AudioProcessor(cfg)
+    s = proc.length(x)
+    view = proc.attention_view(x)
+    assert view.spectrogram.shape == (num_frames(8000, cfg), cfg.n_mels)  # the log-mel the encoder reads
+    assert view.position_seconds * s == pytest.approx(4 * view.frame_seconds * s)
     att = np.random.default_rng(0).dirichlet(np.ones(s), size=3).tolist()
-    save_figure(get_modality("audio").draw_attention(cfg, x, att, ["▁one", "▁two", "</s>"]), tmp_path / "a.png")
+    save_figure(draw_source_attention(view, att, ["▁one", "▁two", "</s>"]), tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

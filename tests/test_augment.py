@@ -18,7 +18,8 @@ from test_audio import SMALL, dominant_hz, reference_log_mel, tone_utterance
 from seq2seq.config import ConfigError, ModelConfig, from_dict
 from seq2seq.config.root import load_config
 from seq2seq.data.media import MediaSplit, collate_media, example_rng
-from seq2seq.model.encoders.audio import AudioEncoder, AudioEncoderConfig, AudioProcessor, LogMel
+from seq2seq.model.encoders.audio import AudioEncoder, AudioEncoderConfig, AudioProcessor
+from seq2seq.model.encoders.audio_features import LogMel
 from seq2seq.model.encoders.augment import (
     AudioAugmentConfig,
     ImageAugmentConfig,

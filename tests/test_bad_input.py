@@ -176,7 +176,8 @@ CASES = {
     "training.lr=-1": (["config", "--set", "training.lr=-1"], ["training.lr", "positive"]),
     "model.d_model=0": (["config", "--set", "model.d_model=0"], ["model.d_model", ">= 1"]),
     "model.heads=0": (["config", "--set", "model.heads=0"], ["model.heads", ">= 1"]),
-    "model.layers huge": (["config", "--set", "model.layers=10000000000"], ["model:", "parameters", "memory"]),
+    "model.layers huge": (["train", "{config}", "--set", "model.layers=10000000000", "-o", "{new}"],
+                          ["model:", "parameters", "memory"]),
     "model.layers=abc": (["config", "--set", "model.layers=abc"], ["model.layers", "integer", "abc"]),
     "unknown --set key": (["config", "--set", "model.bogus=1"], ["unknown config key 'model.bogus'"]),
     "training.max_steps=-1": (["train", "{config}", "--set", "training.max_steps=-1", "-o", "{new}"],
@@ -253,7 +254,7 @@ def test_overwrite_replaces_a_finished_model_only_when_asked(sandbox, tmp_path):
 
 
 def test_zero_is_a_value_for_search_options(sandbox):
-    """--max-len-a 0 --max-len-b 2 caps every output at 2 tokens (a truthiness test once dropped the 0)."""
+    """--max-len-a 0 --max-len-b 2 caps every output at 2 tokens: 0 is a value, not "unset"."""
     src = str(sandbox / "src.txt")
     capped = CliRunner().invoke(cli, ["translate", str(sandbox / "model"), "-i", src, "--greedy",
                                       "--max-len-a", "0", "--max-len-b", "2", "--scores"])

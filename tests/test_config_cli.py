@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from seq2seq.cli import cli
-from seq2seq.config import EncoderConfig, encoder_config_class, from_dict, to_dict
+from seq2seq.config import ConfigError, EncoderConfig, encoder_config_class, from_dict, to_dict
 from seq2seq.config.root import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,3 +194,18 @@ def test_config_refuses_a_misspelt_key_in_one_line(tmp_path):
     assert "unknown config key 'training.lrr'" in result.output and "Did you mean 'training.lr'?" in result.output
     missing = run("config", tmp_path / "nope.yaml")
     assert missing.exit_code == 1 and "config file not found" in missing.output
+
+
+def test_a_config_is_pure_data_the_same_on_every_machine(tmp_path):
+    """Parsing reads no file and asks nothing of this machine: a model too large for its memory, or a
+    backbone directory that is not there, is a config like any other; the run refuses it when it starts
+    (tests/test_bad_input.py, tests/test_hf_encoder.py)."""
+    from seq2seq.config.sections import check_fits_in_memory
+
+    huge = load_config(None, ["model.layers=10000000000"])
+    assert huge.model.layers == 10_000_000_000 and run("config", "--set", "model.layers=10000000000").exit_code == 0
+    with pytest.raises(ConfigError, match=r"parameters, whose weights alone exceed this machine's 1 GiB of memory"):
+        check_fits_in_memory(huge.model, memory=2**30)
+    check_fits_in_memory(load_config(None).model, memory=2**30)  # the default model fits in 1 GiB
+    hf = load_config(None, ["model.encoder.type=hf", f"model.encoder.name_or_path={tmp_path / 'nowhere'}"])
+    assert hf.model.encoder.backbone == {}

@@ -143,7 +143,7 @@ def test_ctranslate2_scores_every_token_as_our_model_does(tmp_path, tokenizers, 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A tiny model trained for 600 steps (~15 s on 2 cores) to write its source in upper case: long enough
+    """A tiny model trained for 600 steps to write its source in upper case: long enough
     to do it well (BLEU ~70 on `SOURCES`), so that quantization shows in the scores."""
     root = tmp_path_factory.mktemp("toy")
     for split, n, seed in (("train", 3000, 11), ("valid", 100, 12)):

@@ -32,6 +32,7 @@ from seq2seq.config import ConfigError, ModelConfig, from_dict, load_config, to_
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.inference.generator import Captioner
 from seq2seq.model.encoders import SourceError, get_modality
+from seq2seq.model.encoders.base import AUDIO, IMAGE, resolve_encoder_config, source_kind
 from seq2seq.model.encoders.hf import HFEncoder, HFEncoderConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage.model_dir import load_model_dir
@@ -155,8 +156,11 @@ def files(data: Path, split: str = "val") -> list[str]:
 
 
 def model_cfg(path: Path, **encoder) -> ModelConfig:
-    return from_dict(ModelConfig, {"d_model": 32, "heads": 2, "ffn_dim": 64, "layers": 1, "tgt_vocab_size": 20,
-                                   "encoder": {"type": "hf", "name_or_path": str(path), **encoder}})
+    """The model config naming the backbone at `path`, resolved as a run resolves it when it starts."""
+    cfg = from_dict(ModelConfig, {"d_model": 32, "heads": 2, "ffn_dim": 64, "layers": 1, "tgt_vocab_size": 20,
+                                  "encoder": {"type": "hf", "name_or_path": str(path), **encoder}})
+    resolve_encoder_config(cfg.encoder)
+    return cfg
 
 
 def train_config(data: Path, backbone: Path, out: Path, steps: int = 30, **overrides) -> dict:
@@ -199,8 +203,10 @@ def copy_backbone(backbones: dict[str, Path], kind: str, tmp_path: Path) -> Path
 
 
 def test_config_reads_the_backbone_and_its_preprocessing_once(backbones, tmp_path):
+    unresolved = from_dict(ModelConfig, {"encoder": {"type": "hf", "name_or_path": str(tmp_path / "nowhere")}})
+    assert unresolved.encoder.backbone == {}  # parsing a config reads nothing: a run resolves it when it starts
     cfg = model_cfg(backbones["clip"]).encoder
-    assert isinstance(cfg, HFEncoderConfig) and cfg.source_kind == "image"
+    assert isinstance(cfg, HFEncoderConfig) and source_kind(cfg) is IMAGE
     assert cfg.backbone["model_type"] == "clip_vision_model" and cfg.backbone["hidden_size"] == 24
     assert cfg.preprocessor["crop_size"] == {"height": 32, "width": 32} and cfg.preprocessor["resample"] == 3
     # config.yaml keeps both: read back without the backbone's directory, it is the same config
@@ -209,7 +215,7 @@ def test_config_reads_the_backbone_and_its_preprocessing_once(backbones, tmp_pat
     again = from_dict(Config, yaml.safe_load(text))
     assert to_dict(again.model.encoder) == to_dict(cfg) | {"name_or_path": str(tmp_path / "backbone-clip")}
     assert "_name_or_path" not in cfg.backbone  # a path, not part of the architecture
-    assert model_cfg(backbones["whisper"]).encoder.source_kind == "audio"
+    assert source_kind(model_cfg(backbones["whisper"]).encoder) is AUDIO
 
 
 def test_config_errors_are_one_line_naming_the_key(backbones, tmp_path):
@@ -272,7 +278,9 @@ def test_audio_gets_the_samples_and_features_of_the_transformers_extractor(backb
     w2v = get_modality("hf").processor(model_cfg(backbones["wav2vec2"]).encoder)
     extractor = transformers.AutoFeatureExtractor.from_pretrained(str(backbones["wav2vec2"]))
     expected = extractor(wave, sampling_rate=16000, return_tensors="pt").input_values[0]
-    torch.testing.assert_close(w2v.load(path), expected, atol=1e-6, rtol=0)
+    waveforms, lengths = w2v.collate([w2v.load(path)])  # normalised per example, as the extractor does
+    torch.testing.assert_close(waveforms[0], expected, atol=1e-6, rtol=0)
+    assert lengths.tolist() == [len(wave)]
     whisper = get_modality("hf").processor(model_cfg(backbones["whisper"]).encoder)
     features, frames = whisper.collate([whisper.load(path)])
     reference = transformers.AutoFeatureExtractor.from_pretrained(str(backbones["whisper"]))

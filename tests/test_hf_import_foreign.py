@@ -270,7 +270,9 @@ def test_translations_are_transformers_translations(opus, imported, search):
         assert theirs[-1] == eos and len(theirs) <= limit, "ended by the length limit: not the same search"
         assert [imported.tgt_map[t] for t in nbest[0].token_ids] + [eos] == theirs, texts[i]
         if opus.vocab["<unk>"] not in theirs:  # MarianTokenizer drops <unk>, ours writes it as " ⁇ "
-            assert nbest[0].text == text
+            # the same tokens, so the same text; MarianTokenizer also strips the space a final "▁" piece
+            # decodes to (which the toy model sometimes ends with), ours keeps it
+            assert nbest[0].text.rstrip() == text
         if search == "beam":
             # ours counts their pad's probability twice (our PAD is a copy of it): log(1 + p(pad)) lower per
             # token (here p(pad) ~ 1e-4: a toy model's pad row; opus-mt's is zero)
@@ -390,3 +392,83 @@ def test_separate_vocabularies(opus, tmp_path):
         theirs = model(**batch, decoder_input_ids=generated[:, :-1]).logits
         mine = loaded.model(src, torch.tensor([[tgt_back[t] for t in row] for row in generated[:, :-1].tolist()]))
     assert torch.allclose(mine, theirs[:, :, tgt_map], atol=1e-4)
+
+
+# ---- corrupt import directories (the bad-input matrix for import-hf) -----------------------------------
+
+def _safetensors_header(header: dict, data: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+# case -> (the file to write, its bytes, the file the message must name); None: the file is removed
+CORRUPT = {
+    "truncated weights": ("model.safetensors", lambda good: good[: len(good) // 2], "model.safetensors"),
+    "random bytes": ("model.safetensors", lambda good: random.Random(0).randbytes(4096), "model.safetensors"),
+    "a JSON header that does not describe the data": (
+        "model.safetensors",
+        lambda good: _safetensors_header({"model.shared.weight": {"dtype": "F32", "shape": [1000, 32],
+                                                                  "data_offsets": [0, 128000]}}, bytes(64)),
+        "model.safetensors"),
+    "a JSON header that is a list": ("model.safetensors", lambda good: _safetensors_header([1, 2], b""),
+                                     "model.safetensors"),
+    "empty weights": ("model.safetensors", lambda good: b"", "model.safetensors"),
+    "a pytorch_model.bin that is not a zip": ("pytorch_model.bin", lambda good: b"not a zip file\n" * 8,
+                                              "pytorch_model.bin"),
+    "config.json not JSON": ("config.json", lambda good: b"{not json", "config.json"),
+    "config.json not an object": ("config.json", lambda good: b"[1, 2]", "config.json"),
+    "config.json not UTF-8": ("config.json", lambda good: b"\xff\xfe{\x00", "config.json"),
+    "config.json of another architecture": ("config.json", lambda good: b'{"model_type": "no-such-model"}',
+                                            "config.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_a_corrupt_import_directory_gets_one_line_naming_the_file(opus, tmp_path, case):
+    name, corrupt, named = CORRUPT[case]
+    path = tmp_path / "hf"
+    shutil.copytree(opus.path, path)
+    good = (path / name).read_bytes() if (path / name).is_file() else b""
+    if name == "pytorch_model.bin":
+        (path / "model.safetensors").unlink()
+    (path / name).write_bytes(corrupt(good))
+    result = run(["import-hf", path, tmp_path / "model"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.exception, result.output)
+    lines = result.output.strip().splitlines()
+    assert "Traceback" not in result.output and len(lines) == 1, result.output
+    assert lines[0].startswith("Error: ") and str(path / named) in lines[0], lines[0]
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("case", ["no embeddings", "a tensor of another shape"])
+def test_safetensors_weights_that_do_not_fit_the_model_are_refused_in_one_line(opus, tmp_path, case):
+    path = tmp_path / "hf"
+    shutil.copytree(opus.path, path)
+    if case == "no embeddings":
+        save_file({"model.encoder.layers.0.fc1.weight": torch.zeros(64, 32)}, str(path / "model.safetensors"))
+        message = f"Error: {path}: the safetensors weights have no model.encoder.embed_tokens.weight"
+    else:
+        state = load_file(str(path / "model.safetensors"))
+        state["model.encoder.layers.0.fc1.weight"] = torch.zeros(64, 31)
+        save_file(state, str(path / "model.safetensors"))
+        message = (f"Error: {path}: tensor model.encoder.layers.0.fc1.weight has shape (64, 31), which does not fit "
+                   "config.json's d_model 32")
+    result = run(["import-hf", path, tmp_path / "model"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.exception, result.output)
+    assert result.output.strip().splitlines() == [message], result.output
+
+
+def test_a_truncated_download_is_one_line_from_the_real_command(opus, tmp_path):
+    """As a user runs it (no CliRunner catching anything): one line on stderr, exit code 1."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "hf"
+    shutil.copytree(opus.path, path)
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    done = subprocess.run([sys.executable, "-m", "seq2seq", "import-hf", str(path), str(tmp_path / "model")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {weights} is not a readable safetensors file"), lines

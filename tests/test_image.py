@@ -19,7 +19,8 @@ from PIL import Image
 from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
 from seq2seq.model.encoders import SourceError, get_modality
 from seq2seq.report.plots import save_figure
-from seq2seq.model.encoders.image import ImageEncoder, ImageEncoderConfig, ImageProcessor, draw_image_attention
+from seq2seq.model.encoders.image import ImageEncoder, ImageEncoderConfig, ImageProcessor
+from seq2seq.report.source_attention import draw_source_attention
 from seq2seq.model.transformer import Seq2SeqTransformer
 
 SCENES = Path(__file__).resolve().parents[1] / "recipes" / "captioning" / "scenes.py"
@@ -361,13 +362,16 @@ def test_config_round_trip_keeps_the_image_settings(tmp_path):
 def test_image_attention_is_drawn_and_saved_as_a_png(tmp_path):
     enc = from_dict(ImageEncoderConfig, {"image_size": 16, "patch_size": 8})
     example = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)
+    view = ImageProcessor(enc).attention_view(example)
+    assert view.grid == (2, 2) and view.image.shape == (16, 16, 3) and (view.image[..., 0] == example[0].numpy()).all()
     attention = [[0.7, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 1.0], [0.25] * 4]
-    save_figure(draw_image_attention(enc, example, attention, ["\u2581a", "\u2581red", "</s>"]), tmp_path / "att.png")
+    save_figure(draw_source_attention(view, attention, ["\u2581a", "\u2581red", "</s>"]), tmp_path / "att.png")
     with Image.open(tmp_path / "att.png") as im:
         assert im.format == "PNG" and im.size[0] > im.size[1]  # one row of 3 panels
     with pytest.raises(ValueError, match="2x2 patch grid has 4"):
-        draw_image_attention(enc, example, [[1.0] * 3], ["x"])
-    assert get_modality("image").draw_attention is draw_image_attention
+        draw_source_attention(view, [[1.0] * 3], ["x"])
+    with pytest.raises(ValueError, match="2 attention rows for 1 words"):
+        draw_source_attention(view, [[1.0] * 4] * 2, ["x"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Long recordings: windows cut at the silences (seq2seq.inference.audio_windows), and `transcribe` /
+"""Long recordings: windows cut at the silences (seq2seq.model.encoders.audio_windows), and `transcribe` /
 `Transcriber` on a recording longer than the model's window, against the same model on each window."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from seq2seq.inference.audio_windows import join_texts, split_windows, word_times
+from seq2seq.model.encoders.audio_windows import join_texts, split_windows, word_times
 
 RATE = 8000
 TONES = {"low": 300.0, "mid": 900.0, "high": 2000.0}
@@ -207,7 +207,7 @@ def test_short_files_give_exactly_what_they_gave_before_windows(tone_model, file
         ours = transcriber.generate(files["short"], **options)
         theirs = before.generate(files["short"], **options)
         assert [[h.to_json() for h in n] for n in ours] == [[h.to_json() for h in n] for n in theirs]
-    with pytest.raises(ValueError, match="max_seconds=2"):  # before windows, a long file was refused
+    with pytest.raises(ValueError, match="max_seconds=2"):  # a Generator decodes files whole: refused
         before.generate([files["long"]])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -49,6 +50,7 @@ class ScriptedModel(nn.Module):
         super().__init__()
         self.scripts = scripts
         self.encoder = _Lengths()
+        self.cfg = ModelConfig()  # the search reads cfg.max_positions (a `SearchableModel`)
         self.rows_per_call: list[int] = []
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -362,3 +364,110 @@ def test_config_validation_and_yaml_round_trip():
         from_dict(SearchConfig, {"strategy": "sample", "topp": 0.0})
     cfg = SearchConfig(strategy="sample", topk=5, seed=3, attention_layer=-1, max_len=50)
     assert from_dict(SearchConfig, to_dict(cfg)) == cfg
+
+
+# --------------------------------------------------------------------------------------------
+# The search's rules, each in one place (SearchConfig): golden values
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("a, b, max_len, positions, src_lens, expected", [
+    (1.2, 10, None, None, [0, 1, 5, 7, 100], [10, 11, 16, 18, 130]),
+    (1.2, 10, 20, None, [0, 5, 7, 100], [10, 16, 18, 20]),  # max_len caps
+    (1.2, 10, None, 17, [5, 7, 100], [16, 16, 16]),  # BOS + 16 tokens fill 17 positions
+    (2.0, 5, 50, 30, [3, 40], [11, 29]),
+    (0.29, 0, None, None, [100], [29]),  # 0.29 * 100 = 28.999999999999996: the 1e-6 keeps it 29
+    (0.7, 0, None, None, [10], [7]),
+    (1.1, 0, None, None, [10], [11]),
+    (0.0, -3, None, None, [4], [0]),  # never below 0
+])
+def test_max_length_is_the_limit_search_and_the_ctranslate2_engine_used(a, b, max_len, positions, src_lens, expected):
+    cfg = SearchConfig(max_len_a=a, max_len_b=b, max_len=max_len)
+    assert [cfg.max_length(n, positions) for n in src_lens] == expected
+    if positions is None:  # the CTranslate2 engine's (its max_len is already capped at the positions)
+        from seq2seq.deploy.engine import CTranslate2Translator
+
+        assert [CTranslate2Translator._max_len(n, cfg) for n in src_lens] == expected
+
+
+def test_length_penalty_and_score_are_gnmts_with_the_earlier_golden_values():
+    from seq2seq.inference.search import length_penalty
+
+    golden = {  # lenpen -> penalty at L = 1, 4, 11, and the score of logprob -7.25 there
+        0.0: ([1.0, 1.0, 1.0], [-7.25, -7.25, -7.25]),
+        0.6: ([1.0, 1.2754245006257907, 1.8012800513608178], [-7.25, -5.68438194220259, -4.024915500797793]),
+        1.0: ([1.0, 1.5, 2.6666666666666665], [-7.25, -4.833333333333333, -2.71875]),
+        1.3: ([1.0, 1.6940204031852832, 3.578980663185358], [-7.25, -4.279759550928521, -2.0257164489811377]),
+    }
+    for alpha, (penalties, scores) in golden.items():
+        cfg = SearchConfig(lenpen=alpha)
+        assert [cfg.length_penalty(n) for n in (1, 4, 11)] == penalties  # exactly: bit-identical scores
+        assert [length_penalty(n, alpha) for n in (1, 4, 11)] == penalties  # the re-exported function
+        assert [cfg.score(-7.25, n) for n in (1, 4, 11)] == scores
+        assert [(5 + n) / 6 for n in (1, 4, 11)] == [1.0, 1.5, 16 / 6]  # L counts the EOS
+    totals = torch.tensor([-1.5, -3.0])
+    assert torch.equal(SearchConfig(lenpen=0.6).score(totals, 4), totals / SearchConfig(lenpen=0.6).length_penalty(4))
+
+
+def test_rows_per_source():
+    from seq2seq.inference.options import rows_per_source
+
+    for cfg, rows in [(SearchConfig(beam=4, nbest=2), 4), (SearchConfig(strategy="sample", nbest=3), 3),
+                      (SearchConfig(strategy="greedy", beam=5), 1)]:
+        assert cfg.rows_per_source == rows_per_source(cfg) == rows
+
+
+@pytest.mark.parametrize("fields, options, message", [
+    ({"beam": 2, "nbest": 3}, {"beam": 2, "nbest": 3}, "nbest (3) must be <= beam (2); pass a larger beam"),
+    ({"strategy": "greedy", "nbest": 2}, {"greedy": True, "nbest": 2},
+     "nbest=2: greedy search gives one hypothesis; use beam search (beam >= 2) or sampling"),
+    ({"beam": 0}, {"beam": 0}, "beam must be >= 1, got 0"),
+    ({"strategy": "sample", "topp": 1.5}, {"sample": True, "topp": 1.5}, "topp must be in (0, 1], got 1.5"),
+    ({"strategy": "sample", "temperature": 0.0}, {"sample": True, "temperature": 0.0},
+     "temperature must be > 0, got 0.0"),
+    ({"strategy": "sample", "ctc_weight": 0.3}, {"sample": True, "ctc_weight": 0.3},
+     "ctc_weight needs beam or greedy search, not sample"),
+    ({"strategy": "bogus"}, {"strategy": "bogus"}, "strategy must be one of ('greedy', 'beam', 'sample'), not 'bogus'"),
+])
+def test_a_config_file_and_a_calls_options_are_refused_with_the_same_message(fields, options, message):
+    """One validator (`check_search`) for both: the config file's message names the section."""
+    from seq2seq.config.search import check_search
+    from seq2seq.inference.options import resolve_search
+
+    with pytest.raises(ValueError) as config_file:
+        SearchConfig(**fields)
+    with pytest.raises(ValueError) as call:
+        resolve_search(SearchConfig(), options)
+    assert str(config_file.value) == f"decoding.{message}" and str(call.value) == message
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_search({**vars(SearchConfig()), **fields})
+
+
+def test_ctc_weight_needs_a_ctc_head():
+    cfg = SearchConfig(ctc_weight=0.5)
+    cfg.check_ctc_head(training_ctc_weight=0.3)
+    SearchConfig().check_ctc_head(training_ctc_weight=0.0)
+    with pytest.raises(ConfigError, match=re.escape("decoding.ctc_weight (0.5) needs a CTC head: set training")):
+        cfg.check_ctc_head(training_ctc_weight=0.0)
+    with pytest.raises(ConfigError, match="ctc_weight 0.5: runs/x was trained without CTC"):
+        cfg.check_ctc_head(training_ctc_weight=0.0, model="runs/x")
+
+
+def test_the_transformer_is_a_searchable_model():
+    from seq2seq.inference.protocol import CTCModel, SearchableModel
+
+    model = tiny_model()
+    assert isinstance(model, SearchableModel) and isinstance(model, CTCModel)
+    assert not isinstance(object(), SearchableModel)
+
+
+def test_samples_of_an_encoder_without_source_lengths_use_the_memorys_positions():
+    """An encoder whose source_lengths is None (images, audio): the limits come from the padding mask,
+    one per source also when each source has several samples."""
+    model, src = tiny_model(eos_bias=0.0), sources([6, 2, 4])
+    cfg = SearchConfig(strategy="sample", nbest=3, seed=2, max_len_a=1.0, max_len_b=1)
+    expected = search(model, src, cfg)
+    model.encoder.source_lengths = lambda src: None
+    got = search(model, src, cfg)
+    assert_same(got, expected)
+    assert [max(len(h.tokens) for h in hyps) for hyps in got] == [7, 3, 5]

@@ -606,3 +606,41 @@ def test_caption_refuses_an_image_over_the_pixel_cap_in_one_line(image_model, tm
     result = CliRunner().invoke(cli, ["caption", model_dir, small, str(big), "--skip-bad"])
     assert result.exit_code == 0 and result.stdout.split("\n")[1:] == ["", ""], result.stdout
     assert f"image {big} has 12000x12000 pixels" in result.stderr
+
+
+# ---- the API key from the environment: an empty SEQ2SEQ_API_KEY ----------------------------------------
+
+
+def never_serve(monkeypatch) -> list:
+    """The api_key each `seq2seq serve` hands create_app; the server itself never starts."""
+    import seq2seq.serve.app as app_module
+
+    keys = []
+    monkeypatch.setattr(app_module, "create_app", lambda *args, api_key=None, **kwargs: keys.append(api_key))
+    monkeypatch.setattr(app_module, "run_server", lambda *args, **kwargs: None)
+    return keys
+
+
+def test_an_empty_api_key_variable_is_refused_like_an_empty_api_key(tiny_model_dir, monkeypatch):
+    """click reads an empty variable as unset, which would serve without auth: refused with the very
+    line `--api-key ""` gets."""
+    keys = never_serve(monkeypatch)
+    runner = CliRunner()
+    errors = []
+    for args, env in [(["--api-key", ""], {"SEQ2SEQ_API_KEY": None}), ([], {"SEQ2SEQ_API_KEY": ""})]:
+        result = runner.invoke(cli, ["serve", str(tiny_model_dir), *args], env=env)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        errors.append([line for line in result.output.splitlines() if line.startswith("Error")])
+    assert len(errors[0]) == 1 and errors[0] == errors[1], errors
+    assert "SEQ2SEQ_API_KEY" in errors[1][0] and "non-empty" in errors[1][0], errors
+    assert keys == []
+
+
+def test_api_key_wins_over_an_empty_variable_and_no_key_serves_without_auth(tiny_model_dir, monkeypatch):
+    keys = never_serve(monkeypatch)
+    runner = CliRunner()
+    for args, env in [(["--api-key", "s3cret"], {"SEQ2SEQ_API_KEY": ""}), ([], {"SEQ2SEQ_API_KEY": "fr0m-env"}),
+                      ([], {"SEQ2SEQ_API_KEY": None})]:
+        result = runner.invoke(cli, ["serve", str(tiny_model_dir), "--device", "cpu", *args], env=env)
+        assert result.exit_code == 0, result.output
+    assert keys == ["s3cret", "fr0m-env", None]

@@ -13,12 +13,15 @@ import torch
 from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError
 from seq2seq.model.encoders import Modality, SourceError, SourceProcessor
+from seq2seq.model.encoders.base import SourceKind
 from seq2seq.data.media import collate_media, load_sources, prepare_media, read_source_table, source_lengths
 from seq2seq.config import TokenizerConfig
 
 
 class BytesProcessor(SourceProcessor):
     """A stand-in modality: a source file holds numbers; the example is their tensor."""
+
+    kind = SourceKind("numbers", "numbers file")
 
     def load(self, path: str) -> torch.Tensor:
         p = Path(path)
@@ -39,8 +42,7 @@ class BytesProcessor(SourceProcessor):
         return torch.nn.utils.rnn.pad_sequence(examples, batch_first=True)
 
 
-MODALITY = Modality("numbers", build_encoder=lambda cfg, shared: None, processor=lambda cfg: BytesProcessor(),
-                    noun="numbers file")
+MODALITY = Modality("numbers", build_encoder=lambda cfg, shared: None, processor=lambda cfg: BytesProcessor())
 
 
 def write_sources(root: Path, names_values: dict[str, str]) -> None:
@@ -116,7 +118,7 @@ def test_prepare_media_skips_bad_files_groups_references_and_collates(tmp_path):
                        + [("0.num", "")], "train")
     valid = make_split(tmp_path, [("1.num", "two"), ("1.num", "a second caption"), ("2.num", "three")], "valid")
     cfg = DataConfig(train=str(train), valid=str(valid), bad_sources="skip")
-    data = prepare_media(cfg, TokenizerConfig(vocab_size=40), MODALITY, BytesProcessor(), tmp_path / "out")
+    data = prepare_media(cfg, TokenizerConfig(vocab_size=40), BytesProcessor(), tmp_path / "out")
     assert (tmp_path / "out" / "spm.model").is_file()
     assert len(data.train) == 6  # the missing file and the empty caption dropped
     assert "1 unreadable numbers files" in data.summary and "1 empty train texts" in data.summary
@@ -132,12 +134,12 @@ def test_prepare_media_skips_bad_files_groups_references_and_collates(tmp_path):
 
 def test_prepare_media_refuses_text_only_keys_and_missing_tables(tmp_path):
     with pytest.raises(ConfigError, match="set data.train"):
-        prepare_media(DataConfig(), TokenizerConfig(), MODALITY, BytesProcessor(), tmp_path)
+        prepare_media(DataConfig(), TokenizerConfig(), BytesProcessor(), tmp_path)
     cfg = DataConfig(train=str(tmp_path / "t.tsv"), valid_src="a", valid_tgt="b")
     with pytest.raises(ConfigError, match="data.valid_src is for text sources"):
-        prepare_media(cfg, TokenizerConfig(), MODALITY, BytesProcessor(), tmp_path)
+        prepare_media(cfg, TokenizerConfig(), BytesProcessor(), tmp_path)
     with pytest.raises(DataError, match="data file not found"):
-        prepare_media(DataConfig(train=str(tmp_path / "t.tsv")), TokenizerConfig(), MODALITY, BytesProcessor(), tmp_path)
+        prepare_media(DataConfig(train=str(tmp_path / "t.tsv")), TokenizerConfig(), BytesProcessor(), tmp_path)
 
 
 def test_unknown_encoder_type_and_keys_are_refused_by_name():

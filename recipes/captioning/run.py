@@ -39,7 +39,7 @@ from seq2seq.storage.atomic import write_json_atomic  # noqa: E402
 from seq2seq.storage.model_dir import ModelDir  # noqa: E402
 from seq2seq.cli.common import user_error_types  # noqa: E402
 from seq2seq.training.experiment import run_training  # noqa: E402
-from seq2seq.config import load_config
+from seq2seq.config import Config, load_config  # noqa: E402
 from seq2seq.text.metrics import score  # noqa: E402
 
 log = logging.getLogger("recipe")
@@ -86,7 +86,7 @@ def evaluate(hyps: list[str], refs: list[list[str]], objects: list[list[dict]]) 
     return result
 
 
-def main() -> None:
+def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "captioning")
     p.add_argument("--data-dir", type=Path, default=None, help="where the scenes go (default: OUTPUT_DIR/data)")
@@ -100,19 +100,11 @@ def main() -> None:
     p.add_argument("--skip-train", action="store_true", help="reuse the trained model in OUTPUT_DIR/model")
     p.add_argument("--beam", type=int, default=5, help="beam size of the beam candidates")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    return p
 
-    out = args.output_dir
-    data = args.data_dir or out / "data"
-    model_dir = out / "model"
-    t0 = time.perf_counter()
-    sizes = {"train": args.train_images, "val": args.eval_images, "test": args.eval_images,
-             "compositional": args.eval_images}
-    log.info("scenes: %s in %s", sizes, data)
-    scenes.generate(data, sizes, seed=args.seed)
-    log.info("scenes ready (%.0f s)", time.perf_counter() - t0)
 
+def train(args: argparse.Namespace, data: Path, model_dir: Path) -> Config:
+    """The run's config (the scenes, OUTPUT_DIR/model, --set, --minutes); trains unless --skip-train."""
     train_table = "train.tsv" if args.train_captions == "all" else "train.canonical.tsv"
     overrides = [f"data.train={data / train_table}", f"data.valid={data / 'val.tsv'}",
                  f"training.output_dir={model_dir}", *args.overrides]
@@ -126,17 +118,17 @@ def main() -> None:
     if not args.skip_train:
         result = run_training(cfg, resume=ModelDir(model_dir).train_state() is not None, config_source=str(args.config))
         log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
+    return cfg
 
-    from seq2seq.inference.generator import Captioner
 
-    captioner = Captioner.load(model_dir, device="cpu")
-    limits = {"max_len_a": cfg.decoding.max_len_a, "max_len_b": cfg.decoding.max_len_b}
-    # Decoding settings, chosen on val exact match (the first of equals wins). early_stopping true
-    # (fairseq's rule) stops once `beam` hypotheses have ended, which here often returns a short,
-    # broken caption while the beam still holds a better one: it is a candidate, not the default.
-    candidates = {f"beam {args.beam}, early_stopping false": {"beam": args.beam, "early_stopping": False},
+def choose_decoding(captioner, data: Path, beam: int, limits: dict) -> tuple[dict[str, dict], dict[str, float], str]:
+    """Decoding settings, chosen on val exact match (the first of equals wins): the candidates, their
+    val exact match, the chosen one's name. early_stopping true (fairseq's rule) stops once `beam`
+    hypotheses have ended, which here often returns a short, broken caption while the beam still
+    holds a better one: it is a candidate, not the default."""
+    candidates = {f"beam {beam}, early_stopping false": {"beam": beam, "early_stopping": False},
                   "greedy": {"beam": 1},
-                  f"beam {args.beam}, early_stopping true": {"beam": args.beam, "early_stopping": True}}
+                  f"beam {beam}, early_stopping true": {"beam": beam, "early_stopping": True}}
     val = read_split(data, "val")
     val_search = {}
     for name, options in candidates.items():
@@ -145,12 +137,17 @@ def main() -> None:
         log.info("val exact match with %s: %.1f%%", name, val_search[name])
     chosen = max(candidates, key=lambda k: val_search[k])  # max keeps the first of equals
     log.info("chosen on val: %s", chosen)
-    report: dict = {"decoding": chosen, "val_search": val_search, "train_captions": args.train_captions, "sizes": sizes}
+    return candidates, val_search, chosen
+
+
+def score_splits(captioner, data: Path, out: Path, options: dict, report: dict) -> list[tuple[str, dict]]:
+    """Every split captioned once with `options`: the hypotheses written to OUT, the scores (and decoding
+    time) added to `report`, a few misses logged. Returns (split, scores) in SPLITS order."""
     rows = []
     for split in SPLITS:
         paths, refs, objects = read_split(data, split)
         t = time.perf_counter()
-        hyps = captioner.caption(paths, **candidates[chosen], **limits)
+        hyps = captioner.caption(paths, **options)
         seconds = time.perf_counter() - t
         (out / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         result = evaluate(hyps, refs, objects)
@@ -160,11 +157,10 @@ def main() -> None:
         wrong = [(p, h, r[0]) for p, h, r in zip(paths, hyps, refs) if h not in r][:3]
         for path, hyp, ref in wrong:
             log.info("%s miss: %s\n  hyp: %s\n  ref: %s", split, Path(path).name, hyp, ref)
-    meta = ModelDir(model_dir).metadata()
-    report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
-                  steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
-    write_json_atomic(out / "recipe_results.json", report)
+    return rows
 
+
+def print_table(rows: list[tuple[str, dict]], report: dict, chosen: str, out: Path) -> None:
     print(f"\n{'split':<14} {'images':>6} {'exact':>7} {'canon.':>7} {'objects':>8} {'BLEU':>6} {'chrF':>6}")
     for split, r in rows:
         print(f"{split:<14} {r['images']:>6} {r['exact_match']:>6.1f}% {r['canonical_exact_match']:>6.1f}% "
@@ -175,6 +171,35 @@ def main() -> None:
     print(f"decoding (chosen on val): {chosen}; BLEU signature: {rows[0][1]['bleu_signature']}")
     print(f"steps {report['steps']}, training {report['training_minutes']} min, total {report['total_minutes']} min; "
           f"results: {out / 'recipe_results.json'}")
+
+
+def main() -> None:
+    args = argument_parser().parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+
+    out = args.output_dir
+    data = args.data_dir or out / "data"
+    model_dir = out / "model"
+    t0 = time.perf_counter()
+    sizes = {"train": args.train_images, "val": args.eval_images, "test": args.eval_images,
+             "compositional": args.eval_images}
+    log.info("scenes: %s in %s", sizes, data)
+    scenes.generate(data, sizes, seed=args.seed)
+    log.info("scenes ready (%.0f s)", time.perf_counter() - t0)
+    cfg = train(args, data, model_dir)
+
+    from seq2seq.inference.generator import Captioner
+
+    captioner = Captioner.load(model_dir, device="cpu")
+    limits = {"max_len_a": cfg.decoding.max_len_a, "max_len_b": cfg.decoding.max_len_b}
+    candidates, val_search, chosen = choose_decoding(captioner, data, args.beam, limits)
+    report: dict = {"decoding": chosen, "val_search": val_search, "train_captions": args.train_captions, "sizes": sizes}
+    rows = score_splits(captioner, data, out, {**candidates[chosen], **limits}, report)
+    meta = ModelDir(model_dir).metadata()
+    report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
+                  steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
+    write_json_atomic(out / "recipe_results.json", report)
+    print_table(rows, report, chosen, out)
 
 
 if __name__ == "__main__":

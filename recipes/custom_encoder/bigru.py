@@ -1,6 +1,7 @@
 """A custom encoder in one file: a bidirectional GRU over token embeddings, registered as
-`model.encoder.type: bigru`. It reads text, so it has no SourceProcessor: the text pipeline
-(tokenizer, cleaning, batching) and `Translator` serve it unchanged.
+`model.encoder.type: bigru`. It reads sentences, so it names no SourceProcessor and gets the
+`TextProcessor` (kind TEXT): the text pipeline (tokenizer, cleaning, batching) and `Translator` serve
+it unchanged.
 
 The contract an encoder meets (seq2seq/model/encoders/base.py):
   forward(src) -> (memory [B, S, d_model], memory_pad_mask [B, S], True at padding)
@@ -70,7 +71,7 @@ def build(cfg: ModelConfig, shared_embedding: nn.Module | None) -> BiGRUEncoder:
     return BiGRUEncoder(cfg.src_vocab_size, cfg.d_model, enc.hidden, enc.layers, cfg.pad_id)
 
 
-register(Modality("bigru", build_encoder=build, noun="sentence"))
+register(Modality("bigru", build_encoder=build))  # reads sentences: the default TextProcessor
 
 
 def pretrained(vocab_size: int, d_model: int, seed: int = 0) -> BiGRUEncoder:

@@ -66,7 +66,7 @@ def evaluate(hyps: list[str], refs: list[str]) -> dict:
             "strings_by_length": {n: len(ok) for n, ok in sorted(by_length.items())}}
 
 
-def main() -> None:
+def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mnist", required=True, help="directory of MNIST's four IDX files, or 'hf' (ylecun/mnist)")
     p.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "digit_strings")
@@ -80,17 +80,11 @@ def main() -> None:
     p.add_argument("--skip-train", action="store_true", help="reuse the trained model in OUTPUT_DIR/model")
     p.add_argument("--beam", type=int, default=5, help="beam size of the beam candidate")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    return p
 
-    out = args.output_dir
-    data = args.data_dir or out / "data"
-    model_dir = out / "model"
-    t0 = time.perf_counter()
-    sizes = {"train": args.train_strings, "val": args.val_strings, "test": args.test_strings}
-    strings.generate(data, args.mnist, sizes, seed=args.seed)
-    log.info("strings ready in %s (%.0f s)", data, time.perf_counter() - t0)
 
+def train(args: argparse.Namespace, data: Path, model_dir: Path) -> None:
+    """Train with the config (the strings, OUTPUT_DIR/model, --set, --minutes) unless --skip-train."""
     overrides = [f"data.train={data / 'train.tsv'}", f"data.valid={data / 'val.tsv'}",
                  f"training.output_dir={model_dir}", *args.overrides]
     if args.minutes is not None:
@@ -104,16 +98,17 @@ def main() -> None:
         result = run_training(cfg, resume=ModelDir(model_dir).train_state() is not None, config_source=str(args.config))
         log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
 
-    from seq2seq.inference.generator import Captioner
 
-    captioner = Captioner.load(model_dir, device="cpu")
-    limits = {"max_len_a": 0.0, "max_len_b": strings.LENGTHS[1] + 8}
+def choose_decoding(captioner, data: Path, beam: int, limits: dict) -> tuple[dict[str, dict], dict[str, float], str]:
+    """Greedy, beam, and (a hybrid CTC/attention model) beam rescored with the CTC head at a few
+    weights, chosen on val exact match (the first of equals wins: greedy): the candidates, their val
+    exact match, the chosen one's name."""
     attention_only = {"ctc_weight": 0.0}
     candidates = {"greedy": {"beam": 1, **attention_only},
-                  f"beam {args.beam}": {"beam": args.beam, "early_stopping": False, **attention_only}}
+                  f"beam {beam}": {"beam": beam, "early_stopping": False, **attention_only}}
     if captioner.loaded.config.training.ctc_weight:  # hybrid CTC/attention: rescored with the CTC head
         for w in (0.3, 0.5, 0.7, 1.0):
-            candidates[f"beam {args.beam}, ctc_weight {w}"] = {"beam": args.beam, "early_stopping": False, "ctc_weight": w}
+            candidates[f"beam {beam}, ctc_weight {w}"] = {"beam": beam, "early_stopping": False, "ctc_weight": w}
     val_paths, val_refs = read_split(data, "val")
     val_search = {}
     for name, options in candidates.items():
@@ -121,21 +116,23 @@ def main() -> None:
         log.info("val exact match with %s: %.2f%%", name, val_search[name])
     chosen = max(candidates, key=lambda k: val_search[k])  # max keeps the first of equals: greedy
     log.info("chosen on val: %s", chosen)
+    return candidates, val_search, chosen
 
-    report: dict = {"decoding": chosen, "val_search": val_search, "sizes": sizes, "mnist": args.mnist}
+
+def score_splits(captioner, data: Path, out: Path, options: dict, report: dict) -> None:
+    """val and test read once with `options`: the readings written to OUT, the scores (and decoding
+    time) added to `report`, a few misses logged."""
     for split in SPLITS:
         paths, refs = read_split(data, split)
         t = time.perf_counter()
-        hyps = captioner.caption(paths, **candidates[chosen], **limits)
+        hyps = captioner.caption(paths, **options)
         report[split] = evaluate(hyps, refs) | {"decode_seconds": round(time.perf_counter() - t, 1)}
         (out / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         for path, hyp, ref in [(p, h, r) for p, h, r in zip(paths, hyps, refs) if "".join(h.split()) != r][:3]:
             log.info("%s miss: %s  read %r, written %r", split, Path(path).name, hyp, ref)
-    meta = ModelDir(model_dir).metadata()
-    report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
-                  steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
-    write_json_atomic(out / "recipe_results.json", report)
 
+
+def print_table(report: dict, chosen: str, out: Path, model_dir: Path) -> None:
     lengths = list(report["test"]["exact_by_length"])
     print(f"\n{'split':<6} {'strings':>7} {'CER':>6} {'exact':>7}   exact match by length " + " ".join(f"{n:>5}" for n in lengths))
     for split in SPLITS:
@@ -145,6 +142,33 @@ def main() -> None:
     print(f"decoding (chosen on val): {chosen}; steps {report['steps']}, training {report['training_minutes']} min, "
           f"total {report['total_minutes']} min; results: {out / 'recipe_results.json'}; "
           f"curves: {model_dir / 'curves.png'}")
+
+
+def main() -> None:
+    args = argument_parser().parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+
+    out = args.output_dir
+    data = args.data_dir or out / "data"
+    model_dir = out / "model"
+    t0 = time.perf_counter()
+    sizes = {"train": args.train_strings, "val": args.val_strings, "test": args.test_strings}
+    strings.generate(data, args.mnist, sizes, seed=args.seed)
+    log.info("strings ready in %s (%.0f s)", data, time.perf_counter() - t0)
+    train(args, data, model_dir)
+
+    from seq2seq.inference.generator import Captioner
+
+    captioner = Captioner.load(model_dir, device="cpu")
+    limits = {"max_len_a": 0.0, "max_len_b": strings.LENGTHS[1] + 8}
+    candidates, val_search, chosen = choose_decoding(captioner, data, args.beam, limits)
+    report: dict = {"decoding": chosen, "val_search": val_search, "sizes": sizes, "mnist": args.mnist}
+    score_splits(captioner, data, out, {**candidates[chosen], **limits}, report)
+    meta = ModelDir(model_dir).metadata()
+    report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
+                  steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
+    write_json_atomic(out / "recipe_results.json", report)
+    print_table(report, chosen, out, model_dir)
 
 
 if __name__ == "__main__":

@@ -41,13 +41,12 @@ PUBLIC_RAW = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
 SPLITS = ("train", "val", "test_2016_flickr")
 
 
-MAX_LENPEN = 10.0  # a bound for the climb only; no model has needed more than ~3
+MAX_LENPEN = 10.0  # a bound for the climb only
 
-# A machine that trains fewer than SLOW_STEPS steps in the time budget (half of what the reference
-# machine does in 60 minutes) trains with SLOW_SETTINGS instead: half the batch, so twice the updates
-# in the same time (with a lower peak rate, and validation/checkpoints at the same times), and no
-# subword sampling, which pays off only past ~4,000 steps. Chosen on val on the AVX2 stand-in for a
-# slow laptop (one core, instruction set forced to AVX2): README "Slow machines".
+# A machine that trains fewer than SLOW_STEPS steps in the time budget trains with SLOW_SETTINGS
+# instead: half the batch, so twice the updates in the same time (with a lower peak rate, and
+# validation/checkpoints at the same times), and no subword sampling, which pays off only in longer
+# runs. The runs they were chosen on: README "Slow machines".
 SLOW_STEPS = 3000
 SLOW_SETTINGS = ("training.max_tokens=1600", "training.lr=0.002", "data.subword_alpha=null",
                  "training.valid_every=2000", "training.checkpoint_every=400")
@@ -115,7 +114,7 @@ def decode(model_dir: Path, weights: Path, sources: list[str], beam: int, lenpen
     return translator(model_dir, weights).translate(sources, beam=beam, lenpen=lenpen)
 
 
-def main() -> None:
+def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     p.add_argument("--download", type=Path, default=None, help="download the corpus into this directory first")
@@ -132,15 +131,12 @@ def main() -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     p.add_argument("--no-adapt", action="store_true",
                    help="keep the config's settings on a slow machine (see SLOW_STEPS in this script)")
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("datasets").setLevel(logging.WARNING)
+    return p
 
-    data = args.data_dir
-    if args.download:
-        download(args.download, (args.src, args.tgt))
-        data = args.download
-    out = args.output_dir or ROOT / "runs" / f"multi30k_{args.src}_{args.tgt}"
+
+def run_config(p: argparse.ArgumentParser, args: argparse.Namespace, data: Path, out: Path) -> tuple[Config, dict]:
+    """The run's config (the data paths, this machine's settings, then --set and the budget, which win)
+    and what `adapt_to_machine` found; --minutes with --steps, or --steps below 1: p.error."""
     paths = [
         f"data.train_src={data}/train.{args.src}.gz", f"data.train_tgt={data}/train.{args.tgt}.gz",
         f"data.valid_src={data}/val.{args.src}.gz", f"data.valid_tgt={data}/val.{args.tgt}.gz",
@@ -161,15 +157,18 @@ def main() -> None:
     if not (args.skip_train or args.no_adapt or finished):  # (training refuses to replace a finished model)
         machine = adapt_to_machine(args.config, user, out)
     cfg = load_config(args.config, [*paths, *machine["overrides"], *args.overrides, *budget])  # --set wins
+    return cfg, machine
 
-    t0 = time.perf_counter()
-    if not args.skip_train:
-        result = run_training(cfg, resume=ModelDir(out).train_state() is not None, config_source=str(args.config))
-        log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
 
-    # 1. which weights: the best checkpoint, or the average of the last N (chosen on val)
-    val_src = read_lines(data / f"val.{args.src}.gz")
-    val_ref = read_lines(data / f"val.{args.tgt}.gz")
+def bleu(hyps: list[str], refs: list[str]) -> float:
+    return score(hyps, [refs], metrics=("bleu",))["bleu"]["score"]
+
+
+def choose_weights(out: Path, val_src: list[str], val_ref: list[str], beam: int,
+                   val_bleu: dict[str, float]) -> tuple[dict[str, Path], str]:
+    """Which weights: the best checkpoint, or the average of the last 5 or 10 (written beside it),
+    whichever has the best val BLEU with lenpen 1.0 (recorded in `val_bleu`). Returns the candidates
+    and the chosen one's name."""
     model_dir = ModelDir(out)
     kept = model_dir.checkpoints()
     candidates = {"best": model_dir.weights_path}
@@ -178,39 +177,74 @@ def main() -> None:
             path = out / f"model.avg{n}.safetensors"
             save_weights(model_dir.average(n)[0], path)
             candidates[f"avg{n}"] = path
-    val_bleu: dict[str, float] = {}
     for name, weights in candidates.items():
-        hyps = decode(out, weights, val_src, args.beam, 1.0)
-        val_bleu[f"{name} lenpen=1.0"] = score(hyps, [val_ref], metrics=("bleu",))["bleu"]["score"]
-        log.info("val BLEU %-5s beam %d lenpen 1.0: %.2f", name, args.beam, val_bleu[f"{name} lenpen=1.0"])
-    chosen = max(candidates, key=lambda k: val_bleu[f"{k} lenpen=1.0"])
-    # 2. the length penalty, with the chosen weights: a climb on val from 1.0 in steps of 0.4, in the
-    #    direction that helps, until BLEU stops improving (an under-trained model, e.g. on a slow
-    #    machine, stops early and wants a larger one: the search has no fixed upper edge)
+        val_bleu[f"{name} lenpen=1.0"] = bleu(decode(out, weights, val_src, beam, 1.0), val_ref)
+        log.info("val BLEU %-5s beam %d lenpen 1.0: %.2f", name, beam, val_bleu[f"{name} lenpen=1.0"])
+    return candidates, max(candidates, key=lambda k: val_bleu[f"{k} lenpen=1.0"])
+
+
+def choose_lenpen(out: Path, chosen: str, weights: Path, val_src: list[str], val_ref: list[str], beam: int,
+                  val_bleu: dict[str, float]) -> float:
+    """The length penalty for the chosen weights: a climb on val from 1.0 in steps of 0.4, in the
+    direction that helps, until BLEU stops improving (an under-trained model, e.g. on a slow machine,
+    stops early and wants a larger one: the search has no fixed upper edge). Every value tried is
+    recorded in `val_bleu`."""
     def val_bleu_at(alpha: float) -> float:
         key = f"{chosen} lenpen={alpha:g}"
         if key not in val_bleu:
-            hyps = decode(out, candidates[chosen], val_src, args.beam, alpha)
-            val_bleu[key] = score(hyps, [val_ref], metrics=("bleu",))["bleu"]["score"]
-            log.info("val BLEU %-5s beam %d lenpen %.1f: %.2f", chosen, args.beam, alpha, val_bleu[key])
+            val_bleu[key] = bleu(decode(out, weights, val_src, beam, alpha), val_ref)
+            log.info("val BLEU %-5s beam %d lenpen %.1f: %.2f", chosen, beam, alpha, val_bleu[key])
         return val_bleu[key]
 
     val_bleu[f"{chosen} lenpen=1"] = val_bleu.pop(f"{chosen} lenpen=1.0")
     lenpen = climb(val_bleu_at, start=1.0, step=0.4, low=0.0, high=MAX_LENPEN)
     best_val = val_bleu_at(lenpen)
-    log.info("chosen on val: weights %s, beam %d, lenpen %.1f (val BLEU %.2f)", chosen, args.beam, lenpen, best_val)
+    log.info("chosen on val: weights %s, beam %d, lenpen %.1f (val BLEU %.2f)", chosen, beam, lenpen, best_val)
+    return lenpen
 
-    # 3. the report: val and test_2016_flickr with the chosen settings
-    report = {"pair": f"{args.src}-{args.tgt}", "weights": chosen, "beam": args.beam, "lenpen": lenpen, "val_search": val_bleu}
+
+def score_splits(args: argparse.Namespace, data: Path, out: Path, weights: Path, lenpen: float,
+                 report: dict) -> None:
+    """val and test_2016_flickr decoded with the chosen settings: the hypotheses written to OUT, the
+    scores printed and added to `report`."""
     for split in ("val", "test_2016_flickr"):
         src = read_lines(data / f"{split}.{args.src}.gz")
         ref = read_lines(data / f"{split}.{args.tgt}.gz")
-        hyps = decode(out, candidates[chosen], src, args.beam, lenpen)
+        hyps = decode(out, weights, src, args.beam, lenpen)
         (out / f"{split}.hyp.{args.tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         scores = score(hyps, [ref], metrics=("bleu", "chrf", "ter"))
         print(f"\n== {split} ({args.src}->{args.tgt}, {len(hyps)} sentences) ==\n{format_scores(scores)}")
         report[split] = {k: {"score": v["score"], "signature": v["signature"]} for k, v in scores.items()}
-    meta = model_dir.metadata()
+
+
+def main() -> None:
+    p = argument_parser()
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("datasets").setLevel(logging.WARNING)
+
+    data = args.data_dir
+    if args.download:
+        download(args.download, (args.src, args.tgt))
+        data = args.download
+    out = args.output_dir or ROOT / "runs" / f"multi30k_{args.src}_{args.tgt}"
+    cfg, machine = run_config(p, args, data, out)
+
+    t0 = time.perf_counter()
+    if not args.skip_train:
+        result = run_training(cfg, resume=ModelDir(out).train_state() is not None, config_source=str(args.config))
+        log.info("trained %d steps in %.1f min", result["step"], result["elapsed_s"] / 60)
+
+    # every choice on val, then the report: val and test_2016_flickr with the chosen settings
+    val_src = read_lines(data / f"val.{args.src}.gz")
+    val_ref = read_lines(data / f"val.{args.tgt}.gz")
+    val_bleu: dict[str, float] = {}
+    candidates, chosen = choose_weights(out, val_src, val_ref, args.beam, val_bleu)
+    lenpen = choose_lenpen(out, chosen, candidates[chosen], val_src, val_ref, args.beam, val_bleu)
+    report = {"pair": f"{args.src}-{args.tgt}", "weights": chosen, "beam": args.beam, "lenpen": lenpen,
+              "val_search": val_bleu}
+    score_splits(args, data, out, candidates[chosen], lenpen, report)
+    meta = ModelDir(out).metadata()
     report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
                   steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))
     if not args.skip_train:

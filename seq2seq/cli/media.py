@@ -48,26 +48,26 @@ def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
                 yield line
 
 
-def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str,
+def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str,
          as_json: bool, with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool,
          device: str, precision: str, weights: str | None, batch_tokens: int, chunk_lines: int,
          **kw: Any) -> None:
     from seq2seq.model.encoders.base import SourceError
+    from seq2seq.inference import generator as generators
     from seq2seq.inference.formats import file_formatter
-    from seq2seq.inference.generator import Captioner, Transcriber
 
     search = search_overrides(kw)
     if show_attention:
         search["attention_layer"] = attention_layer
     windows: dict[str, Any] = {}  # transcribe: how long recordings are cut
-    if kind == "audio":
+    cls = getattr(generators, api)  # Captioner, Transcriber
+    if issubclass(cls, generators.Transcriber):
         windows = {"timestamps": kw["timestamps"], "progress": show_progress(kw["progress"], output_path)}
         if show_attention:  # the attention of one window over the whole recording, as before windows existed
             windows["max_window_seconds"] = math.inf
         elif kw["max_window_seconds"] is not None:
             windows["max_window_seconds"] = kw["max_window_seconds"]
     check_output_path(output_path, [*files, *([input_path] if input_path else [])])
-    cls = Captioner if kind == "image" else Transcriber
     try:
         generator = cls.load(model_dir, device=device, precision=precision, weights=weights)
         nbest = generator.search_config(**search).nbest
@@ -81,9 +81,13 @@ def _run(kind: str, model_dir: str, files: tuple[str, ...], input_path: str | No
                 paths = list(sources)
                 if len(paths) != 1:
                     raise click.ClickException(f"--show-attention draws one source, but {len(paths)} were given")
+                try:  # refused before decoding where it cannot be drawn
+                    view = generator.attention_view(paths[0])
+                except SourceError as e:
+                    raise click.ClickException(f"--show-attention: {e}") from None
                 results = generator.generate(paths, batch_tokens=batch_tokens, **windows, **search)
                 out.write(emit(paths[0], results[0]).encode("utf-8"))
-                generator.plot_attention(results[0][0], show_attention)
+                generator.plot_attention(results[0][0], show_attention, view)
                 click.echo(f"attention plot: {show_attention}", err=True)
                 return
             while True:
@@ -122,13 +126,14 @@ def _audio_options(fn: Any) -> Any:
     return fn
 
 
-def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
+def _command(name: str, api: str, noun: str, summary: str, audio: bool = False) -> click.Command:
+    """The command `name`, decoding with the `seq2seq.inference.generator` class `api`; audio: the
+    options of recordings of any length (`Transcriber`)."""
     @click.command(name, help=f"""{summary}
 
     Sources are FILES, or one path per line from -i FILE or stdin. Writes one line per source, in
     order: the text (--with-path: "path<TAB>text"; --json: one object per source; --nbest N > 1:
-    N lines "path<TAB>score<TAB>text" per source). MODEL_DIR must hold {noun} model.""" + (AUDIO_HELP if kind == "audio"
-                                                                                           else ""))
+    N lines "path<TAB>score<TAB>text" per source). MODEL_DIR must hold {noun} model.""" + (AUDIO_HELP if audio else ""))
     @click.argument("model_dir", type=click.Path(file_okay=False))
     @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
     @click.option("-i", "--input", "input_path", default=None, help="File listing one source path per line ('-': stdin).")
@@ -142,13 +147,14 @@ def _command(name: str, kind: str, noun: str, summary: str) -> click.Command:
                   help="Decoder layer for --show-attention (negative: from the last).")
     @click.option("--skip-bad", is_flag=True, help="An unreadable file gives an empty line and a warning instead of an error.")
     @model_options
-    @(_audio_options if kind == "audio" else lambda fn: fn)
+    @(_audio_options if audio else lambda fn: fn)
     @user_errors
     def command(**kwargs: Any) -> None:
-        _run(kind, **kwargs)
+        _run(api, **kwargs)
 
     return command
 
 
-caption = _command("caption", "image", "an image", "Caption images with MODEL_DIR (an image-to-text model).")
-transcribe = _command("transcribe", "audio", "an audio", "Transcribe audio files with MODEL_DIR (a speech-to-text model).")
+caption = _command("caption", "Captioner", "an image", "Caption images with MODEL_DIR (an image-to-text model).")
+transcribe = _command("transcribe", "Transcriber", "an audio", "Transcribe audio files with MODEL_DIR (a speech-to-text "
+                      "model).", audio=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS
 from seq2seq.cli.common import user_errors
 
+API_KEY_ENV = "SEQ2SEQ_API_KEY"
 EXTRA_MISSING = ("`seq2seq serve` needs the optional 'serve' dependencies, FastAPI and uvicorn ({name} is not "
                  "installed): pip install 'seq2seq[serve]'")
 
@@ -49,7 +52,7 @@ def require_serve_extra() -> None:
               help="Image models: pixels (width x height, from the file's header) per image; more: 413.")
 @click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Audio models: seconds per audio file (from its header); longer: 413.")
-@click.option("--api-key", envvar="SEQ2SEQ_API_KEY", show_envvar=True, default=None,
+@click.option("--api-key", envvar=API_KEY_ENV, show_envvar=True, default=None,
               help="Requests must send 'Authorization: Bearer KEY' (or 'X-API-Key: KEY'), else 401; GET /health "
                    "stays open. Prefer the environment variable: arguments are visible to other users.")
 @click.option("--allow-paths", is_flag=True,
@@ -82,11 +85,13 @@ def serve(model_dir: str, host: str, port: int, device: str, precision: str, wei
                         max_pixels=max_pixels, max_audio_seconds=max_audio_seconds)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if api_key is None and os.environ.get(API_KEY_ENV) == "":
+        api_key = ""  # click reads an empty variable as unset: refused here, as --api-key "" is
     if api_key is not None:
         try:
             check_key_format(api_key)
         except ValueError as e:
-            raise click.UsageError(f"--api-key (or SEQ2SEQ_API_KEY): {e}") from None
+            raise click.UsageError(f"--api-key (or {API_KEY_ENV}): {e}") from None
     if threads:
         torch.set_num_threads(threads)
     try:

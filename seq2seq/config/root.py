@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from seq2seq.config.schema import ConfigError, apply_overrides, from_dict, load_dict, to_dict
+from seq2seq.config.schema import apply_overrides, from_dict, load_dict, to_dict
 from seq2seq.config.search import SearchConfig
 from seq2seq.config.sections import DataConfig, ModelConfig, TokenizerConfig, TrainingConfig
 
@@ -31,9 +31,7 @@ class Config:
     decoding: SearchConfig = field(default_factory=SearchConfig)
 
     def __post_init__(self) -> None:
-        if self.decoding.ctc_weight and not self.training.ctc_weight:
-            raise ConfigError(f"decoding.ctc_weight ({self.decoding.ctc_weight}) needs a CTC head: set "
-                              "training.ctc_weight > 0 (or decoding.ctc_weight: 0)")
+        self.decoding.check_ctc_head(self.training.ctc_weight)
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:

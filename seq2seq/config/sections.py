@@ -54,12 +54,6 @@ class EncoderConfig:
         return encoder_config_class(data.get("type", "text"), f"{key}.type" if key else "type")
 
     @property
-    def source_kind(self) -> str:
-        """What the sources are ("text", "image", "audio", ...): the type itself, unless the encoder
-        reads sources of another kind's name (`type: hf` reads images or audio, after its backbone)."""
-        return self.type
-
-    @property
     def shares_target_embedding(self) -> bool:
         """Can this encoder embed its source with the target embedding (model.share_embeddings)? Only
         the built-in text encoder (this class) can; a subclass (another encoder) cannot."""
@@ -157,12 +151,6 @@ class ModelConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1)")
-        memory = physical_memory()
-        if memory and 4 * self.approx_parameters() > memory:  # its float32 weights alone would not fit
-            raise ConfigError(
-                f"model: d_model {self.d_model}, ffn_dim {self.ffn_dim}, {self.n_encoder_layers}+{self.n_decoder_layers} "
-                f"layers and vocabularies of {self.src_vocab_size}/{self.tgt_vocab_size} make ~{self.approx_parameters():.3g} "
-                f"parameters, whose weights alone exceed this machine's {memory / 2**30:.0f} GiB of memory")
 
     def approx_parameters(self) -> int:
         """About how many parameters the Transformer has (weight matrices of its layers and embeddings)."""
@@ -268,6 +256,18 @@ class DataConfig:
         """Raise ConfigError unless some training data is configured."""
         if self.train_src is None and self.train is None and self.hf_dataset is None:
             raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, or data.hf_dataset")
+
+
+def check_fits_in_memory(model: ModelConfig, memory: int | None = None) -> None:
+    """When a run starts: ConfigError when the model's float32 weights alone exceed this machine's
+    memory (`memory` bytes; default: what the OS says, None where it does not say). Not a check of the
+    config itself: one config.yaml is valid on every machine."""
+    memory = physical_memory() if memory is None else memory
+    if memory and 4 * model.approx_parameters() > memory:
+        raise ConfigError(
+            f"model: d_model {model.d_model}, ffn_dim {model.ffn_dim}, {model.n_encoder_layers}+{model.n_decoder_layers} "
+            f"layers and vocabularies of {model.src_vocab_size}/{model.tgt_vocab_size} make ~{model.approx_parameters():.3g} "
+            f"parameters, whose weights alone exceed this machine's {memory / 2**30:.0f} GiB of memory")
 
 
 def physical_memory() -> int | None:

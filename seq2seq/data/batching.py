@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.model.encoders.base import pad_sequences
 
 
 @dataclass
@@ -79,16 +80,6 @@ def length_batches(lengths: dict[int, int], max_tokens: int, max_items: int | No
         longest = max(longest, n)
     if batch:
         yield batch
-
-
-def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:
-    """Id lists -> LongTensor [len(seqs), max length], right-padded with pad_id."""
-    width = max((len(s) for s in seqs), default=0)
-    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s):
-            out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-    return out
 
 
 def make_target(

@@ -1,6 +1,6 @@
 """Training data for image and audio sources: tables of (file, text) rows -> batches.
 
-    read_source_table(path, cfg, modality) -> [SourceRow(path, text, where)]   (TSV, CSV, JSONL)
+    read_source_table(path, cfg, noun)     -> [SourceRow(path, text, where)]   (TSV, CSV, JSONL)
     load_sources(paths, processor, policy)  -> {path: example}, every file read once, up front
     prepare_media(cfg, out_dir)             -> MediaData: target tokenizer, train rows, valid set
 
@@ -35,8 +35,8 @@ from tqdm import tqdm
 from seq2seq.data.batching import Batch, make_target
 from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError, fingerprint, read_table, read_text
-from seq2seq.data.readers import jsonl_rows
-from seq2seq.model.encoders.base import Modality, SourceError, SourceProcessor
+from seq2seq.data.readers import read_jsonl
+from seq2seq.model.encoders.base import SourceError, SourceProcessor
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.config import TokenizerConfig
 
@@ -77,25 +77,6 @@ def _pick(wanted: str, defaults: tuple[str, ...], header: list[str]) -> str:
     return next((name for name in defaults if name in header), wanted)
 
 
-def _read_jsonl(path: Path, src_column: str, tgt_column: str) -> tuple[list[str], list[str], list[str]]:
-    """JSONL rows whose text may be a string or a list of strings (several captions)."""
-    srcs, texts, wheres = [], [], []
-    for where, row in jsonl_rows(path, read_text(path)):
-        for column in (src_column, tgt_column):
-            if column not in row:
-                raise DataError(f"{where}: column '{column}' not found; available columns: {', '.join(row)}")
-        values = row[tgt_column] if isinstance(row[tgt_column], list) else [row[tgt_column]]
-        if not isinstance(row[src_column], str) or not all(isinstance(v, str) for v in values):
-            raise DataError(f"{where}: '{src_column}' must be a path string and '{tgt_column}' a string or a list of strings")
-        for value in values:
-            srcs.append(row[src_column].strip())
-            texts.append(value.strip())
-            wheres.append(where)
-    if not srcs:
-        raise DataError(f"{path} is empty")
-    return srcs, texts, wheres
-
-
 def read_source_table(path: str | Path, cfg: DataConfig, noun: str = "source") -> list[SourceRow]:
     """A table of (file path, text) rows; relative paths resolved against cfg.media_root or the
     table's directory. DataError naming the file and line for missing columns or empty paths."""
@@ -106,7 +87,7 @@ def read_source_table(path: str | Path, cfg: DataConfig, noun: str = "source") -
     src_column = _pick(cfg.src_column, SRC_COLUMNS, header)
     tgt_column = _pick(cfg.tgt_column, TGT_COLUMNS, header)
     if path.name.endswith((".jsonl", ".jsonl.gz")):
-        srcs, texts, wheres = _read_jsonl(path, src_column, tgt_column)
+        srcs, texts, wheres = read_jsonl(path, read_text(path), src_column, tgt_column, several_targets=True)
     else:
         table = read_table(path, src_column, tgt_column)
         srcs, texts = table["src"], table["tgt"]
@@ -176,14 +157,15 @@ class MediaData:
     summary: str  # what reading and cleaning kept and dropped
 
 
-def _load_split(name: str, table: str, cfg: DataConfig, modality: Modality, processor: SourceProcessor,
+def _load_split(name: str, table: str, cfg: DataConfig, processor: SourceProcessor,
                 report: Counter) -> tuple[list[SourceRow], dict[str, Any]]:
-    rows = read_source_table(table, cfg, modality.noun)
-    examples, bad = load_sources([r.path for r in rows], processor, cfg.bad_sources, modality.noun, f"loading {name}")
+    noun = processor.kind.noun
+    rows = read_source_table(table, cfg, noun)
+    examples, bad = load_sources([r.path for r in rows], processor, cfg.bad_sources, noun, f"loading {name}")
     if bad:
-        log.warning("%s: skipped %d unusable %s(s) (data.bad_sources=skip): %s", table, len(bad), modality.noun,
+        log.warning("%s: skipped %d unusable %s(s) (data.bad_sources=skip): %s", table, len(bad), noun,
                     "; ".join(bad[:3]) + (" ..." if len(bad) > 3 else ""))
-        report[f"unreadable {modality.noun}s"] += len(bad)
+        report[f"unreadable {noun}s"] += len(bad)
     kept = [r for r in rows if r.path in examples]
     empty = sum(1 for r in kept if not r.text)
     if empty:
@@ -194,21 +176,22 @@ def _load_split(name: str, table: str, cfg: DataConfig, modality: Modality, proc
     return kept, examples
 
 
-def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, modality: Modality, processor: SourceProcessor,
+def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, processor: SourceProcessor,
                   out_dir: str | Path) -> MediaData:
     """Read and load the train/valid tables, train (or load) the target tokenizer into out_dir,
     tokenize, and drop training rows with more than data.max_len target tokens."""
+    kind = processor.kind
     if cfg.train is None:
-        raise ConfigError(f"an {modality.name} encoder reads its training data from a table: set data.train "
-                          f"(a .tsv/.csv/.jsonl of {modality.noun} path and text)")
+        raise ConfigError(f"an {kind.name} encoder reads its training data from a table: set data.train "
+                          f"(a .tsv/.csv/.jsonl of {kind.noun} path and text)")
     for key in ("train_src", "train_tgt", "valid_src", "valid_tgt", "hf_dataset"):
         if getattr(cfg, key) is not None:
-            raise ConfigError(f"data.{key} is for text sources; an {modality.name} encoder reads data.train/data.valid tables")
+            raise ConfigError(f"data.{key} is for text sources; an {kind.name} encoder reads data.train/data.valid tables")
     report: Counter = Counter()
-    train_rows, train_examples = _load_split("train", cfg.train, cfg, modality, processor, report)
+    train_rows, train_examples = _load_split("train", cfg.train, cfg, processor, report)
     valid_rows, valid_examples = ([], {})
     if cfg.valid is not None:
-        valid_rows, valid_examples = _load_split("valid", cfg.valid, cfg, modality, processor, report)
+        valid_rows, valid_examples = _load_split("valid", cfg.valid, cfg, processor, report)
     if cfg.lowercase:
         train_rows = [dataclasses.replace(r, text=r.text.lower()) for r in train_rows]
         valid_rows = [dataclasses.replace(r, text=r.text.lower()) for r in valid_rows]
@@ -237,7 +220,7 @@ def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, modality: Modality,
         valid = MediaSplit(paths, firsts, valid_ids, valid_examples)
         references = [by_source[p] for p in paths]
 
-    summary = f"{len(train):,} train rows from {len(set(train.paths)):,} {modality.noun}s"
+    summary = f"{len(train):,} train rows from {len(set(train.paths)):,} {kind.noun}s"
     if report:
         summary += "; dropped " + ", ".join(f"{n:,} {what}" for what, n in report.items())
     files = [cfg.train] + ([cfg.valid] if cfg.valid else [])

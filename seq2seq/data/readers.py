@@ -163,15 +163,29 @@ def jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield where, row
 
 
-def _read_jsonl(path: Path, text: str, src_column: str, tgt_column: str) -> tuple[list[str], list[str]]:
-    src, tgt = [], []
+def read_jsonl(path: Path, text: str, src_column: str, tgt_column: str,
+               several_targets: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """(sources, targets, where each row is) of a JSONL text, stripped. several_targets (tables of
+    media files): the target may be a list of strings (several captions of one file), one row each,
+    and the source must be a path string; otherwise missing values read as "". DataError naming the
+    line for a missing column or a value of the wrong type, or an empty file."""
+    srcs, tgts, wheres = [], [], []
     for where, row in jsonl_rows(path, text):
-        s, t = _pair_from_row(row, src_column, tgt_column, where)
-        src.append(_as_text(s, where))
-        tgt.append(_as_text(t, where))
-    if not src:
+        src, tgt = _pair_from_row(row, src_column, tgt_column, where)
+        if several_targets:
+            values = tgt if isinstance(tgt, list) else [tgt]
+            if not isinstance(src, str) or not all(isinstance(v, str) for v in values):
+                raise DataError(f"{where}: '{src_column}' must be a path string and '{tgt_column}' a string or a "
+                                f"list of strings")
+        else:
+            values = [tgt]
+        for value in values:
+            srcs.append(_as_text(src, where))
+            tgts.append(_as_text(value, where))
+            wheres.append(where)
+    if not srcs:
         raise DataError(f"{path} is empty")
-    return src, tgt
+    return srcs, tgts, wheres
 
 
 def read_table(path: str | Path, src_column: str = "src", tgt_column: str = "tgt") -> datasets.Dataset:
@@ -180,7 +194,7 @@ def read_table(path: str | Path, src_column: str = "src", tgt_column: str = "tgt
     kind = _table_kind(path)
     text = read_text(path)
     if kind == ".jsonl":
-        src, tgt = _read_jsonl(path, text, src_column, tgt_column)
+        src, tgt, _ = read_jsonl(path, text, src_column, tgt_column)
     else:
         src, tgt = _read_delimited(path, text, "\t" if kind == ".tsv" else ",", src_column, tgt_column)
     return datasets.Dataset.from_dict({"src": src, "tgt": tgt})

@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,6 +56,7 @@ from seq2seq.deploy.staging import EXPORT_INFO, ExportError, read_export_info, r
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.options import resolve_search
 from seq2seq.storage.model_dir import ModelDir
+from seq2seq.model.encoders.base import source_processor
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
 
@@ -69,8 +71,17 @@ CT2_BATCH = 32
 SCORING = {"max_input_length": 0, "max_batch_size": CT2_BATCH}
 
 
-def _gnmt(logprob: float, n_tokens: int, alpha: float) -> float:
-    return logprob / ((5.0 + n_tokens + 1) / 6.0) ** alpha
+@dataclass
+class _Job:
+    """One `translate_nbest` call: its sentences' source pieces and length limits (by index), their
+    n-best lists as they are found, and the sentences to translate again at their limit, by (limit,
+    PAD and BOS forbidden)."""
+
+    cfg: SearchConfig
+    results: list[list[Translation]]
+    pieces: dict[int, list[str]]
+    max_len: dict[int, int]
+    at_limit: dict[tuple[int, bool], list[int]] = field(default_factory=lambda: defaultdict(list))
 
 
 class CTranslate2Translator:
@@ -104,6 +115,7 @@ class CTranslate2Translator:
         self._blocked = [[tgt.id_to_piece(PAD_ID)], [tgt.id_to_piece(BOS_ID)]]
         self._blocked_pieces = {tgt.id_to_piece(PAD_ID), tgt.id_to_piece(BOS_ID)}
         self.max_src_tokens = self.config.model.max_positions - 1
+        self.processor = source_processor(self.config.model, self.tokenizers.src)  # as `Translator` reads texts
         self._warned: set[str] = set()
 
     @classmethod
@@ -124,6 +136,7 @@ class CTranslate2Translator:
         """The model's decoding defaults with `options` applied (`resolve_search`, as for `Translator`),
         refusing what this engine cannot do."""
         cfg = resolve_search(self.defaults, options, self.config.model)
+        cfg.check_ctc_head(self.config.training.ctc_weight, self.path)
         if cfg.attention_layer is not None:
             raise ValueError("the attention (--alignment, --show-attention) is not available with the "
                              "ctranslate2 engine")
@@ -151,58 +164,17 @@ class CTranslate2Translator:
             self._warned.add("early_stopping")
             warn("decoding.early_stopping=false is not available in CTranslate2: beam search stops once "
                  "`beam` hypotheses have ended (as with early_stopping=true)")
-        src_tok = self.tokenizers.src
-        texts = [t.strip() for t in texts]
         results: list[list[Translation]] = [[] for _ in texts]
-        todo = [i for i, t in enumerate(texts) if t]
-        ids = dict(zip(todo, src_tok.encode([texts[i] for i in todo])))
-        limit = self.max_src_tokens
-        for i in todo:
-            if len(ids[i]) > limit:
-                warn(f"line {first_line + i}: {len(ids[i])} source tokens, truncated to the model's limit of {limit}")
-                ids[i] = ids[i][:limit]
-        pieces = {i: [src_tok.id_to_piece(t) for t in ids[i]] for i in todo}
-        max_len = {i: self._max_len(len(ids[i]) + 1, cfg) for i in todo}
-        # Translated again: a search that reached its limit (`_at_limit`, batched by limit), and one
-        # that generated PAD or BOS, again with them forbidden (CTranslate2 can only forbid tokens by
-        # renormalizing the others' probabilities, unlike ours: so only where needed).
-        at_limit: dict[tuple[int, bool], list[int]] = defaultdict(list)  # (limit, suppress) -> sentences
-
-        def first_pass(batch: list[int], suppress: bool) -> list[int]:
-            """Translate `batch` to its longest limit; returns the sentences to run again with PAD and
-            BOS forbidden."""
-            longest = max(max_len[i] for i in batch)
-            if longest == 0:
-                at_limit[0, suppress] += batch
-                return []
-            out = self._run([pieces[i] for i in batch], cfg, longest + 1, suppress=suppress)
-            offsets = self._eos_offsets([pieces[i] for i in batch], cfg)
-            blocked, cut = [], []
-            for i, r, c in zip(batch, out, offsets):
-                if cfg.strategy == "greedy" and len(r.hypotheses[0]) >= max_len[i]:
-                    # greedy search's tokens do not depend on the limit: stop them there, score the EOS
-                    cut.append((i, r.hypotheses[0][: max_len[i]]))
-                elif any(len(h) >= max_len[i] for h in r.hypotheses):
-                    at_limit[max_len[i], suppress].append(i)
-                elif not suppress and self._generated_blocked(r.hypotheses):
-                    blocked.append(i)
-                else:
-                    results[i] = self._nbest(self._pairs(r, c), cfg, pieces[i])
-            if cut:
-                scored = self.engine.score_batch([pieces[i] for i, _ in cut], [t for _, t in cut], **SCORING)
-                for (i, tokens), r in zip(cut, scored):
-                    if not suppress and self._generated_blocked([tokens]):
-                        blocked.append(i)
-                    else:
-                        results[i] = self._nbest([(tokens, sum(r.log_probs))], cfg, pieces[i])
-            return blocked
-
-        lengths = {i: len(ids[i]) + 1 for i in todo}  # source tokens and EOS
-        blocked = [i for batch in length_batches(lengths, batch_tokens) for i in first_pass(batch, False)]
+        examples = self.processor.prepare(texts, first_line, warn)  # ids + EOS of each non-empty text
+        src_tok = self.tokenizers.src
+        job = _Job(cfg, results, pieces={i: [src_tok.id_to_piece(t) for t in ids[:-1]] for i, ids in examples.items()},
+                   max_len={i: cfg.max_length(len(ids)) for i, ids in examples.items()})
+        lengths = {i: self.processor.length(ids) for i, ids in examples.items()}
+        blocked = [i for batch in length_batches(lengths, batch_tokens) for i in self._first_pass(job, batch, False)]
         if blocked:
-            first_pass(blocked, True)
-        for (n, suppress), sentences in sorted(at_limit.items()):
-            for i, nbest in zip(sentences, self._at_limit([pieces[i] for i in sentences], cfg, n, suppress)):
+            self._first_pass(job, blocked, True)
+        for (n, suppress), sentences in sorted(job.at_limit.items()):
+            for i, nbest in zip(sentences, self._at_limit([job.pieces[i] for i in sentences], cfg, n, suppress)):
                 results[i] = nbest
         hyps = [h for nbest in results for h in nbest]
         for h, text in zip(hyps, self.tokenizers.tgt.decode([h.token_ids for h in hyps])):  # one call: faster
@@ -211,10 +183,46 @@ class CTranslate2Translator:
 
     # ---- internals ----------------------------------------------------------------------
 
+    def _first_pass(self, job: _Job, batch: list[int], suppress: bool) -> list[int]:
+        """Translate `batch` to its longest limit; returns the sentences to run again with PAD and BOS
+        forbidden. A sentence whose search reached its limit is left in `job.at_limit`."""
+        cfg, pieces, max_len = job.cfg, job.pieces, job.max_len
+        longest = max(max_len[i] for i in batch)
+        if longest == 0:
+            job.at_limit[0, suppress] += batch
+            return []
+        out = self._run([pieces[i] for i in batch], cfg, longest + 1, suppress=suppress)
+        offsets = self._eos_offsets([pieces[i] for i in batch], cfg)
+        blocked, cut = [], []
+        for i, r, c in zip(batch, out, offsets):
+            if cfg.strategy == "greedy" and len(r.hypotheses[0]) >= max_len[i]:
+                # greedy search's tokens do not depend on the limit: stop them there, score the EOS
+                cut.append((i, r.hypotheses[0][: max_len[i]]))
+            elif any(len(h) >= max_len[i] for h in r.hypotheses):
+                job.at_limit[max_len[i], suppress].append(i)
+            elif not suppress and self._generated_blocked(r.hypotheses):
+                blocked.append(i)
+            else:
+                job.results[i] = self._nbest(self._pairs(r, c), cfg, pieces[i])
+        return blocked + self._score_cut(job, cut, suppress)
+
+    def _score_cut(self, job: _Job, cut: list[tuple[int, list[str]]], suppress: bool) -> list[int]:
+        """Greedy hypotheses cut at their limit, (sentence, tokens) each, scored with the EOS ours forces
+        there; returns the sentences to run again with PAD and BOS forbidden."""
+        blocked = []
+        if cut:
+            scored = self.engine.score_batch([job.pieces[i] for i, _ in cut], [t for _, t in cut], **SCORING)
+            for (i, tokens), r in zip(cut, scored):
+                if not suppress and self._generated_blocked([tokens]):
+                    blocked.append(i)
+                else:
+                    job.results[i] = self._nbest([(tokens, sum(r.log_probs))], job.cfg, job.pieces[i])
+        return blocked
+
     @staticmethod
     def _max_len(src_len: int, cfg: SearchConfig) -> int:
-        cap = math.inf if cfg.max_len is None else cfg.max_len
-        return max(0, int(min(math.floor(cfg.max_len_a * src_len + cfg.max_len_b + 1e-6), cap)))
+        """The length limit of a source of src_len tokens (with EOS): `SearchConfig.max_length`."""
+        return cfg.max_length(src_len)
 
     def _eos_offsets(self, batch: list[list[str]], cfg: SearchConfig) -> list[float]:
         """Per source: how much higher CTranslate2's log-probabilities are than ours. With min_len 1 it
@@ -283,8 +291,7 @@ class CTranslate2Translator:
                ) -> list[Translation]:
         """(tokens, log-probability) pairs scored with our GNMT penalty: the best `nbest` distinct ones,
         best first (stable for equal scores)."""
-        ranked = sorted(((_gnmt(lp, len(tokens), cfg.lenpen), tokens, lp) for tokens, lp in pairs),
-                        key=lambda x: -x[0])
+        ranked = sorted(((cfg.score(lp, len(tokens) + 1), tokens, lp) for tokens, lp in pairs), key=lambda x: -x[0])
         out, seen = [], set()
         for _, tokens, lp in ranked:
             key = tuple(tokens)
@@ -300,7 +307,7 @@ class CTranslate2Translator:
         token_ids = [self._tgt_ids.get(t, unk) for t in tokens]
         return Translation(
             text="",  # decoded by translate_nbest, all at once
-            score=_gnmt(logprob, len(token_ids), cfg.lenpen),
+            score=cfg.score(logprob, len(token_ids) + 1),  # the EOS counts
             logprob=logprob,
             token_ids=token_ids,
             pieces=list(tokens),

@@ -32,6 +32,7 @@ from seq2seq.deploy.hf import (
     HF_CONFIG, _get, _write_marian_tokenizer, generation_config, marian_permutation, permuted, tensor_map,
 )
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
+from seq2seq.model.encoders.base import IMAGE
 from seq2seq.model.encoders.hf import HFEncoderConfig, backbone_config, hf_preprocessor
 from seq2seq.model.layers import sinusoidal_table
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
@@ -89,7 +90,7 @@ def hf_encoder_decoder(loaded: LoadedModel) -> Any:
             "a Whisper backbone has no transformers encoder-decoder to go to: SpeechEncoderDecoderModel builds it as "
             "the whole WhisperModel, and would attend to the padding of the 30 s window that this model masks")
     m = loaded.config.model
-    vision = enc.spec.modality == "image"
+    vision = enc.spec.kind is IMAGE
     prefix = "VisionEncoderDecoder" if vision else "SpeechEncoderDecoder"
     config = getattr(transformers, f"{prefix}Config").from_encoder_decoder_configs(backbone_config(enc),
                                                                                    decoder_config(loaded))

@@ -21,14 +21,22 @@ Shapes: memory [N, S, D], memory_pad_mask [N, S] (True = padding), V the target 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.config.search import SearchConfig
+from seq2seq.inference.protocol import CTCModel, SearchableModel
 
-def ctc_log_probs(model: Any, memory: Tensor) -> Tensor:
+
+def joint_logprob(attention_logprob: float, ctc_logprob: float, w: float) -> float:
+    """A hypothesis's log-probability for its search score with decoding.ctc_weight w (the score is
+    `SearchConfig.score` of it): (1 - w) * attention + w * CTC."""
+    return (1 - w) * attention_logprob + w * ctc_logprob
+
+
+def ctc_log_probs(model: CTCModel, memory: Tensor) -> Tensor:
     """Per-position token log-probabilities of the CTC head: [N, S, D] -> [N, S, V] (fp32)."""
     return F.log_softmax(model.decoder.project(memory).float(), dim=-1)
 
@@ -62,7 +70,7 @@ def ctc_log_likelihood(log_probs: Tensor, memory_pad_mask: Tensor, sources: list
     return [-v if math.isfinite(v) else -math.inf for v in nll.tolist()]
 
 
-def attention_log_probs(model: Any, memory: Tensor, memory_pad_mask: Tensor, sources: list[int],
+def attention_log_probs(model: SearchableModel, memory: Tensor, memory_pad_mask: Tensor, sources: list[int],
                         hyps: list[list[int]], bos: int, eos: int, pad: int,
                         attention_layer: int | None = None) -> list[tuple[list[float], Tensor | None]]:
     """The attention decoder's log-probability of each token of hyps[i] and of the final EOS, by
@@ -82,3 +90,20 @@ def attention_log_probs(model: Any, memory: Tensor, memory_pad_mask: Tensor, sou
     lps = F.log_softmax(logits.float(), dim=-1).gather(2, tgt_out[..., None]).squeeze(2)  # [K, T]
     return [(lps[i, : len(h) + 1].tolist(), None if attention is None else attention[i, : len(h) + 1].float().cpu())
             for i, h in enumerate(hyps)]
+
+
+def best_paths(model: SearchableModel, memory: Tensor, memory_pad_mask: Tensor, log_probs: Tensor,
+               finished: list[list[list[int]]], cfg: SearchConfig
+               ) -> list[tuple[int, list[int], list[float], Tensor | None]]:
+    """The candidates CTC adds: each source's best path (`ctc_best_path`) when it has at least min_len
+    tokens and is not among the source's finished hypotheses (finished[source]: their tokens), scored
+    by the attention decoder (`attention_log_probs`). (source, tokens, token log-probabilities,
+    cross-attention [len(tokens) + 1, S] or None) each."""
+    sources, paths = [], []
+    for source, tokens in enumerate(ctc_best_path(log_probs, memory_pad_mask, cfg.pad_id)):
+        if len(tokens) >= cfg.min_len and all(h != tokens for h in finished[source]):
+            sources.append(source)
+            paths.append(tokens)
+    scored = attention_log_probs(model, memory, memory_pad_mask, sources, paths, cfg.bos_id, cfg.eos_id, cfg.pad_id,
+                                 cfg.attention_layer)
+    return [(source, tokens, lps, attention) for source, tokens, (lps, attention) in zip(sources, paths, scored)]

@@ -14,18 +14,17 @@ that every input still has exactly one result. Each result's `source` is its fil
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import math
 import sys
 from typing import Any, Callable
 
 from torch import Tensor
 
-from seq2seq.inference.audio_windows import Window, join_texts, split_windows, word_times
 from seq2seq.inference.results import Segment, Translation
-from seq2seq.inference.sources import COMMANDS, is_text
-from seq2seq.inference.translator import Translator
-from seq2seq.model.encoders.base import SourceError, get_modality
+from seq2seq.inference.translator import Translator, check_batch_tokens
+from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
+from seq2seq.model.encoders.base import AUDIO, IMAGE, AttentionView, SourceError, SourceKind
 from seq2seq.storage.model_dir import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -37,21 +36,18 @@ class Generator(Translator):
     precision: as for `Translator` ("fp32" with the decoder pre-packed on CPU, "bf16", "int8").
     """
 
-    kind: str | None = None  # the encoder type a subclass insists on ("image", "audio")
+    kind: SourceKind | None = None  # the kind of source a subclass insists on (IMAGE, AUDIO); None: any file
 
-    def _check_model(self, loaded: LoadedModel) -> None:
-        encoder_cfg = loaded.config.model.encoder
-        kind = encoder_cfg.source_kind  # `type: hf` reads images or audio, after its backbone
-        if self.kind is not None and kind != self.kind:
-            raise SourceError(f"{loaded.path} is a model for {kind} sources, not {self.kind}: "
-                              f"use {COMMANDS.get(kind, 'the API of its modality')}")
-        if is_text(encoder_cfg.type):
-            raise SourceError(f"{loaded.path} is a model for {encoder_cfg.type} sources: use {COMMANDS['text']}")
+    @classmethod
+    def decodes(cls, kind: SourceKind) -> bool:
+        return kind.reads_files and (cls.kind is None or kind == cls.kind)
+
+    @classmethod
+    def wanted(cls) -> str:
+        return f"{cls.kind.name}" if cls.kind is not None else "files"
 
     def __init__(self, loaded: LoadedModel, precision: str = "fp32", _owns_model: bool = False) -> None:
         super().__init__(loaded, precision, _owns_model=_owns_model)
-        self.modality = get_modality(loaded.config.model.encoder.type)
-        self.processor = self.reader.processor
         self.tokenizer = loaded.tokenizers.tgt
 
     def generate(self, paths: list[str], batch_tokens: int = 4000, skip_bad: bool = False,
@@ -63,24 +59,31 @@ class Generator(Translator):
         """Best text for each file, in input order ("" for a skipped file)."""
         return self.translate(paths, **options)
 
-    def plot_attention(self, generation: Translation, png_path: str) -> None:
-        """Draw `generation`'s cross-attention (generated with attention_layer set) over its source."""
-        if self.modality.draw_attention is None:
-            raise ValueError(f"drawing attention is not supported for {self.modality.name} sources")
+    def attention_view(self, source: str) -> AttentionView:
+        """What `plot_attention` draws the attention of `source` over (see `SourceProcessor.attention_view`);
+        SourceError naming the model where its kind of source has nothing to draw over."""
+        processor = self.processor.without_length_limit()  # the source was decoded, however long
+        view = processor.attention_view(processor.load(source))
+        if view is None:
+            raise SourceError(f"drawing attention is not supported for the sources of {self.loaded.path}")
+        return view
+
+    def plot_attention(self, generation: Translation, png_path: str, view: AttentionView | None = None) -> None:
+        """Draw `generation`'s cross-attention (generated with attention_layer set) over its source
+        (`view`: its `attention_view`, read again when not given)."""
         if generation.attention is None:
             raise ValueError("this generation has no attention: generate with attention_layer=-1")
-        example = self.processor.load(generation.source)
-        words = generation.pieces + ["</s>"]
         from seq2seq.report.plots import save_figure
+        from seq2seq.report.source_attention import draw_source_attention
 
-        encoder_cfg = self.loaded.config.model.encoder
-        save_figure(self.modality.draw_attention(encoder_cfg, example, generation.attention, words), png_path)
+        view = view or self.attention_view(generation.source)
+        save_figure(draw_source_attention(view, generation.attention, generation.pieces + ["</s>"]), png_path)
 
 
 class Captioner(Generator):
     """A `Generator` for image models: `caption(paths, **options) -> texts`."""
 
-    kind = "image"
+    kind = IMAGE
 
     def caption(self, paths: list[str], **options: Any) -> list[str]:
         return self(paths, **options)
@@ -89,33 +92,29 @@ class Captioner(Generator):
 class Transcriber(Generator):
     """A `Generator` for audio models: `transcribe(paths, **options) -> texts`, recordings of any length.
 
-    A recording longer than `max_window_seconds` is cut into windows at its pauses
-    (`seq2seq.inference.audio_windows`: energy-based, the longest pauses first; fixed windows with
-    1 s of overlap where there is no pause), the windows of all files are searched together in
-    token-bounded batches, and each file's text is its windows' texts joined in order. Its n-best
-    list is then that one joined hypothesis: score, logprob and tokens are the windows' summed and
-    concatenated (no attention). A recording no longer than the window is decoded whole, exactly as
-    by a `Generator`. `model.encoder.max_seconds`, when the model sets it, is the default window
-    (and refuses nothing here); otherwise `DEFAULT_WINDOW_SECONDS`: the trainer does not record
-    how long its utterances were, so pass the longest training utterance, or a little more, for a
-    model trained on short ones. Models whose files are read by another processor than the audio
-    encoder's `AudioProcessor` (`type: hf`) decode each file whole, as a `Generator` does.
+    A recording longer than `max_window_seconds` is cut into windows at its pauses (the processor's
+    `split`, `seq2seq.model.encoders.audio_windows`: energy-based, the longest pauses first; fixed
+    windows with 1 s of overlap where there is no pause), the windows of all files are searched
+    together in token-bounded batches, and each file's text is its windows' texts joined in order. Its
+    n-best list is then that one joined hypothesis: score, logprob and tokens are the windows' summed
+    and concatenated (no attention). A recording no longer than the window is decoded whole, exactly
+    as by a `Generator`. The processor's `max_seconds` (`model.encoder.max_seconds` when the model
+    sets it; a Whisper backbone's window) is the default window, and refuses nothing here; otherwise
+    `DEFAULT_WINDOW_SECONDS`: the trainer does not record how long its utterances were, so pass the
+    longest training utterance, or a little more, for a model trained on short ones. No window is
+    longer than the encoder can read (`encoder_seconds`, a Whisper backbone's 30 s).
     """
 
-    kind = "audio"
+    kind = AUDIO
     DEFAULT_WINDOW_SECONDS = 20.0
     GROUP_SECONDS = 3600.0  # audio held in memory at a time: files are read and decoded in groups of this
 
     def __init__(self, loaded: LoadedModel, precision: str = "fp32", _owns_model: bool = False) -> None:
-        from seq2seq.model.encoders.audio import AudioProcessor
-
         super().__init__(loaded, precision, _owns_model=_owns_model)
-        self.windows = isinstance(self.processor, AudioProcessor)  # else each file is decoded whole
-        enc = self.processor.cfg if self.windows else None
-        self.max_window_seconds = float(getattr(enc, "max_seconds", None) or self.DEFAULT_WINDOW_SECONDS)
-        if enc is not None and enc.max_seconds is not None:  # a longer file is split into windows, not refused
-            self.reader.processor = self.processor = AudioProcessor(dataclasses.replace(enc, max_seconds=None))
-        self.sample_rate: int = getattr(enc, "sample_rate", 0)
+        self.longest_window = self.processor.encoder_seconds  # None: any
+        self.max_window_seconds = float(self.processor.max_seconds or self.DEFAULT_WINDOW_SECONDS)
+        self.processor = self.processor.without_length_limit()  # reads a whole recording, however long
+        self.sample_rate: int = self.processor.sample_rate
 
     def transcribe(self, paths: list[str], **options: Any) -> list[str]:
         """Best text of each file, in input order; options: search options, max_window_seconds."""
@@ -127,6 +126,19 @@ class Transcriber(Generator):
         return [nbest[0].segments or [] if nbest else [] for nbest in
                 self.translate_nbest(paths, timestamps=True, **options)]
 
+    def window_seconds(self, requested: float | None) -> float:
+        """The window a call uses: `requested` (default `max_window_seconds`), at most the processor's
+        longest (a warning says so where it is cut)."""
+        window = self.max_window_seconds if requested is None else float(requested)
+        if not window > 0:
+            raise ValueError(f"max_window_seconds must be positive, got {requested}")
+        if self.longest_window is not None and window > self.longest_window:
+            if requested is not None and not math.isinf(window):
+                log.warning("max_window_seconds %g: this model reads at most %g s at a time; windows of %g s",
+                            window, self.longest_window, self.longest_window)
+            window = self.longest_window
+        return window
+
     def translate_nbest(  # type: ignore[override]
         self,
         texts: list[str],
@@ -135,6 +147,7 @@ class Transcriber(Generator):
         warn: Callable[[str], None] | None = None,
         *,
         skip_bad: bool = False,
+        skipped: dict[int, str] | None = None,
         max_window_seconds: float | None = None,
         timestamps: bool = False,
         progress: bool = False,
@@ -146,24 +159,23 @@ class Transcriber(Generator):
         each hypothesis carries `segments` (its windows' times and texts). progress: a bar on stderr
         counting windows. The rest as for `Translator.translate_nbest`.
         """
-        if not self.windows:
-            return super().translate_nbest(texts, batch_tokens, first_line, warn, skip_bad=skip_bad, **options)
         cfg = self.search_config(**options)
-        if batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
-        window = self.max_window_seconds if max_window_seconds is None else float(max_window_seconds)
-        if not window > 0:
-            raise ValueError(f"max_window_seconds must be positive, got {max_window_seconds}")
+        check_batch_tokens(batch_tokens)
+        window = self.window_seconds(max_window_seconds)
         from tqdm import tqdm
 
         results: list[list[Translation]] = [[] for _ in texts]
         group: dict[int, tuple[Tensor, list[Window]]] = {}
+        problems: dict[int, str] = {}
         with tqdm(total=0, unit=" windows", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
             for i, path in enumerate(texts):
-                wave = self.reader.prepare([path], first_line + i, warn or log.warning, skip_bad).get(0)
+                wave = self.processor.prepare([path], first_line + i, warn or log.warning,
+                                               problems if skip_bad else None).get(0)
                 if wave is None:
+                    if skipped is not None and 0 in problems:
+                        skipped[i] = problems.pop(0)
                     continue
-                group[i] = wave, split_windows(wave.numpy(), self.sample_rate, window)
+                group[i] = wave, self.processor.split(wave, window)
                 bar.total += len(group[i][1])
                 bar.refresh()
                 if sum(w.numel() for w, _ in group.values()) >= self.GROUP_SECONDS * self.sample_rate:
@@ -177,7 +189,8 @@ class Transcriber(Generator):
                           results: list[list[Translation]]) -> None:
         """Search every window of the files in `group` ({index: (wave [T], windows)}) in shared
         batches; results[index] = the file's n-best list."""
-        examples = {(i, k): wave[w.start:w.end] for i, (wave, windows) in group.items() for k, w in enumerate(windows)}
+        crop = self.processor.crop
+        examples = {(i, k): crop(wave, w) for i, (wave, windows) in group.items() for k, w in enumerate(windows)}
         done = self._search(examples, cfg, batch_tokens, lambda key: {"source": str(paths[key[0]])}, on_batch)
         rate = self.sample_rate
         for i, (wave, windows) in group.items():

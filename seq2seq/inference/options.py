@@ -1,6 +1,6 @@
 """Search options: which a call may set, the type each takes, and how they combine with a model's
-decoding defaults (`resolve_search`, the one place they are checked beyond `SearchConfig`'s own
-invariants).
+decoding defaults (`resolve_search`: what a call may ask, on top of the rules a config file's
+`decoding` section obeys too, `seq2seq.config.search.check_search`).
 
 The options are the `SearchConfig` fields that carry `metadata["option"]`, plus the switches that
 choose `strategy` (`greedy`, `sample`). The command line's search options (seq2seq.cli.common) and
@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from seq2seq.config.search import SearchConfig
+from seq2seq.config.search import SearchConfig, check_search
 
 SAMPLING_OPTIONS = ("topk", "topp", "temperature")
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false"}
@@ -97,8 +97,8 @@ MAX_STEP_LOGITS = 2**28  # decoder outputs (rows x target vocabulary) of one sea
 
 
 def rows_per_source(cfg: SearchConfig) -> int:
-    """Decoder rows one source takes in a search: its beam, its samples, or 1 (greedy)."""
-    return cfg.beam if cfg.strategy == "beam" else cfg.nbest if cfg.strategy == "sample" else 1
+    """Decoder rows one source takes in a search (`SearchConfig.rows_per_source`)."""
+    return cfg.rows_per_source
 
 
 def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: Any = None) -> SearchConfig:
@@ -110,11 +110,49 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
     must be <= beam for beam search (left unset it is capped there). model (a `ModelConfig`, when
     known): max_len is capped at model.max_positions - 1 and attention_layer must name one of its
     decoder layers. ValueError with a readable message for an unknown, mistyped or conflicting option.
+
+    The checks, in order: what the call itself asks (unknown or mistyped options, switches that
+    conflict, sampling options without sampling), then the values the config would have, by
+    `check_search` as a config file's are (with the same messages, the options named as given),
+    then what the model allows.
     """
     unknown = sorted(set(overrides) - set(FIELD_TYPES) - set(SWITCHES))
     if unknown:
         raise ValueError(f"unknown search option(s) {unknown}; valid: {sorted(set(FIELD_TYPES) | set(SWITCHES))}")
     options = {k: check_type(k, v) for k, v in overrides.items() if v is not None}
+    _choose_strategy(options)
+    strategy = options.get("strategy", defaults.strategy)
+    if strategy == "greedy" and options.get("beam", 1) > 1:
+        raise ValueError(f"greedy search conflicts with beam={options['beam']}")
+    given = sorted(k for k in SAMPLING_OPTIONS if k in options)
+    if given and strategy != "sample":
+        raise ValueError(f"{', '.join(given)}: only for sampling; add sample=True (--sample)")
+
+    nbest = options.get("nbest")
+    if strategy == "greedy" and (nbest is None or nbest <= 1):  # (nbest > 1 is refused by check_search)
+        options["nbest"] = 1
+    elif strategy == "beam" and nbest is None:  # the default, capped at the beam
+        options["nbest"] = min(defaults.nbest, options.get("beam", defaults.beam))
+    values = {**vars(defaults), **options}
+    check_search(values)  # a config file's rules and messages, the options named as given
+    cfg = SearchConfig(**values)
+    if model is not None:
+        layer = options.get("attention_layer")
+        layers = model.n_decoder_layers
+        if layer is not None and not -layers <= layer < layers:
+            raise ValueError(f"attention_layer {layer} does not exist: the decoder has {layers} layer(s)")
+        cfg = dataclasses.replace(cfg, max_len=cfg.length_cap(model.max_positions))
+    rows, vocab = cfg.rows_per_source, getattr(model, "tgt_vocab_size", 1)
+    if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory
+        name = "beam" if cfg.strategy == "beam" else "nbest"
+        raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
+                         f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
+    return cfg
+
+
+def _choose_strategy(options: dict[str, Any]) -> None:
+    """Replace the switches `greedy` and `sample` in `options` by the strategy they choose (in place);
+    without them an explicit `strategy` stands, else a given beam decides (1: greedy, > 1: beam)."""
     greedy, sample = (options.pop(name, False) for name in ("greedy", "sample"))
     if greedy and sample:
         raise ValueError("choose one of greedy and sample (--greedy, --sample)")
@@ -125,40 +163,3 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
         options["strategy"] = chosen
     elif "strategy" not in options and "beam" in options:
         options["strategy"] = "beam" if options["beam"] > 1 else "greedy"
-    if "beam" in options and options["beam"] < 1:
-        raise ValueError(f"beam must be >= 1, got {options['beam']}")
-    strategy = options.get("strategy", defaults.strategy)
-    if strategy == "greedy" and options.get("beam", 1) > 1:
-        raise ValueError(f"greedy search conflicts with beam={options['beam']}")
-    given = sorted(k for k in SAMPLING_OPTIONS if k in options)
-    if given and strategy != "sample":
-        raise ValueError(f"{', '.join(given)}: only for sampling; add sample=True (--sample)")
-
-    beam = options.get("beam", defaults.beam)
-    nbest = options.get("nbest")
-    if strategy == "greedy":
-        if nbest is not None and nbest > 1:
-            raise ValueError(f"greedy search gives one hypothesis; nbest={nbest} needs beam search (beam >= {nbest}) or sampling")
-        options["nbest"] = 1
-    elif strategy == "beam":
-        if nbest is not None and nbest > beam:
-            raise ValueError(f"nbest ({nbest}) must be <= beam ({beam}); pass a larger beam")
-        options["nbest"] = min(defaults.nbest if nbest is None else nbest, beam)
-    if model is not None:
-        layer = options.get("attention_layer")
-        layers = model.n_decoder_layers
-        if layer is not None and not -layers <= layer < layers:
-            raise ValueError(f"attention_layer {layer} does not exist: the decoder has {layers} layer(s)")
-        cap = model.max_positions - 1  # BOS + max_len tokens must fit
-        max_len = options.get("max_len", defaults.max_len)
-        options["max_len"] = cap if max_len is None else min(max_len, cap)
-    try:
-        cfg = dataclasses.replace(defaults, **options)
-    except ValueError as e:  # SearchConfig's own checks ("decoding.topp must be in (0, 1]")
-        raise ValueError(str(e).removeprefix("decoding.")) from None
-    rows, vocab = rows_per_source(cfg), getattr(model, "tgt_vocab_size", 1)
-    if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory
-        name = "beam" if cfg.strategy == "beam" else "nbest"
-        raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
-                         f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
-    return cfg

@@ -50,7 +50,7 @@ class Translation:
 class Segment:
     """One window of a transcribed recording: its span in seconds, its text, and its words with
     times spread over the window's voiced part in proportion to their length (an approximation,
-    not an alignment: `seq2seq.inference.audio_windows.word_times`)."""
+    not an alignment: `seq2seq.model.encoders.audio_windows.word_times`)."""
 
     start: float
     end: float

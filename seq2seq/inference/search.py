@@ -2,8 +2,8 @@
 
 One loop (`_Search`) owns everything the strategies share: incremental decoding with the model's
 key/value cache, the length limits, the n-gram block, finishing hypotheses, length-penalised
-scoring and removing finished sentences from the batch. A strategy only decides which
-(row, token) pairs continue:
+scoring and removing finished sentences from the batch. A strategy (seq2seq.inference.strategies)
+only decides which (row, token) pairs continue:
 
 * `Greedy`: each row takes its most likely token;
 * `Beam`: the top 2*beam of the beam*V extensions of a sentence (as in fairseq), so that `beam`
@@ -23,11 +23,13 @@ reports the same quantities:
 
 * `logprob`: the model's total log-probability (fp32 log-softmax at temperature 1, whatever the
   sampling filters were), the sum of `token_logprobs`;
-* `score = logprob / ((5 + L) / 6) ** lenpen` (GNMT length penalty); beam search ranks finished
-  hypotheses by it, and the n-best lists of every strategy are sorted by it.
+* `score = logprob / ((5 + L) / 6) ** lenpen` (GNMT length penalty, `SearchConfig.score`); beam
+  search ranks finished hypotheses by it, and the n-best lists of every strategy are sorted by it.
 
-Length limits, per sentence: max_len = min(floor(max_len_a * src_len + max_len_b), cfg.max_len,
-model.cfg.max_positions - 1), src_len from `model.encoder.source_lengths(src)`. EOS is forbidden
+Length limits, per sentence: max_len = `SearchConfig.max_length(src_len, model.cfg.max_positions)`,
+min(floor(max_len_a * src_len + max_len_b), cfg.max_len, max_positions - 1), src_len from
+`model.encoder.source_lengths(src)` (the model: a `seq2seq.inference.protocol.SearchableModel`),
+else the memory's real positions. EOS is forbidden
 while fewer than `min_len` tokens have been generated and forced once `max_len` tokens have been
 (so at most max_len tokens; max_len wins over min_len when they conflict). PAD and BOS are never
 generated.
@@ -43,18 +45,17 @@ S padded source length, t tokens generated so far.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from seq2seq.config.search import SearchConfig
-from seq2seq.inference.ctc import attention_log_probs, ctc_best_path, ctc_log_likelihood, ctc_log_probs
-
-NEG_INF = float("-inf")
+from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
+from seq2seq.inference.ctc import best_paths, ctc_log_likelihood, ctc_log_probs, joint_logprob
+from seq2seq.inference.protocol import SearchableModel
+from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -77,111 +78,6 @@ class Hypothesis:
     ctc_logprob: float | None = None  # log P_CTC(tokens | source), with decoding.ctc_weight > 0
 
 
-class Candidates(NamedTuple):
-    """A strategy's proposals for each unit, [U, C] each; C > g means sorted best first."""
-
-    rows: Tensor  # row within the unit's group that is extended
-    tokens: Tensor  # the token appended
-    logprob: Tensor  # its log-probability
-    scores: Tensor  # the cumulative log-probability of the extended hypothesis
-
-
-# --------------------------------------------------------------------------------------------
-# Strategies: which (row, token) pairs continue
-# --------------------------------------------------------------------------------------------
-
-
-class Strategy:
-    """Chooses continuations. `group` rows per unit, `units_per_source` units per source,
-    `candidates` proposals per unit (== group: one per row; > group: sorted, beam-style)."""
-
-    group: int = 1
-    units_per_source: int = 1
-    candidates: int = 1
-
-    def initial_scores(self, units: int, device: torch.device) -> Tensor:
-        """Cumulative log-probabilities of the B = units * group rows before the first step."""
-        return torch.zeros(units * self.group, device=device)
-
-    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
-        """lprobs [B, V] (constrained log-probabilities), scores [B] -> Candidates [U, C]."""
-        raise NotImplementedError
-
-
-class Greedy(Strategy):
-    """Each row takes its arg-max token."""
-
-    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
-        logprob, tokens = lprobs.max(dim=-1, keepdim=True)  # [B, 1]
-        return Candidates(torch.zeros_like(tokens), tokens, logprob, scores[:, None] + logprob)
-
-
-class Beam(Strategy):
-    """The 2 * beam best extensions of each sentence's beam (of beam * V), best first."""
-
-    def __init__(self, beam: int) -> None:
-        self.group = beam
-        self.candidates = 2 * beam
-
-    def initial_scores(self, units: int, device: torch.device) -> Tensor:
-        # Only the first row of a beam is live at first, or the beam would hold `beam` copies.
-        scores = torch.full((units, self.group), NEG_INF, device=device)
-        scores[:, 0] = 0.0
-        return scores.view(-1)
-
-    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
-        b, v = lprobs.shape
-        flat = (lprobs + scores[:, None]).view(b // self.group, self.group * v)
-        top, index = flat.topk(min(self.candidates, flat.size(1)), dim=1)  # sorted, [U, C]
-        rows = torch.div(index, v, rounding_mode="floor")
-        logprob = lprobs.view_as(flat).gather(1, index)
-        return Candidates(rows, index - rows * v, logprob, top)
-
-
-class Sample(Strategy):
-    """Each row samples from the filtered distribution softmax(lprobs / temperature)."""
-
-    def __init__(self, cfg: SearchConfig, device: torch.device) -> None:
-        self.units_per_source = cfg.nbest
-        self.topk, self.topp, self.temperature = cfg.topk, cfg.topp, cfg.temperature
-        self.generator = torch.Generator(device=device)
-        if cfg.seed is None:
-            self.generator.seed()
-        else:
-            self.generator.manual_seed(cfg.seed)
-
-    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
-        logits = lprobs if self.temperature == 1.0 else lprobs / self.temperature
-        if 0 < self.topk < logits.size(-1):
-            kth = logits.topk(self.topk, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, NEG_INF)
-        if self.topp < 1.0:
-            logits = top_p_filter(logits, self.topp)
-        tokens = torch.multinomial(logits.softmax(dim=-1), 1, generator=self.generator)  # [B, 1]
-        logprob = lprobs.gather(1, tokens)
-        return Candidates(torch.zeros_like(tokens), tokens, logprob, scores[:, None] + logprob)
-
-
-def top_p_filter(logits: Tensor, p: float) -> Tensor:
-    """Keep the smallest set of most likely tokens whose probability reaches p (at least one).
-
-    logits [B, V] -> [B, V] with the others set to -inf.
-    """
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # mass of the more likely tokens
-    sorted_logits = sorted_logits.masked_fill(before >= p, NEG_INF)
-    return torch.full_like(logits, NEG_INF).scatter(1, order, sorted_logits)
-
-
-def make_strategy(cfg: SearchConfig, device: torch.device) -> Strategy:
-    if cfg.strategy == "greedy":
-        return Greedy()
-    if cfg.strategy == "beam":
-        return Beam(cfg.beam)
-    return Sample(cfg, device)
-
-
 def block_repeated_ngrams(lprobs: Tensor, generated: Tensor, n: int) -> None:
     """Set to -inf (in place) every token that would complete an n-gram already in the row.
 
@@ -192,11 +88,6 @@ def block_repeated_ngrams(lprobs: Tensor, generated: Tensor, n: int) -> None:
     match = (windows[:, :, :-1] == suffix[:, None, :]).all(dim=-1)  # [B, t - n + 1]
     hits = torch.zeros_like(lprobs).scatter_add_(1, windows[:, :, -1], match.to(lprobs.dtype))
     lprobs.masked_fill_(hits > 0, NEG_INF)
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT: ((5 + length) / 6) ** alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,7 +156,7 @@ class Rows:
 # --------------------------------------------------------------------------------------------
 
 
-def search(model: nn.Module, src: Any, cfg: SearchConfig, *, use_cache: bool = True) -> list[list[Hypothesis]]:
+def search(model: SearchableModel, src: Any, cfg: SearchConfig, *, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
 
     Each list holds up to `cfg.nbest` distinct hypotheses sorted by score, best first (fewer only
@@ -283,123 +174,141 @@ def search(model: nn.Module, src: Any, cfg: SearchConfig, *, use_cache: bool = T
 
 
 class _Search:
-    """State of one `search` call; see the module docstring for the vocabulary."""
+    """State of one `search` call; see the module docstring for the vocabulary.
 
-    def __init__(self, model: nn.Module, cfg: SearchConfig, use_cache: bool) -> None:
+    Between steps: `units` and `rows` (the live units and decoder rows), `scores` [B] (the rows'
+    cumulative log-probabilities), `cache` (None without the key/value cache), `memory` [U, S, D] and
+    `pad_mask` [U, S], the encoder output per unit (with the cache the decoder reads them at the first
+    step only; without it at every step, narrowed as units finish), and `finished`, each source's
+    finished hypotheses.
+    """
+
+    def __init__(self, model: SearchableModel, cfg: SearchConfig, use_cache: bool) -> None:
         self.model, self.cfg, self.use_cache = model, cfg, use_cache
         self.exact = cfg.strategy == "beam" and not cfg.early_stopping
 
-    def _max_lengths(self, src: Any, pad_mask: Tensor) -> list[int]:
-        encoder = getattr(self.model, "encoder", None)
-        lengths = encoder.source_lengths(src) if hasattr(encoder, "source_lengths") else None
-        if lengths is None:
-            lengths = (~pad_mask).sum(dim=1)
-        cap = math.inf if self.cfg.max_len is None else self.cfg.max_len
-        positions = getattr(getattr(self.model, "cfg", None), "max_positions", None)
-        if positions is not None:
-            cap = min(cap, positions - 1)  # BOS + max_len tokens must fit in the positions
-        a, b = self.cfg.max_len_a, self.cfg.max_len_b
-        return [max(0, int(min(math.floor(a * n + b + 1e-6), cap))) for n in lengths.tolist()]
-
     def run(self, src: Any) -> list[list[Hypothesis]]:
-        cfg, model = self.cfg, self.model
-        memory, pad_mask = model.encode(src)  # [N, S, D], [N, S]
-        encoded = memory, pad_mask
-        n_src, device = memory.size(0), memory.device
-        if n_src == 0:
+        memory, pad_mask = self.model.encode(src)  # [N, S, D], [N, S]
+        if memory.size(0) == 0:
             return []
+        self._start(src, memory, pad_mask)
+        for step in range(max(self.units.max_host) + 1):
+            lprobs, step_attn = self._next_log_probs(step)
+            cand = self.strategy.select(lprobs, self.scores)  # the strategy proposes
+            cont, done, regroup = self._finish(cand, step, step_attn)  # the loop ends hypotheses and units
+            if all(done):
+                break
+            self._advance(cont, done, step_attn, regroup)
+        if self.cfg.ctc_weight > 0:
+            self._rescore_with_ctc(memory, pad_mask)
+        return [self._nbest(hyps) for hyps in self.finished]
+
+    # ---- the steps of `run` ------------------------------------------------------------------
+
+    def _start(self, src: Any, memory: Tensor, pad_mask: Tensor) -> None:
+        """The state before the first step: every unit live, each row holding BOS."""
+        cfg, device = self.cfg, memory.device
         self.device = device
         self.real_positions = [(~row).nonzero().squeeze(1) for row in pad_mask.cpu()]
         self.strategy = strategy = make_strategy(cfg, device)
         g = self.group = strategy.group
         per = strategy.units_per_source
+        max_lens = self._max_lengths(src, pad_mask)  # [N], before the samples are made units
         if per > 1:  # independent samples: one unit (and cross-attention entry) each
             memory, pad_mask = memory.repeat_interleave(per, 0), pad_mask.repeat_interleave(per, 0)
+        self.memory, self.pad_mask = memory, pad_mask
         self._aranges: dict[int, Tensor] = {}
-        self.units = self._init_units([m for m in self._max_lengths(src, pad_mask) for _ in range(per)], per)
+        self.units = self._init_units([m for m in max_lens for _ in range(per)], per)
         self.blocked = torch.tensor(sorted({cfg.pad_id, cfg.bos_id} - {cfg.eos_id}), device=device)
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(n_src)]
-
+        self.finished: list[list[Hypothesis]] = [[] for _ in max_lens]
         b = len(self.units.source) * g
-        rows = Rows(
+        self.rows = Rows(
             tokens=torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device),
             logprobs=torch.zeros(b, 0, device=device),
             attention=None if cfg.attention_layer is None else torch.zeros(b, 0, memory.size(1), device=device),
         )
-        scores = strategy.initial_scores(len(self.units.source), device)  # [B] cumulative log-probabilities
-        cache = model.new_cache(group=g) if self.use_cache else None
+        self.scores = strategy.initial_scores(len(self.units.source), device)  # [B]
+        self.cache = self.model.new_cache(group=g) if self.use_cache else None
 
-        for step in range(max(self.units.max_host) + 1):
-            # 1. next-token log-probabilities (and cross-attention [B, S]) of every row
-            if cache is not None:  # only the new token; memory is read on the first step only
-                first = step == 0
-                inputs = (rows.tokens[:, -1:], memory if first else None, pad_mask if first else None, cache)
-            else:  # the whole prefix, memory repeated per row
-                inputs = (rows.tokens, memory.repeat_interleave(g, 0), pad_mask.repeat_interleave(g, 0), None)
-            logits, step_attn = model.decode(*inputs, attention_layer=cfg.attention_layer)
-            lprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # [B, V]
+    def _max_lengths(self, src: Any, pad_mask: Tensor) -> list[int]:
+        """Each source's length limit (`SearchConfig.max_length`); pad_mask [N, S]."""
+        lengths = self.model.encoder.source_lengths(src)
+        if lengths is None:
+            lengths = (~pad_mask).sum(dim=1)
+        positions = self.model.cfg.max_positions
+        return [self.cfg.max_length(n, positions) for n in lengths.tolist()]
+
+    def _next_log_probs(self, step: int) -> tuple[Tensor, Tensor | None]:
+        """The constrained next-token log-probabilities of every row [B, V], and its cross-attention
+        [B, S] (None unless `attention_layer` is set)."""
+        rows, g = self.rows, self.group
+        if self.cache is not None:  # only the new token; memory is read on the first step only
+            first = step == 0
+            inputs = (rows.tokens[:, -1:], self.memory if first else None, self.pad_mask if first else None, self.cache)
+        else:  # the whole prefix, memory repeated per row
+            inputs = (rows.tokens, self.memory.repeat_interleave(g, 0), self.pad_mask.repeat_interleave(g, 0), None)
+        logits, step_attn = self.model.decode(*inputs, attention_layer=self.cfg.attention_layer)
+        lprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # [B, V]
+        if step_attn is not None:
+            step_attn = step_attn[:, -1].float()
+        self._constrain(lprobs, rows.tokens, step)
+        return lprobs, step_attn
+
+    def _finish(self, cand: Candidates, step: int, step_attn: Tensor | None) -> tuple[Candidates, list[bool], bool]:
+        """Finish the hypotheses that end at `step` and decide which units are done.
+
+        Returns the candidates that continue [U, g], whether each unit is done (on the host: the
+        step's one host sync), and whether the rows move to their parents (beam search)."""
+        g = self.group
+        eos = cand.tokens == self.cfg.eos_id  # [U, C]
+        final = eos[:, :g] & (cand.scores[:, :g] > NEG_INF)  # ended among the top g
+        n_cand = cand.tokens.size(1)
+        if n_cand > g:  # beam: the first g candidates that did not end continue
+            rank = eos.long() * n_cand + self._arange(n_cand)
+            keep = rank.topk(g, dim=1, largest=False).indices  # ascending = in score order
+            cont = Candidates(*(x.gather(1, keep) for x in cand))
+            done = self._beam_done(final, cand, cont, step)
+        else:  # one candidate per row (g == 1): the unit ends when its row does
+            cont = cand
+            done = eos[:, 0] | (self.units.max <= step)
+        flags = torch.cat([done, final.any().view(1)]).tolist()
+        if flags[-1]:
+            self._finalize(cand, final, step, self.rows, step_attn)
+        return cont, flags[:-1], n_cand > g
+
+    def _advance(self, cont: Candidates, done: list[bool], step_attn: Tensor | None, regroup: bool) -> None:
+        """Drop the finished units, move the rows to their parents (regroup) and append the new tokens."""
+        g, index = self.group, None
+        if any(done):
+            keep_host = [i for i, d in enumerate(done) if not d]
+            kept = torch.tensor(keep_host, device=self.device)
+            cont = Candidates(*(x.index_select(0, kept) for x in cont))
+            self.units = self.units.select(kept, keep_host)
+            if self.cache is None:
+                self.memory, self.pad_mask = self.memory.index_select(0, kept), self.pad_mask.index_select(0, kept)
+            index = (kept[:, None] * g + cont.rows).view(-1)  # [B']
+        elif regroup:
+            index = (self._arange(cont.rows.size(0))[:, None] * g + cont.rows).view(-1)
+        rows = self.rows
+        if index is not None:  # (greedy and sampling rows stay in place until a unit ends)
+            if self.cache is not None:
+                self.cache.reorder(index)
+            rows = rows.select(index)
             if step_attn is not None:
-                step_attn = step_attn[:, -1].float()
-            self._constrain(lprobs, rows.tokens, step)
+                step_attn = step_attn.index_select(0, index)
+        self.rows = rows.append(cont.tokens, cont.logprob, step_attn)
+        self.scores = cont.scores.view(-1)
 
-            # 2. the strategy proposes; the loop finishes hypotheses and decides which units are done
-            cand = strategy.select(lprobs, scores)
-            eos = cand.tokens == cfg.eos_id  # [U, C]
-            final = eos[:, :g] & (cand.scores[:, :g] > NEG_INF)  # ended among the top g
-            n_cand = cand.tokens.size(1)
-            if n_cand > g:  # beam: the first g candidates that did not end continue
-                rank = eos.long() * n_cand + self._arange(n_cand)
-                keep = rank.topk(g, dim=1, largest=False).indices  # ascending = in score order
-                cont = Candidates(*(x.gather(1, keep) for x in cand))
-                done = self._beam_done(final, cand, cont, step)
-            else:  # one candidate per row (g == 1): the unit ends when its row does
-                cont = cand
-                done = eos[:, 0] | (self.units.max <= step)
-            flags = torch.cat([done, final.any().view(1)]).tolist()  # the step's one host sync
-            done_host, any_final = flags[:-1], flags[-1]
-            if any_final:
-                self._finalize(cand, final, step, rows, step_attn)
-            if all(done_host):
-                break
-
-            # 3. advance: drop finished units, move rows to their parents, append the new tokens
-            index = None
-            if any(done_host):
-                keep_host = [i for i, d in enumerate(done_host) if not d]
-                kept = torch.tensor(keep_host, device=device)
-                cont = Candidates(*(x.index_select(0, kept) for x in cont))
-                self.units = self.units.select(kept, keep_host)
-                if cache is None:
-                    memory, pad_mask = memory.index_select(0, kept), pad_mask.index_select(0, kept)
-                index = (kept[:, None] * g + cont.rows).view(-1)  # [B']
-            elif n_cand > g:
-                index = (self._arange(cont.rows.size(0))[:, None] * g + cont.rows).view(-1)
-            if index is not None:  # (greedy and sampling rows stay in place until a unit ends)
-                if cache is not None:
-                    cache.reorder(index)
-                rows = rows.select(index)
-                if step_attn is not None:
-                    step_attn = step_attn.index_select(0, index)
-            rows = rows.append(cont.tokens, cont.logprob, step_attn)
-            scores = cont.scores.view(-1)
-
-        if cfg.ctc_weight > 0:
-            self._rescore_with_ctc(*encoded)
-        return [self._nbest(hyps) for hyps in self.finished]
+    # ---- helpers -----------------------------------------------------------------------------
 
     def _rescore_with_ctc(self, memory: Tensor, pad_mask: Tensor) -> None:
         """decoding.ctc_weight: add each source's CTC best path to its finished hypotheses and score
         them all with attention and CTC together (see seq2seq.inference.ctc)."""
-        cfg, w = self.cfg, self.cfg.ctc_weight
+        cfg = self.cfg
         log_probs = ctc_log_probs(self.model, memory)
-        sources, paths = [], []
-        for source, tokens in enumerate(ctc_best_path(log_probs, pad_mask, cfg.pad_id)):
-            if len(tokens) >= cfg.min_len and all(h.tokens != tokens for h in self.finished[source]):
-                sources.append(source)
-                paths.append(tokens)
-        scored = attention_log_probs(self.model, memory, pad_mask, sources, paths, cfg.bos_id, cfg.eos_id, cfg.pad_id,
-                                     cfg.attention_layer)
-        for source, tokens, (lps, attention) in zip(sources, paths, scored):
+        finished_tokens = [[h.tokens for h in hyps] for hyps in self.finished]
+        added = best_paths(self.model, memory, pad_mask, log_probs, finished_tokens, cfg)
+        for source, tokens, lps, attention in added:
             if attention is not None:
                 attention = attention[:, self.real_positions[source]]
             self.finished[source].append(Hypothesis(tokens, 0.0, sum(lps), lps, attention))
@@ -410,8 +319,7 @@ class _Search:
         for hyps in self.finished:
             if any(h.ctc_logprob > NEG_INF for h in hyps):  # else CTC can align none: attention stands
                 for h in hyps:
-                    combined = (1 - w) * h.logprob + w * h.ctc_logprob
-                    h.score = combined / length_penalty(len(h.tokens) + 1, cfg.lenpen)
+                    h.score = cfg.score(joint_logprob(h.logprob, h.ctc_logprob, cfg.ctc_weight), len(h.tokens) + 1)
 
     def _arange(self, n: int) -> Tensor:
         if n not in self._aranges:
@@ -429,7 +337,7 @@ class _Search:
         )
         if self.exact:
             units.best_finished = torch.full((n, self.group), NEG_INF, device=device)  # top-g finished scores
-            units.max_penalty = torch.tensor([length_penalty(m + 1, self.cfg.lenpen) for m in max_lens], device=device)
+            units.max_penalty = torch.tensor([self.cfg.length_penalty(m + 1) for m in max_lens], device=device)
         return units
 
     def _constrain(self, lprobs: Tensor, tokens: Tensor, step: int) -> None:
@@ -462,12 +370,12 @@ class _Search:
             units.n_finished += final.sum(dim=1)
             # Also done when no live hypothesis has a finite score: nothing more can finish.
             return (units.n_finished >= self.group) | at_max | (cont.scores[:, 0] == NEG_INF)
-        alpha = self.cfg.lenpen
-        ended = torch.where(final, cand.scores[:, : self.group] / length_penalty(step + 1, alpha), NEG_INF)
+        cfg = self.cfg
+        ended = torch.where(final, cfg.score(cand.scores[:, : self.group], step + 1), NEG_INF)
         units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(self.group, dim=1).values
         # The best score a live hypothesis could still reach: its log-probability only falls, so
-        # only the length penalty can help, most at max_len when alpha > 0, else at the next step.
-        penalty = units.max_penalty if alpha > 0 else length_penalty(step + 2, alpha)
+        # only the length penalty can help, most at max_len when lenpen > 0, else at the next step.
+        penalty = units.max_penalty if cfg.lenpen > 0 else cfg.length_penalty(step + 2)
         bound = cont.scores[:, 0] / penalty
         return (units.best_finished[:, -1] >= bound) | at_max
 
@@ -488,13 +396,12 @@ class _Search:
         attn = None
         if rows.attention is not None:
             attn = torch.cat([rows.attention[index], step_attn[index][:, None]], dim=1).cpu()
-        penalty = length_penalty(step + 1, self.cfg.lenpen)
         for i, u in enumerate(unit.tolist()):
             source = self.units.source[u]
             self.finished[source].append(
                 Hypothesis(
                     tokens=prefixes[i],
-                    score=totals[i] / penalty,
+                    score=self.cfg.score(totals[i], step + 1),
                     logprob=totals[i],
                     token_logprobs=lps[i],
                     attention=None if attn is None else attn[i][:, self.real_positions[source]],

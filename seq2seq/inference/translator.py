@@ -10,12 +10,11 @@ max_len, min_len, no_repeat_ngram, topk, topp, temperature, seed, attention_laye
 switches, `greedy=True` and `sample=True`; unset options keep the model's `decoding` config
 (`seq2seq.inference.options.resolve_search`). `beam=1` means greedy search, `beam>1` beam search.
 
-`translate_nbest` is the one loop for every kind of source: the sources are read by the model's
-reader (`seq2seq.inference.sources`: texts tokenized, image and audio files loaded by their
-processor), sorted by length and grouped into token-bounded batches, searched, and the hypotheses
-returned as `Translation`s in input order. Every input gives exactly one result: an empty line
-gives an empty n-best list (no decoding), an overlong line is truncated to the model's limit with a
-warning that names the line. `seq2seq translate`, `seq2seq test` and `seq2seq quickstart` all
+`translate_nbest` is the one loop for every kind of source: the sources are prepared by the model's
+`SourceProcessor` (texts tokenized, image and audio files loaded), sorted by length and grouped
+into token-bounded batches, searched, and the hypotheses returned as `Translation`s in input order.
+Every input gives exactly one result: an empty line gives an empty n-best list (no decoding), an
+overlong line is truncated to the model's limit with a warning that names the line. `seq2seq translate`, `seq2seq test` and `seq2seq quickstart` all
 translate through this class; `Generator` (captioning, speech) is this class for file sources.
 """
 
@@ -35,11 +34,10 @@ from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_
 from seq2seq.accel.packed import pack_decoder
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.batching import length_batches, to_device
-from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search, rows_per_source
+from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import Hypothesis, search
-from seq2seq.inference.sources import COMMANDS, is_text, source_reader
-from seq2seq.model.encoders.base import Encoder, SourceError
+from seq2seq.model.encoders.base import Encoder, SourceError, SourceKind, source_kind, source_processor
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 
 log = logging.getLogger(__name__)
@@ -83,16 +81,24 @@ class Translator:
         self.defaults = loaded.config.decoding
         # The encoder sees ids + EOS, which must fit in the model's positions.
         self.max_src_tokens = loaded.config.model.max_positions - 1
-        self.reader = source_reader(loaded)
+        self.processor = source_processor(loaded.config.model, loaded.tokenizers.src)
 
     def _check_model(self, loaded: LoadedModel) -> None:
-        """Refuse a model this class does not decode (SourceError naming the command that does): texts
-        here; a subclass decodes other sources."""
-        encoder_cfg = loaded.config.model.encoder
-        if not is_text(encoder_cfg.type):
-            kind = encoder_cfg.source_kind
-            raise SourceError(f"{loaded.path} is a model for {kind} sources, not text: "
-                              f"use {COMMANDS.get(kind, 'the API of its modality')}")
+        """Refuse a model this class does not decode (SourceError naming the command that does)."""
+        kind = source_kind(loaded.config.model.encoder)
+        if not self.decodes(kind):
+            raise SourceError(f"{loaded.path} is a model for {kind.name} sources, not {self.wanted()}: "
+                              f"use {kind.decoded_by()}")
+
+    @classmethod
+    def decodes(cls, kind: SourceKind) -> bool:
+        """Does this class decode models whose sources are of this kind? Sentences here."""
+        return not kind.reads_files
+
+    @classmethod
+    def wanted(cls) -> str:
+        """What this class decodes, for messages."""
+        return "text"
 
     @classmethod
     def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32",
@@ -112,9 +118,7 @@ class Translator:
         `resolve_search`; max_len is capped at model.max_positions - 1. ValueError with a readable
         message for unknown, mistyped or conflicting options."""
         cfg = resolve_search(self.defaults, options, self.loaded.config.model)
-        if cfg.ctc_weight > 0 and not self.loaded.config.training.ctc_weight:
-            raise ValueError(f"ctc_weight {cfg.ctc_weight}: {self.loaded.path} was trained without CTC "
-                             "(training.ctc_weight 0), so it has no CTC head to rescore with")
+        cfg.check_ctc_head(self.loaded.config.training.ctc_weight, self.loaded.path)
         return cfg
 
     def translate(self, texts: list[str], **options: Any) -> list[str]:
@@ -129,6 +133,7 @@ class Translator:
         warn: Callable[[str], None] | None = None,
         *,
         skip_bad: bool = False,
+        skipped: dict[int, str] | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
         """n-best hypotheses (best first) of each source, in input order; [] for an empty text.
@@ -137,28 +142,35 @@ class Translator:
         source positions per batch. first_line: the line number of texts[0], used in warnings (a
         caller streaming a file in chunks passes its position). warn: where warnings go (default:
         this module's logger). skip_bad: a file that cannot be read gets [] and a warning instead of
-        raising `SourceError`. options: see `search_config`.
+        raising `SourceError`; `skipped`, if given, receives {index: reason} of each such file.
+        options: see `search_config`.
         """
         cfg = self.search_config(**options)
-        if batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
-        reader = self.reader
-        examples = reader.prepare(texts, first_line, warn or log.warning, skip_bad)
-        done = self._search(examples, cfg, batch_tokens, lambda i: reader.describe(texts[i], examples[i]))
+        check_batch_tokens(batch_tokens)
+        examples = self._prepare(texts, first_line, warn, skip_bad, skipped)
+        about = self.processor.describe
+        done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]))
         return [done.get(i, []) for i in range(len(texts))]
+
+    def _prepare(self, sources: list[str], first_line: int, warn: Callable[[str], None] | None, skip_bad: bool,
+                 skipped: dict[int, str] | None) -> dict[int, Any]:
+        """{index: example} of the sources that have one (see `SourceProcessor.prepare`)."""
+        if skip_bad and skipped is None:
+            skipped = {}
+        return self.processor.prepare(sources, first_line, warn or log.warning, skipped if skip_bad else None)
 
     def _search(self, examples: dict[Any, Any], cfg: SearchConfig, batch_tokens: int,
                 about: Callable[[Any], dict[str, Any]],
                 on_batch: Callable[[int], Any] | None = None) -> dict[Any, list[Translation]]:
         """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
         length; about(key): the fields telling about its source; on_batch(rows) after each batch."""
-        reader = self.reader
-        lengths = {k: reader.length(x) for k, x in examples.items()}
+        processor = self.processor
+        lengths = {k: processor.length(x) for k, x in examples.items()}
         autocast = "bf16" if self.precision == "bf16" else "fp32"
         results: dict[Any, list[Translation]] = {}
-        max_sources = max(1, MAX_STEP_LOGITS // (rows_per_source(cfg) * self.loaded.config.model.tgt_vocab_size))
+        max_sources = max(1, MAX_STEP_LOGITS // (cfg.rows_per_source * self.loaded.config.model.tgt_vocab_size))
         for batch in length_batches(lengths, batch_tokens, max_sources):
-            src = to_device(reader.collate([examples[k] for k in batch]), self.device)
+            src = to_device(processor.collate([examples[k] for k in batch]), self.device)
             with torch.inference_mode(), autocast_context(self.device, autocast):
                 hyps = search(self.model, src, cfg)
             for k, nbest in zip(batch, hyps):
@@ -179,6 +191,12 @@ class Translator:
             attention=None if h.attention is None else h.attention.float().tolist(),
             **about,
         )
+
+
+def check_batch_tokens(batch_tokens: int) -> None:
+    """ValueError unless a call's batch_tokens is a usable batch size."""
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
 
 
 class Bf16Linear(nn.Module):

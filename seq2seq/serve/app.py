@@ -43,6 +43,7 @@ import os
 import signal
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from seq2seq.inference.formats import formatter
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.requests import (
     UPLOAD_TYPES, Limits, RequestError, check_api_key, check_key_format, check_source_size, media_type, parse_options,
@@ -64,8 +66,8 @@ __all__ = ["create_app", "load_model", "run_server"]
 
 def load_model(model_dir: str | Path, device: str = "auto", precision: str = "fp32",
                weights: str | Path | None = None) -> Any:
-    """A `Translator` for a text model directory, a `Generator` for an image or audio one."""
-    from seq2seq.inference.sources import is_text
+    """A `Translator` for a model that reads sentences, a `Generator` for one that reads files."""
+    from seq2seq.model.encoders.base import source_kind
     from seq2seq.storage import CheckpointError
     from seq2seq.storage.model_dir import ModelDir
 
@@ -73,14 +75,13 @@ def load_model(model_dir: str | Path, device: str = "auto", precision: str = "fp
     directory = ModelDir(path)
     if not directory.config_path.is_file():
         raise CheckpointError(f"{path} is not a model directory ({ModelDir.CONFIG} is missing)")
-    kind = directory.config().model.encoder.type
-    if is_text(kind):
-        from seq2seq.inference.translator import Translator
+    if source_kind(directory.config().model.encoder).reads_files:
+        from seq2seq.inference.generator import Generator
 
-        return Translator.load(path, device=device, precision=precision, weights=weights)
-    from seq2seq.inference.generator import Generator
+        return Generator.load(path, device=device, precision=precision, weights=weights)
+    from seq2seq.inference.translator import Translator
 
-    return Generator.load(path, device=device, precision=precision, weights=weights)
+    return Translator.load(path, device=device, precision=precision, weights=weights)
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -106,6 +107,13 @@ class RequireApiKey:
         await self.app(scope, receive, send)
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """In place of a source's n-best list: the source could not be read, and why."""
+
+    reason: str
+
+
 def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = False,
                api_key: str | None = None) -> FastAPI:
     """The FastAPI app serving `model` (a `Translator`, or a `Generator` for image/audio models).
@@ -115,51 +123,25 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
     api_key: requests must carry it (`Authorization: Bearer KEY` or `X-API-Key: KEY`), else 401;
         ValueError for an empty key or one with spaces or control characters.
     """
-    from seq2seq.inference.formats import formatter
-    from seq2seq.inference.sources import is_text
-
-    limits = limits or Limits()
     if api_key is not None:
         check_key_format(api_key)
-    kind = model.loaded.config.model.encoder.type
-    text_model = is_text(kind)
-    model_path = str(model.loaded.path)
-    warnings_seen: dict[str, list[str]] = {}  # per path, from skipped files (skip_bad=True)
-
-    def run_text(texts: list[str], options: dict[str, Any]) -> list[Any]:
-        return model.translate_nbest(texts, batch_tokens=limits.batch_tokens, warn=log.warning, **options)
-
-    def run_files(paths: list[str], options: dict[str, Any]) -> list[Any]:
-        def warn(message: str) -> None:
-            for p in paths:
-                if p in message:
-                    warnings_seen.setdefault(p, []).append(message.removesuffix("; its output is empty"))
-
-        return model.translate_nbest(paths, batch_tokens=limits.batch_tokens, warn=warn, skip_bad=True, **options)
-
-    batcher = Batcher(run_text if text_model else run_files, limits.max_batch, limits.batch_window_ms / 1000,
-                      limits.max_queue)
-    state = {"stopping": False}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        batcher.start()
-        log.info("serving %s (%s model) with batches of up to %d texts gathered for %g ms",
-                 model_path, kind, limits.max_batch, limits.batch_window_ms)
-        try:
-            yield
-        finally:
-            state["stopping"] = True
-            await asyncio.to_thread(batcher.close)
-            log.info("batching worker stopped after %d model calls", batcher.calls)
-
-    app = FastAPI(title="seq2seq", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.batcher = batcher
+    server = ModelServer(model, limits or Limits(), allow_paths)
+    app = FastAPI(title="seq2seq", lifespan=server.lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.batcher = server.batcher
     app.state.model = model
-    app.state.limits = limits
+    app.state.limits = server.limits
     app.state.api_key = api_key
     if api_key is not None:
         app.add_middleware(RequireApiKey, key=api_key)
+    add_error_handlers(app)
+    app.get("/health")(server.health)
+    app.post("/translate")(server.translate)
+    app.post("/generate")(server.generate)
+    return app
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error a JSON object {"error": message} with its status; a failure of ours a logged 500."""
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, e: RequestError) -> JSONResponse:
@@ -176,17 +158,56 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
         log.exception("request %s %s failed", request.method, request.url.path)
         return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500)
 
-    async def run(items: list[str], options: dict[str, Any]) -> tuple[list[Any], int]:
+
+class ModelServer:
+    """The routes of one model: what its processor reads decides which of /translate (sentences) and
+    /generate (files) it answers, and the limits its files are checked against."""
+
+    def __init__(self, model: Any, limits: Limits, allow_paths: bool) -> None:
+        self.model, self.limits, self.allow_paths = model, limits, allow_paths
+        self.processor = model.processor
+        self.kind = self.processor.kind
+        self.encoder_type = model.loaded.config.model.encoder.type
+        self.model_path = str(model.loaded.path)
+        run = self._run_files if self.kind.reads_files else self._run_texts
+        self.batcher = Batcher(run, limits.max_batch, limits.batch_window_ms / 1000, limits.max_queue)
+        self.stopping = False
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: FastAPI):
+        self.batcher.start()
+        log.info("serving %s (%s model) with batches of up to %d texts gathered for %g ms",
+                 self.model_path, self.encoder_type, self.limits.max_batch, self.limits.batch_window_ms)
+        try:
+            yield
+        finally:
+            self.stopping = True
+            await asyncio.to_thread(self.batcher.close)
+            log.info("batching worker stopped after %d model calls", self.batcher.calls)
+
+    # ---- the model calls (on the batching worker) -------------------------------------------
+
+    def _run_texts(self, texts: list[str], options: dict[str, Any]) -> list[Any]:
+        return self.model.translate_nbest(texts, batch_tokens=self.limits.batch_tokens, warn=log.warning, **options)
+
+    def _run_files(self, paths: list[str], options: dict[str, Any]) -> list[Any]:
+        """Each file's n-best list, or `Unreadable` with the reason it was skipped."""
+        skipped: dict[int, str] = {}
+        results = self.model.translate_nbest(paths, batch_tokens=self.limits.batch_tokens, warn=log.info,
+                                             skip_bad=True, skipped=skipped, **options)
+        return [Unreadable(skipped[i]) if i in skipped else hyps for i, hyps in enumerate(results)]
+
+    async def run(self, items: list[str], options: dict[str, Any]) -> tuple[list[Any], int]:
         """The n-best lists of `items` and the nbest they were asked with; 422 for options the model's
         `search_config` refuses."""
         try:
-            cfg = model.search_config(**options)
+            cfg = self.model.search_config(**options)
         except ValueError as e:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
-        future = batcher.submit(items, options, mergeable=cfg.strategy != "sample")
+        future = self.batcher.submit(items, options, mergeable=cfg.strategy != "sample")
         try:
             return await asyncio.wrap_future(future), cfg.nbest
         except RequestError:
@@ -197,76 +218,76 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
             detail = f"{type(e).__name__}: {first}" if first else type(e).__name__
             raise RequestError(500, f"the model failed on this request: {detail}") from None
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        body = {"status": "stopping" if state["stopping"] else "ok", "model": model_path, "kind": kind,
-                "device": str(model.device), "precision": model.precision, "queue": batcher.pending,
-                "calls": batcher.calls, "endpoint": "/translate" if text_model else "/generate"}
-        return JSONResponse(body, status_code=503 if state["stopping"] else 200)
+    # ---- routes ------------------------------------------------------------------------------
 
-    @app.post("/translate")
-    async def translate(request: Request) -> JSONResponse:
-        if not text_model:
-            raise RequestError(404, f"this server holds an {kind} model: POST the file to /generate")
+    async def health(self) -> JSONResponse:
+        body = {"status": "stopping" if self.stopping else "ok", "model": self.model_path, "kind": self.encoder_type,
+                "device": str(self.model.device), "precision": self.model.precision, "queue": self.batcher.pending,
+                "calls": self.batcher.calls, "endpoint": "/generate" if self.kind.reads_files else "/translate"}
+        return JSONResponse(body, status_code=503 if self.stopping else 200)
+
+    async def translate(self, request: Request) -> JSONResponse:
+        if self.kind.reads_files:
+            raise RequestError(404, f"this server holds an {self.kind.name} model: POST the file to /generate")
         require_json(request.headers)
-        body = await read_json(request, limits.max_body_bytes)
-        texts, single, fields = parse_texts(body, limits)
-        results, nbest = await run(texts, parse_options(fields, limits))
+        body = await read_json(request, self.limits.max_body_bytes)
+        texts, single, fields = parse_texts(body, self.limits)
+        results, nbest = await self.run(texts, parse_options(fields, self.limits))
         emit = formatter("json", nbest)
         objects = [json.loads(emit(i, hyps)) for i, hyps in enumerate(results)]
         return JSONResponse(objects[0] if single else {"translations": objects})
 
-    @app.post("/generate")
-    async def generate(request: Request) -> JSONResponse:
-        if text_model:
+    async def generate(self, request: Request) -> JSONResponse:
+        if not self.kind.reads_files:
             raise RequestError(404, "this server holds a text model: POST {\"text\": ...} to /translate")
-        content_type = media_type(request.headers)[0]
-        upload: Path | None = None
-        if content_type == "application/json":
+        if media_type(request.headers)[0] == "application/json":
             require_json(request.headers)
-            sources, fields = parse_paths(await read_json(request, limits.max_body_bytes), limits, allow_paths)
-            options = parse_options(fields, limits)
+            sources, fields = parse_paths(await read_json(request, self.limits.max_body_bytes), self.limits,
+                                          self.allow_paths)
+            options = parse_options(fields, self.limits)
             for source in sources:
-                check_source_size(source, model.processor, limits, source)
-        elif not content_type.startswith(UPLOAD_TYPES):
+                check_source_size(source, self.processor, self.limits, source)
+            results, nbest = await self.run(sources, options)
+            return JSONResponse({"generations": [self._generation(hyps, nbest, source)
+                                                 for source, hyps in zip(sources, results)]})
+        options = query_options(request.query_params, self.limits)
+        upload = await self._save_upload(request)
+        try:  # 413 from the file's header, before anything is decoded
+            check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
+            results, nbest = await self.run([str(upload)], options)
+        finally:
+            upload.unlink(missing_ok=True)
+        if isinstance(results[0], Unreadable):
+            raise RequestError(422, "cannot read the uploaded file: " + results[0].reason.replace(str(upload), "upload"))
+        return JSONResponse(self._generation(results[0], nbest))
+
+    async def _save_upload(self, request: Request) -> Path:
+        """The uploaded file's bytes in a temporary file (the caller removes it): 415 for a body that is
+        not a file, 413 over max_upload_bytes, 422 when empty."""
+        content_type = media_type(request.headers)[0]
+        if not content_type.startswith(UPLOAD_TYPES):
             raise RequestError(415, "POST the file's bytes with its type (Content-Type: image/png, audio/wav, ... "
                                     "or application/octet-stream), or JSON {\"paths\": [...]} as application/json "
                                     f"(got {'no Content-Type' if not content_type else repr(content_type)})")
-        else:
-            options = query_options(request.query_params, limits)
-            data = await read_body(request, limits.max_upload_bytes, "uploaded file")
-            if not data:
-                raise RequestError(422, "the request body is empty: POST an image or audio file's bytes")
-            fd, name = tempfile.mkstemp(prefix="seq2seq-upload-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            upload = Path(name)
-            sources = [name]
-        try:
-            if upload is not None:  # 413 from the file's header, before anything is decoded
-                check_source_size(str(upload), model.processor, limits, "the uploaded file")
-            results, nbest = await run(sources, options)
-        finally:
-            if upload is not None:
-                upload.unlink(missing_ok=True)
-        bad = [s for s, hyps in zip(sources, results) if not hyps]
-        if upload is not None and bad:
-            problems = warnings_seen.pop(str(upload), ["unreadable"])
-            raise RequestError(422, "cannot read the uploaded file: " + problems[0].replace(str(upload), "upload"))
-        objects = []
-        for source, hyps in zip(sources, results):
-            if hyps:
-                obj = hyps[0].to_json()
-                if nbest > 1:
-                    obj["nbest"] = [h.to_json() for h in hyps]
-            else:
-                obj = {"source": source, "text": "", "error": "; ".join(warnings_seen.pop(source, ["unreadable"]))}
-            if upload is not None:
-                obj.pop("source", None)
-            objects.append(obj)
-        return JSONResponse(objects[0] if upload is not None else {"generations": objects})
+        data = await read_body(request, self.limits.max_upload_bytes, "uploaded file")
+        if not data:
+            raise RequestError(422, "the request body is empty: POST an image or audio file's bytes")
+        fd, name = tempfile.mkstemp(prefix="seq2seq-upload-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return Path(name)
 
-    return app
+    @staticmethod
+    def _generation(hyps: Any, nbest: int, source: str | None = None) -> dict[str, Any]:
+        """The JSON object of one file's result (`source`: the path it was given by; None for an upload)."""
+        if isinstance(hyps, Unreadable):
+            return {"source": source, "text": "", "error": hyps.reason}
+        obj = hyps[0].to_json()
+        if nbest > 1:
+            obj["nbest"] = [h.to_json() for h in hyps]
+        if source is None:
+            obj.pop("source", None)
+        return obj
 
 
 def is_loopback(host: str) -> bool:

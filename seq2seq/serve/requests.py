@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hmac
 import json
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
+from seq2seq.model.encoders.base import SourceLimits, SourceProcessor, SourceTooLarge
 
 if TYPE_CHECKING:
     from fastapi import Request
@@ -55,6 +55,10 @@ class Limits:
             raise ValueError(f"batch_window_ms must be >= 0, got {self.batch_window_ms}")
         if self.max_queue < self.max_texts:
             raise ValueError(f"max_queue ({self.max_queue}) must be >= max_texts ({self.max_texts})")
+
+    def source_limits(self) -> SourceLimits:
+        """The limits on one source file, for its processor's `check_limits`."""
+        return SourceLimits(max_pixels=self.max_pixels, max_seconds=self.max_audio_seconds)
 
 
 class RequestError(Exception):
@@ -245,37 +249,13 @@ def query_value(raw: str) -> Any:
     return raw if too_deep(value, MAX_JSON_DEPTH) else value
 
 
-def check_source_size(path: str, processor: Any, limits: Limits, name: str) -> None:
-    """413 when an image (for an `ImageProcessor`) has more than `limits.max_pixels` pixels or an audio
-    file (`AudioProcessor`) lasts more than `limits.max_audio_seconds`, read from the file's header
-    before anything is decoded. `name` is how the message calls the file. A file that cannot be opened
-    passes: the processor then refuses it, naming what is wrong (422)."""
-    from seq2seq.model.encoders.audio import AudioProcessor
-    from seq2seq.model.encoders.image import ImageProcessor
-
-    if isinstance(processor, ImageProcessor):
-        from PIL import Image
-
-        try:
-            with warnings.catch_warnings():  # Pillow's own warning, above Image.MAX_IMAGE_PIXELS
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(path) as im:  # the header only
-                    width, height = im.size
-        except Image.DecompressionBombError:  # Pillow's own limit, twice Image.MAX_IMAGE_PIXELS
-            raise RequestError(413, f"{name} has more than {2 * Image.MAX_IMAGE_PIXELS} pixels; "
-                                    f"the limit is {limits.max_pixels}") from None
-        except Exception:  # noqa: BLE001 - not an image: for the processor to say
-            return
-        if width * height > limits.max_pixels:
-            raise RequestError(413, f"{name} has {width}x{height} pixels ({width * height / 1e6:.1f} megapixels); "
-                                    f"the limit is {limits.max_pixels} ({limits.max_pixels / 1e6:g} megapixels)")
-    elif isinstance(processor, AudioProcessor):
-        import soundfile
-
-        try:
-            info = soundfile.info(path)
-        except Exception:  # noqa: BLE001 - not audio: for the processor to say
-            return
-        seconds = info.frames / info.samplerate if info.samplerate > 0 else 0.0
-        if seconds > limits.max_audio_seconds:
-            raise RequestError(413, f"{name} lasts {seconds:.1f} s; the limit is {limits.max_audio_seconds:g} s")
+def check_source_size(path: str, processor: SourceProcessor, limits: Limits, name: str) -> None:
+    """413 when the source file is over the server's limits (pixels of an image, seconds of audio),
+    read by the model's processor from the file's header before anything is decoded
+    (`SourceProcessor.check_limits`: every kind of source, Hugging Face backbones included). `name`
+    is how the message calls the file. A file that cannot be probed passes: the processor then refuses
+    it, naming what is wrong (422)."""
+    try:
+        processor.check_limits(path, limits.source_limits(), name)
+    except SourceTooLarge as e:
+        raise RequestError(413, str(e)) from None

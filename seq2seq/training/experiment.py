@@ -24,10 +24,12 @@ from seq2seq.training import distributed
 from seq2seq.training import finetune
 from seq2seq.data.batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from seq2seq.config import ConfigError
+from seq2seq.config.sections import check_fits_in_memory
 from seq2seq.data import prepare
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
 from seq2seq.accel.device import choose_device
 from seq2seq.model.encoders import Encoder, get_modality
+from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
@@ -97,9 +99,8 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     if cfg.data.subword_alpha is not None:
         raise ConfigError(f"data.subword_alpha (subword regularization) is for text sources; "
                           f"model.encoder.type {cfg.model.encoder.type!r} does not support it")
-    modality = get_modality(cfg.model.encoder.type)
-    processor = modality.processor(cfg.model.encoder)
-    data = prepare_media(cfg.data, cfg.tokenizer, modality, processor, out_dir)
+    processor = get_modality(cfg.model.encoder.type).processor(cfg.model.encoder)
+    data = prepare_media(cfg.data, cfg.tokenizer, processor, out_dir)
     train, valid_split = data.train, data.valid
     tgt_lens = [len(t) + 1 for t in train.tgt_ids]
     sampler = TokenBatchSampler(source_lengths(train, processor), tgt_lens, max_tokens=cfg.training.max_tokens,
@@ -177,18 +178,21 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     if resume and state_dir is None:
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
     parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
+    resolve_encoder_config(cfg.model.encoder)  # e.g. a pretrained backbone's config, read from name_or_path
+    check_fits_in_memory(cfg.model)
     out_dir.mkdir(parents=True, exist_ok=True)
     if distributed.is_main():
         for leftover in model_dir.discard_partial_writes():
             log.info("removed %s, left by a save that was interrupted", leftover)
 
-    text_source = get_modality(cfg.model.encoder.type).tokenizes_source  # text, or a custom text encoder
+    reads_files = source_kind(cfg.model.encoder).reads_files  # else sentences: text, or a custom text encoder
     with distributed.main_first():
-        data = text_training_data(cfg, out_dir) if text_source else media_training_data(cfg, out_dir)
+        data = media_training_data(cfg, out_dir) if reads_files else text_training_data(cfg, out_dir)
     tok = data.tokenizers
     cfg.model = dataclasses.replace(
         cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
     )
+    check_fits_in_memory(cfg.model)  # with the vocabularies' real sizes
     if cfg.model.share_embeddings and not tok.joint:
         raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
     torch.manual_seed(cfg.training.seed)

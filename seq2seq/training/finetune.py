@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import ConfigError, to_dict
+from seq2seq.config import ConfigError, EncoderConfig, to_dict
+from seq2seq.model.encoders.base import source_kind
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.config.root import Config
@@ -148,7 +149,7 @@ def _merge(cfg: Config, parent: Parent, source: str | Path) -> None:
     pcfg = parent.config
     what = f"--init-from {source}"
     own_type, parent_type = cfg.model.encoder.type, pcfg.model.encoder.type
-    if own_type != parent_type and own_type != "text":  # "text" is the default: left unset, it is inherited
+    if own_type != parent_type and own_type != EncoderConfig().type:  # the default: left unset, it is inherited
         raise ConfigError(f"{what}: the model has a {parent_type} encoder (model.encoder.type: {parent_type}) but "
                           f"the config asks for {own_type}; fine-tuning keeps the model's encoder type")
     _check_tokenizer_files(cfg.tokenizer, parent, what)
@@ -161,7 +162,7 @@ def _merge(cfg: Config, parent: Parent, source: str | Path) -> None:
     else:
         encoder = pcfg.model.encoder
     tokenizer = _merged(cfg.tokenizer, pcfg.tokenizer, "tokenizer", problems,
-                        only=TOKENIZER_KEYS if parent_type == "text" else MEDIA_TOKENIZER_KEYS)
+                        only=MEDIA_TOKENIZER_KEYS if source_kind(pcfg.model.encoder).reads_files else TOKENIZER_KEYS)
     if problems:
         raise ConfigError(
             f"{what}: the config does not fit the model, which fine-tuning keeps as it is: {'; '.join(problems)}. "

@@ -23,6 +23,7 @@ import torch
 from seq2seq.accel.device import autocast_context
 from seq2seq.config import Config, ConfigError
 from seq2seq.model.transformer import Seq2SeqTransformer
+from seq2seq.model.encoders.base import source_kind
 from seq2seq.text.tokenizer import PAD_ID
 from seq2seq.training.loss import sequence_loss
 from seq2seq.training.optim import build_optimizer
@@ -46,7 +47,7 @@ def probe_step_seconds(cfg: Config, steps: int = 3, sentence_len: int = 16,
     (training.max_tokens target tokens, as sentences of `sentence_len` tokens on both sides), after
     one untimed step that warms up the kernels. Text models only: a media encoder's cost depends on
     its inputs, which a probe of random tokens cannot stand in for."""
-    if cfg.model.encoder.type != "text":
+    if source_kind(cfg.model.encoder).reads_files:
         raise ConfigError(f"the throughput probe times text models only, not model.encoder.type "
                           f"{cfg.model.encoder.type!r}")
     vocab = cfg.tokenizer.vocab_size

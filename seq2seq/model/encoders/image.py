@@ -1,4 +1,4 @@
-"""The image modality: a ViT-style encoder over a grid of patches, its config and its image loader.
+"""The image modality: a ViT-style encoder over a grid of patches, its config and its `ImageProcessor`.
 
     image file --ImageProcessor.load--> uint8 [C, H, W] (converted, resized; kept in memory)
     examples --ImageProcessor.collate--> float [B, C, H, W], normalised (x / 255 - mean) / std
@@ -16,11 +16,10 @@ antialiasing bicubic filter (the aspect ratio is not kept: a 200x100 photo fills
 
 from __future__ import annotations
 
-import math
-import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -30,10 +29,10 @@ from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.layers import EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.augment import ImageAugmentConfig, augment_image
-from seq2seq.model.encoders.base import Encoder, Modality, SourceError, SourceProcessor, register
-
-if TYPE_CHECKING:  # pragma: no cover
-    from matplotlib.figure import Figure
+from seq2seq.model.encoders.base import (
+    IMAGE, AttentionView, Encoder, Modality, SourceInfo, SourceProcessor, register,
+)
+from seq2seq.model.encoders.media_io import probe_image, read_image
 
 
 @register_encoder_config
@@ -251,8 +250,7 @@ class ImageEncoder(Encoder):
             )
             in_channels, ph, pw = enc.stem_channels, ph // 4, pw // 4
         elif enc.resnet_widths:  # [B, C, H, W] -> [B, widths[-1], H / 2^n, W / 2^n]
-            # Not channels_last: it made these convolutions ~1.8x faster on CPU, but training then crashed
-            # with heap corruption in backward (torch 2.13, oneDNN; 6 of 8 tiny runs), so NCHW it stays.
+            # NCHW, not channels_last: see docs/architecture.md (channels_last crashed oneDNN's backward).
             self.stem = resnet(enc.channels, enc.resnet_widths, enc.resnet_blocks, enc.resnet_stem_stride)
             factor = 2 ** len(enc.resnet_widths)
             in_channels, ph, pw = enc.resnet_widths[-1], ph // factor, pw // factor
@@ -291,68 +289,15 @@ class ImageEncoder(Encoder):
 
 
 # --------------------------------------------------------------------------------------------
-# Reading images
+# Sources
 # --------------------------------------------------------------------------------------------
 
 
-def read_image(path: str | Path, channels: int, max_pixels: int | None) -> Any:
-    """One image file as a Pillow image, upright (EXIF), transparency flattened on white, 8-bit RGB
-    (channels 3) or grey (1), not resized. SourceError naming the path when the file is missing,
-    empty, not an image, truncated/corrupt, or over `max_pixels` (model.encoder.max_pixels, checked
-    from the header before the pixels are decoded; None: no limit)."""
-    from PIL import Image, ImageOps
-
-    p = Path(path)
-    if not p.exists():
-        raise SourceError(f"image not found: {path}")
-    if not p.is_file():
-        raise SourceError(f"not a file: {path}")
-    try:
-        if p.stat().st_size == 0:
-            raise SourceError(f"empty image file: {path}")
-        with warnings.catch_warnings():  # Pillow warns above its own limit: max_pixels decides here
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            im = Image.open(p)  # reads the header only
-        with im:
-            if max_pixels is not None and im.width * im.height > max_pixels:
-                raise SourceError(f"image {path} has {im.width}x{im.height} pixels "
-                                  f"({im.width * im.height / 1e6:.1f} megapixels), more than "
-                                  f"model.encoder.max_pixels={max_pixels} ({max_pixels / 1e6:g} megapixels)")
-            im.load()  # decode everything now: a truncated or corrupt file fails here, not later
-            return _to_8bit(ImageOps.exif_transpose(im), channels)  # (a copy: outlives the closed file)
-    except SourceError:
-        raise
-    except Image.UnidentifiedImageError:
-        raise SourceError(f"not an image (or a format Pillow cannot read): {path}") from None
-    except Image.DecompressionBombError as e:  # over twice PIL.Image.MAX_IMAGE_PIXELS: refused on open
-        raise SourceError(f"image {path} is too large: {e}") from None
-    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, zlib.error, ... on bad data
-        raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
-
-
-def _to_8bit(image, channels: int):
-    """Any Pillow image -> mode "RGB" (channels 3) or "L" (channels 1); transparency flattened on white."""
-    from PIL import Image
-
-    if image.mode.startswith(("I", "F")):  # deep grey: scaled to 8 bits, not clipped
-        # 16-bit modes span 0..65535; a 32-bit int or float image is read as 16-bit when its values
-        # exceed 255, as 8-bit when they do not, and as 0..1 when a float image stays within it.
-        mode = image.mode
-        image = image.convert("F")
-        hi = image.getextrema()[1]
-        top = 65535.0 if mode.startswith("I;16") or hi > 255 else 1.0 if mode == "F" and hi <= 1.0 else 255.0
-        image = image.point(lambda v: v * 255.0 / top + 0.5).convert("L")  # rounded (convert truncates)
-    has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
-        image.mode == "P" and "transparency" in image.info)
-    if has_alpha:
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        image = Image.alpha_composite(background, rgba)
-    return image.convert("RGB" if channels == 3 else "L")
-
-
 class ImageProcessor(SourceProcessor):
-    """Image file -> uint8 [C, H, W] (`load`); examples -> normalised float [B, C, H, W] (`collate`)."""
+    """Image file -> uint8 [C, H, W] (`load`, read by `media_io.read_image`); examples -> normalised
+    float [B, C, H, W] (`collate`)."""
+
+    kind = IMAGE
 
     def __init__(self, cfg: ImageEncoderConfig) -> None:
         self.cfg = cfg
@@ -361,6 +306,9 @@ class ImageProcessor(SourceProcessor):
         self.positions = gh * gw
         self.mean = torch.tensor(cfg.mean, dtype=torch.float32).view(1, -1, 1, 1)  # [1, C or 1, 1, 1]
         self.std = torch.tensor(cfg.std, dtype=torch.float32).view(1, -1, 1, 1)
+
+    def probe(self, path: str) -> SourceInfo | None:
+        return probe_image(path)
 
     def load(self, path: str | Path) -> Tensor:
         """Read, convert and resize one image: uint8 [C, H, W]. SourceError naming the path as
@@ -378,7 +326,7 @@ class ImageProcessor(SourceProcessor):
         """Every image becomes gh * gw encoder positions."""
         return self.positions
 
-    def collate(self, examples: list[Tensor]) -> Tensor:
+    def collate(self, examples: Sequence[Tensor]) -> Tensor:
         """uint8 [C, H, W] examples -> float [B, C, H, W] = (pixel / 255 - mean) / std."""
         if not examples:
             raise ValueError("collate needs at least one image")
@@ -386,73 +334,19 @@ class ImageProcessor(SourceProcessor):
         for i, x in enumerate(examples):
             if tuple(x.shape) != expected:
                 raise ValueError(f"image {i} has shape {list(x.shape)}, expected {list(expected)} (use ImageProcessor.load)")
-        batch = torch.stack(examples).to(torch.float32).div_(255.0)
+        batch = torch.stack(list(examples)).to(torch.float32).div_(255.0)
         return batch.sub_(self.mean).div_(self.std)
 
-    def collate_augmented(self, examples: list[Tensor], rngs: list[np.random.Generator]) -> Tensor:
+    def collate_augmented(self, examples: Sequence[Tensor], rngs: Sequence[np.random.Generator]) -> Tensor:
         """Training: each uint8 [C, H, W] image augmented with its generator (`augment.augment_image`),
         then collated. Augmentation off: `collate`."""
         if not self.cfg.augment.active:
             return self.collate(examples)
         return self.collate([augment_image(x, self.cfg.augment, rng) for x, rng in zip(examples, rngs)])
 
-
-# --------------------------------------------------------------------------------------------
-# Attention plot
-# --------------------------------------------------------------------------------------------
-
-
-def draw_image_attention(encoder_cfg: ImageEncoderConfig, example: Tensor, attention: list[list[float]],
-                         words: list[str]) -> Figure:
-    """The image with each generated word's cross-attention shown on it, one panel per word.
-
-    example: uint8 [C, H, W] from `ImageProcessor.load` (the image as the model sees it);
-    attention: [len(words), gh * gw]. Each row is reshaped row-major to the patch grid, scaled so
-    that its largest weight is 1, stretched bilinearly over the image and painted on it in cyan,
-    opaque in proportion to the weight: the cyan parts of a panel are where that word looked.
-    """
-    from matplotlib.figure import Figure
-
-    gh, gw = encoder_cfg.grid
-    if len(attention) != len(words):
-        raise ValueError(f"{len(attention)} attention rows for {len(words)} words")
-    for i, row in enumerate(attention):
-        if len(row) != gh * gw:
-            raise ValueError(f"attention row {i} has {len(row)} positions, the {gh}x{gw} patch grid has {gh * gw}")
-    h, w = example.shape[1:]
-    image = example.permute(1, 2, 0).numpy()
-    grey = image.shape[2] == 1
-    if grey:
-        image = image[:, :, 0]
-    extent = (0, w, h, 0)  # the image and the (coarser) attention grid cover the same square
-    n = max(len(words), 1)
-    cols = min(n, 6)
-    rows = math.ceil(n / cols)
-    fig = Figure(figsize=(2.0 * cols, 2.2 * rows))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    if not words:
-        axes[0, 0].imshow(image, cmap="gray" if grey else None, vmin=0, vmax=255, extent=extent)
-        axes[0, 0].set_title("(empty caption)", fontsize=9)
-    for k, word in enumerate(words):
-        ax = axes.flat[k]
-        ax.imshow(image, cmap="gray" if grey else None, vmin=0, vmax=255, extent=extent)
-        weights = torch.tensor(attention[k], dtype=torch.float32).view(gh, gw)
-        weights = weights / weights.max().clamp_min(1e-9)
-        shade = torch.zeros(gh, gw, 4)
-        shade[..., 1:3] = 1.0  # cyan, a colour no scene of the recipe uses
-        shade[..., 3] = 0.7 * weights
-        ax.imshow(shade.numpy(), interpolation="bilinear", extent=extent)
-        ax.set_title(word.replace("\u2581", " ").strip() or repr(word), fontsize=9)
-    fig.tight_layout()
-    return fig
+    def attention_view(self, example: Tensor) -> AttentionView:
+        """The image as the model sees it, under its grid of patches."""
+        return AttentionView(image=example.permute(1, 2, 0).numpy(), grid=self.cfg.grid)
 
 
-register(Modality(
-    "image",
-    build_encoder=lambda cfg, shared: ImageEncoder(cfg),
-    processor=ImageProcessor,
-    draw_attention=draw_image_attention,
-    noun="image",
-))
+register(Modality("image", build_encoder=lambda cfg, shared: ImageEncoder(cfg), processor=ImageProcessor))

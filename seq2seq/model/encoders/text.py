@@ -33,7 +33,6 @@ class TextEncoder(Encoder):
         return src.ne(self.pad_id).sum(dim=1)
 
 
-# Text sources are sentences: tokenized by the source tokenizer in the text data pipeline (seq2seq.data)
-# and the Translator; the TextProcessor pads their token ids.
+# Text sources are sentences, read by the TextProcessor (tokenized, truncated, EOS appended, padded).
 register(Modality("text", build_encoder=lambda cfg, shared: TextEncoder(cfg, embedding=shared),
-                  processor=TextProcessor, noun="sentence"))
+                  processor=TextProcessor))

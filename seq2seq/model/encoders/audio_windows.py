@@ -22,7 +22,7 @@ transcribed exactly as it was before windows existed). A longer one is cut at it
    training utterances have little silence around them (a model hears words in long silences);
    windows with no voiced frame are dropped.
 
-Why by hand, not webrtcvad or silero-vad (both named in issue 30): both answer "is this frame
+Why by hand, not webrtcvad or silero-vad: both answer "is this frame
 speech?", which is not the question here. Cutting needs the quietest places of the recording, and
 the longest of them first; a cut inside a pause costs nothing, and a cut too early or late loses at
 worst part of a pause. Frame energy relative to the recording answers that at any sample rate with

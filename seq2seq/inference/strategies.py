@@ -1,0 +1,123 @@
+"""Search strategies: which (row, token) pairs continue a search step (see seq2seq.inference.search,
+whose loop owns everything else).
+
+* `Greedy`: each row takes its most likely token;
+* `Beam`: the top 2*beam of the beam*V extensions of a sentence (as in fairseq), so that `beam`
+  live hypotheses remain even when up to `beam` of the candidates end with EOS;
+* `Sample`: each row draws its token after temperature, top-k and top-p (nucleus) filtering,
+  from a `torch.Generator` seeded with `SearchConfig.seed`.
+
+Shapes: U active units, g rows per unit (`Strategy.group`), B = U * g decoder rows, V vocabulary,
+C candidates per unit.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from seq2seq.config.search import SearchConfig
+
+NEG_INF = float("-inf")
+
+
+class Candidates(NamedTuple):
+    """A strategy's proposals for each unit, [U, C] each; C > g means sorted best first."""
+
+    rows: Tensor  # row within the unit's group that is extended
+    tokens: Tensor  # the token appended
+    logprob: Tensor  # its log-probability
+    scores: Tensor  # the cumulative log-probability of the extended hypothesis
+
+
+class Strategy:
+    """Chooses continuations. `group` rows per unit, `units_per_source` units per source,
+    `candidates` proposals per unit (== group: one per row; > group: sorted, beam-style)."""
+
+    group: int = 1
+    units_per_source: int = 1
+    candidates: int = 1
+
+    def initial_scores(self, units: int, device: torch.device) -> Tensor:
+        """Cumulative log-probabilities of the B = units * group rows before the first step."""
+        return torch.zeros(units * self.group, device=device)
+
+    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
+        """lprobs [B, V] (constrained log-probabilities), scores [B] -> Candidates [U, C]."""
+        raise NotImplementedError
+
+
+class Greedy(Strategy):
+    """Each row takes its arg-max token."""
+
+    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
+        logprob, tokens = lprobs.max(dim=-1, keepdim=True)  # [B, 1]
+        return Candidates(torch.zeros_like(tokens), tokens, logprob, scores[:, None] + logprob)
+
+
+class Beam(Strategy):
+    """The 2 * beam best extensions of each sentence's beam (of beam * V), best first."""
+
+    def __init__(self, beam: int) -> None:
+        self.group = beam
+        self.candidates = 2 * beam
+
+    def initial_scores(self, units: int, device: torch.device) -> Tensor:
+        # Only the first row of a beam is live at first, or the beam would hold `beam` copies.
+        scores = torch.full((units, self.group), NEG_INF, device=device)
+        scores[:, 0] = 0.0
+        return scores.view(-1)
+
+    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
+        b, v = lprobs.shape
+        flat = (lprobs + scores[:, None]).view(b // self.group, self.group * v)
+        top, index = flat.topk(min(self.candidates, flat.size(1)), dim=1)  # sorted, [U, C]
+        rows = torch.div(index, v, rounding_mode="floor")
+        logprob = lprobs.view_as(flat).gather(1, index)
+        return Candidates(rows, index - rows * v, logprob, top)
+
+
+class Sample(Strategy):
+    """Each row samples from the filtered distribution softmax(lprobs / temperature)."""
+
+    def __init__(self, cfg: SearchConfig, device: torch.device) -> None:
+        self.units_per_source = cfg.nbest
+        self.topk, self.topp, self.temperature = cfg.topk, cfg.topp, cfg.temperature
+        self.generator = torch.Generator(device=device)
+        if cfg.seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(cfg.seed)
+
+    def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
+        logits = lprobs if self.temperature == 1.0 else lprobs / self.temperature
+        if 0 < self.topk < logits.size(-1):
+            kth = logits.topk(self.topk, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, NEG_INF)
+        if self.topp < 1.0:
+            logits = top_p_filter(logits, self.topp)
+        tokens = torch.multinomial(logits.softmax(dim=-1), 1, generator=self.generator)  # [B, 1]
+        logprob = lprobs.gather(1, tokens)
+        return Candidates(torch.zeros_like(tokens), tokens, logprob, scores[:, None] + logprob)
+
+
+def top_p_filter(logits: Tensor, p: float) -> Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches p (at least one).
+
+    logits [B, V] -> [B, V] with the others set to -inf.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # mass of the more likely tokens
+    sorted_logits = sorted_logits.masked_fill(before >= p, NEG_INF)
+    return torch.full_like(logits, NEG_INF).scatter(1, order, sorted_logits)
+
+
+def make_strategy(cfg: SearchConfig, device: torch.device) -> Strategy:
+    if cfg.strategy == "greedy":
+        return Greedy()
+    if cfg.strategy == "beam":
+        return Beam(cfg.beam)
+    return Sample(cfg, device)
