@@ -195,6 +195,8 @@ def test_an_unreadable_file_is_422_and_its_neighbour_is_answered(models, name, d
     with serving(create_app(model, allow_paths=True)) as (port, _):
         status, body = call(port, "POST", "/generate", bad.read_bytes(), {"Content-Type": "application/octet-stream"})
         assert status == 422 and body["error"].startswith("cannot read the uploaded file: ") and "upload" in body["error"]
+        status, body = call(port, "POST", "/generate?beam=zero", b"x", {"Content-Type": "text/plain"})
+        assert status == 415, body  # what the body is decides first, then its options
         status, body = call(port, "POST", "/generate", {"paths": [str(bad), good, str(prefix)]})
     assert status == 200
     first, second, third = body["generations"]

@@ -55,8 +55,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from seq2seq.inference.formats import formatter
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.requests import (
-    UPLOAD_TYPES, Limits, RequestError, check_api_key, check_key_format, check_source_size, media_type, parse_options,
-    parse_paths, parse_texts, query_options, read_body, read_json, require_json,
+    Limits, RequestError, check_api_key, check_key_format, check_source_size, media_type, parse_options,
+    parse_paths, parse_texts, query_options, read_body, read_json, require_json, require_upload_type,
 )
 
 log = logging.getLogger("seq2seq.serve.app")
@@ -250,6 +250,7 @@ class ModelServer:
             results, nbest = await self.run(sources, options)
             return JSONResponse({"generations": [self._generation(hyps, nbest, source)
                                                  for source, hyps in zip(sources, results)]})
+        require_upload_type(request.headers)
         options = query_options(request.query_params, self.limits)
         upload = await self._save_upload(request)
         try:  # 413 from the file's header, before anything is decoded
@@ -262,13 +263,8 @@ class ModelServer:
         return JSONResponse(self._generation(results[0], nbest))
 
     async def _save_upload(self, request: Request) -> Path:
-        """The uploaded file's bytes in a temporary file (the caller removes it): 415 for a body that is
-        not a file, 413 over max_upload_bytes, 422 when empty."""
-        content_type = media_type(request.headers)[0]
-        if not content_type.startswith(UPLOAD_TYPES):
-            raise RequestError(415, "POST the file's bytes with its type (Content-Type: image/png, audio/wav, ... "
-                                    "or application/octet-stream), or JSON {\"paths\": [...]} as application/json "
-                                    f"(got {'no Content-Type' if not content_type else repr(content_type)})")
+        """The uploaded file's bytes in a temporary file (the caller removes it): 413 over
+        max_upload_bytes, 422 when empty."""
         data = await read_body(request, self.limits.max_upload_bytes, "uploaded file")
         if not data:
             raise RequestError(422, "the request body is empty: POST an image or audio file's bytes")

@@ -91,6 +91,15 @@ def require_json(headers: Headers) -> None:
                                 f"(got {'no Content-Type' if got is None else repr(got)})")
 
 
+def require_upload_type(headers: Headers) -> None:
+    """415 unless a /generate body that is not JSON declares itself a file (`UPLOAD_TYPES`)."""
+    kind = media_type(headers)[0]
+    if not kind.startswith(UPLOAD_TYPES):
+        raise RequestError(415, "POST the file's bytes with its type (Content-Type: image/png, audio/wav, ... "
+                                "or application/octet-stream), or JSON {\"paths\": [...]} as application/json "
+                                f"(got {'no Content-Type' if not kind else repr(kind)})")
+
+
 def check_key_format(key: str) -> None:
     """ValueError unless `key` can be an API key: not empty, no spaces or control characters (a
     header value cannot carry them intact)."""
