@@ -57,19 +57,20 @@ def require_serve_extra() -> None:
                    "stays open. Prefer the environment variable: arguments are visible to other users.")
 @click.option("--allow-paths", is_flag=True,
               help="Image/audio models: /generate may read files on this machine named in {\"paths\": [...]}.")
+@click.option("--no-demo", is_flag=True, help="No demo page at GET / (the JSON API only).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True, help="uvicorn's log level.")
 @user_errors
 def serve(model_dir: str, host: str, port: int, device: str, precision: str, weights: str | None,
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
           max_chars: int, max_beam: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
-          api_key: str | None, allow_paths: bool, log_level: str) -> None:
+          api_key: str | None, allow_paths: bool, no_demo: bool, log_level: str) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first).
 
     \b
     POST /translate  {"text": "..."} or {"texts": [...]}, plus search options ("beam": 5, ...)
     POST /generate   image/audio models: the file's bytes (search options in the query string)
-    GET  /health
+    GET  /health, GET /info; POST /attention (a PNG); GET / a demo page to try the model in a browser
     POST bodies must be Content-Type: application/json (uploads: the file's type). Concurrent requests
     are batched into shared model calls. See docs/serving.md (limits, errors, threat model).
     """
@@ -100,7 +101,7 @@ def serve(model_dir: str, host: str, port: int, device: str, precision: str, wei
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:
         raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
-    app = create_app(model, limits, allow_paths=allow_paths, api_key=api_key)
+    app = create_app(model, limits, allow_paths=allow_paths, api_key=api_key, demo=not no_demo)
     endpoint = "/generate" if hasattr(model, "generate") else "/translate"
     click.echo(f"serving {model_dir} on http://{host}:{port} (POST {endpoint}, GET /health); Ctrl+C stops", err=True)
     try:

@@ -39,6 +39,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import math
 import os
 import signal
 import tempfile
@@ -48,15 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq.inference.formats import formatter
+from seq2seq.inference.generator import Transcriber
+from seq2seq.model.encoders.base import SourceError
 from seq2seq.serve.batcher import Batcher
+from seq2seq.serve.demo import attention_png, demo_page, model_info
 from seq2seq.serve.requests import (
     Limits, RequestError, check_api_key, check_key_format, check_source_size, media_type, parse_options,
-    parse_paths, parse_texts, query_options, read_body, read_json, require_json, require_upload_type,
+    parse_paths, parse_texts, query_options, query_value, read_body, read_json, require_json, require_upload_type,
 )
 
 log = logging.getLogger("seq2seq.serve.app")
@@ -66,7 +70,8 @@ __all__ = ["create_app", "load_model", "run_server"]
 
 def load_model(model_dir: str | Path, device: str = "auto", precision: str = "fp32",
                weights: str | Path | None = None) -> Any:
-    """A `Translator` for a model that reads sentences, a `Generator` for one that reads files."""
+    """A `Translator` for a model that reads sentences, a `Transcriber` for one that reads recordings
+    (long ones in windows, as `seq2seq transcribe`), a `Generator` for other files."""
     from seq2seq.model.encoders.base import source_kind
     from seq2seq.storage import CheckpointError
     from seq2seq.storage.model_dir import ModelDir
@@ -75,10 +80,12 @@ def load_model(model_dir: str | Path, device: str = "auto", precision: str = "fp
     directory = ModelDir(path)
     if not directory.config_path.is_file():
         raise CheckpointError(f"{path} is not a model directory ({ModelDir.CONFIG} is missing)")
-    if source_kind(directory.config().model.encoder).reads_files:
-        from seq2seq.inference.generator import Generator
+    kind = source_kind(directory.config().model.encoder)
+    if kind.reads_files:
+        from seq2seq.inference.generator import Generator, Transcriber
 
-        return Generator.load(path, device=device, precision=precision, weights=weights)
+        cls = Transcriber if Transcriber.decodes(kind) else Generator  # recordings of any length, in windows
+        return cls.load(path, device=device, precision=precision, weights=weights)
     from seq2seq.inference.translator import Translator
 
     return Translator.load(path, device=device, precision=precision, weights=weights)
@@ -92,19 +99,31 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 
 class RequireApiKey:
     """ASGI middleware: 401 for every request without the API key (see `check_api_key`), except
-    GET /health, which load balancers and probes poll."""
+    GET /health, which load balancers and probes poll, and GET / (the demo page: a static file that
+    asks for the key and sends it with each request it makes)."""
+
+    OPEN = ("/health", "/")
 
     def __init__(self, app: Any, key: str) -> None:
         self.app, self.key = app, key
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
+        if scope["type"] == "http" and not (scope["method"] in ("GET", "HEAD") and scope["path"] in self.OPEN):
             try:
                 check_api_key(Headers(scope=scope), self.key)
             except RequestError as e:
                 await error_response(e.status, e.message, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+RECORDING_OPTIONS = ("timestamps", "max_window_seconds")  # a Transcriber's options that are not search options
+
+# The demo page runs only its own inline script and style, loads nothing from elsewhere, and is not framed.
+PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                           "img-src 'self' blob: data:; media-src blob:; connect-src 'self'; "
+                                           "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
 @dataclass(frozen=True)
@@ -115,13 +134,14 @@ class Unreadable:
 
 
 def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = False,
-               api_key: str | None = None) -> FastAPI:
+               api_key: str | None = None, demo: bool = True) -> FastAPI:
     """The FastAPI app serving `model` (a `Translator`, or a `Generator` for image/audio models).
 
     The batching worker starts with the app (its lifespan) and stops after the last request.
     allow_paths: /generate may read files on the server named in {"paths": [...]}.
     api_key: requests must carry it (`Authorization: Bearer KEY` or `X-API-Key: KEY`), else 401;
         ValueError for an empty key or one with spaces or control characters.
+    demo: GET / serves the demo page (`seq2seq.serve.demo`); False: 404 there.
     """
     if api_key is not None:
         check_key_format(api_key)
@@ -135,8 +155,12 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
         app.add_middleware(RequireApiKey, key=api_key)
     add_error_handlers(app)
     app.get("/health")(server.health)
+    app.get("/info")(server.info)
     app.post("/translate")(server.translate)
     app.post("/generate")(server.generate)
+    app.post("/attention")(server.attention)
+    if demo:
+        app.get("/")(server.page)
     return app
 
 
@@ -167,6 +191,7 @@ class ModelServer:
         self.model, self.limits, self.allow_paths = model, limits, allow_paths
         self.processor = model.processor
         self.kind = self.processor.kind
+        self.recordings = isinstance(model, Transcriber)  # long recordings in windows, with timestamps
         self.encoder_type = model.loaded.config.model.encoder.type
         self.model_path = str(model.loaded.path)
         run = self._run_files if self.kind.reads_files else self._run_texts
@@ -201,7 +226,7 @@ class ModelServer:
         """The n-best lists of `items` and the nbest they were asked with; 422 for options the model's
         `search_config` refuses."""
         try:
-            cfg = self.model.search_config(**options)
+            cfg = self.model.search_config(**{k: v for k, v in options.items() if k not in RECORDING_OPTIONS})
         except ValueError as e:
             raise RequestError(422, str(e)) from None
         if not items:
@@ -251,7 +276,7 @@ class ModelServer:
             return JSONResponse({"generations": [self._generation(hyps, nbest, source)
                                                  for source, hyps in zip(sources, results)]})
         require_upload_type(request.headers)
-        options = query_options(request.query_params, self.limits)
+        options = self._file_options(request)
         upload = await self._save_upload(request)
         try:  # 413 from the file's header, before anything is decoded
             check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
@@ -261,6 +286,59 @@ class ModelServer:
         if isinstance(results[0], Unreadable):
             raise RequestError(422, "cannot read the uploaded file: " + results[0].reason.replace(str(upload), "upload"))
         return JSONResponse(self._generation(results[0], nbest))
+
+    async def info(self) -> JSONResponse:
+        """The model and the options the demo page builds its form from (`demo.model_info`)."""
+        return JSONResponse(model_info(self.model, self.limits))
+
+    async def page(self) -> HTMLResponse:
+        return HTMLResponse(demo_page(), headers=PAGE_HEADERS)
+
+    async def attention(self, request: Request) -> Response:
+        """The cross-attention of one source as a PNG (what `--show-attention` draws): a text model
+        takes {"text": ..., options}, a file model the file's bytes (options in the query string)."""
+        if not self.kind.reads_files:
+            require_json(request.headers)
+            texts, single, fields = parse_texts(await read_json(request, self.limits.max_body_bytes), self.limits)
+            if not single:
+                raise RequestError(422, "give one \"text\": the attention of one source is drawn")
+            results, _ = await self.run(texts, {**parse_options(fields, self.limits), "attention_layer": -1})
+            if not results[0]:
+                raise RequestError(422, "the text is empty: there is no attention to draw")
+            return Response(await asyncio.to_thread(attention_png, self.model, results[0][0]), media_type="image/png")
+        require_upload_type(request.headers)
+        options = {**self._file_options(request), "attention_layer": -1}
+        if "timestamps" in options or self.recordings:  # one window over the whole recording, as the CLI draws it
+            options.update(timestamps=False, max_window_seconds=math.inf)
+        upload = await self._save_upload(request)
+        try:
+            check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
+            try:
+                view = self.model.attention_view(str(upload))
+            except SourceError as e:
+                raise RequestError(422, str(e).replace(str(upload), "upload")) from None
+            results, _ = await self.run([str(upload)], options)
+            if isinstance(results[0], Unreadable):
+                raise RequestError(422, "cannot read the uploaded file: " + results[0].reason.replace(str(upload), "upload"))
+            png = await asyncio.to_thread(attention_png, self.model, results[0][0], view)
+        finally:
+            upload.unlink(missing_ok=True)
+        return Response(png, media_type="image/png")
+
+    def _file_options(self, request: Request) -> dict[str, Any]:
+        """An upload's options from its query string: search options, and for recordings `timestamps`
+        (each window's times and text in "segments", as `transcribe --timestamps --json`)."""
+        params = dict(request.query_params)
+        timestamps = params.pop("timestamps", None)
+        options = query_options(params, self.limits)
+        if timestamps is not None:
+            if not self.recordings:
+                raise RequestError(422, f"timestamps: only for audio models, not an {self.kind.name} model")
+            value = query_value(timestamps)
+            if not isinstance(value, bool):
+                raise RequestError(422, f"timestamps must be true or false, got {timestamps!r}")
+            options["timestamps"] = value
+        return options
 
     async def _save_upload(self, request: Request) -> Path:
         """The uploaded file's bytes in a temporary file (the caller removes it): 413 over

@@ -1,0 +1,79 @@
+"""The demo page of `seq2seq serve` (`GET /`) and what it reads: `GET /info` and `POST /attention`.
+
+The page (`demo.html`, one self-contained file: no CDN, no build step, no framework) asks the server
+what it holds (`model_info`: the model's name, kind, languages, size, the search options with their
+types and defaults, the limits) and then uses the JSON API as any client would: `/translate`,
+`/generate`, and `/attention`, which draws the cross-attention of one source as the command line's
+`--show-attention` does, as a PNG. Nothing the page can do is beyond the API; with `--api-key` the page
+asks for the key and keeps it in the tab's sessionStorage only.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from seq2seq.inference.options import SEARCH_OPTIONS
+from seq2seq.serve.requests import Limits
+
+LANGUAGE = re.compile(r"(?:^|[._-])([a-z]{2,3})(?:\.gz)?$")  # "train.en.gz", "val.de", "corpus-fr"
+
+
+def demo_page() -> str:
+    """The page, read from the package."""
+    return resources.files("seq2seq.serve").joinpath("demo.html").read_text(encoding="utf-8")
+
+
+def languages(model: Any) -> list[str] | None:
+    """[source, target] language codes read from the training files' names (train.en.gz,
+    train.de.gz), or None where they do not say."""
+    data = model.loaded.config.data
+    found = [LANGUAGE.search(Path(name).name) for name in (data.train_src, data.train_tgt) if name]
+    codes = [m.group(1) for m in found if m]
+    return codes if len(codes) == 2 and codes[0] != codes[1] else None
+
+
+def model_info(model: Any, limits: Limits) -> dict[str, Any]:
+    """What the page shows and builds its form from: the model, its kind, and the search options
+    (`SEARCH_OPTIONS`, the same definitions requests are checked with) with the model's defaults."""
+    defaults = model.defaults
+    kind = model.processor.kind
+    options = []
+    for name, option in SEARCH_OPTIONS.items():
+        default = getattr(defaults, name, None)
+        if option.type is bool and name in ("greedy", "sample"):
+            default = defaults.strategy == name
+        options.append({"name": name, "type": option.type.__name__, "help": option.help, "default": default})
+    return {
+        "model": Path(model.loaded.path).name,
+        "kind": kind.name,
+        "noun": kind.noun,
+        "endpoint": "/generate" if kind.reads_files else "/translate",
+        "languages": languages(model),
+        "parameters": sum(p.numel() for p in model.loaded.model.parameters()),
+        "device": str(model.device),
+        "precision": model.precision,
+        "strategy": defaults.strategy,
+        "options": options,
+        "limits": {"max_texts": limits.max_texts, "max_chars": limits.max_chars, "max_beam": limits.max_beam,
+                   "max_upload_bytes": limits.max_upload_bytes, "max_pixels": limits.max_pixels,
+                   "max_audio_seconds": limits.max_audio_seconds},
+    }
+
+
+def attention_png(model: Any, hypothesis: Any, view: Any = None) -> bytes:
+    """The PNG `--show-attention` draws for one result (`hypothesis`, generated with attention_layer
+    set): a text's heatmap over its source pieces, or a file's attention over its `view`
+    (`Generator.attention_view`)."""
+    from seq2seq.report.plots import plot_attention
+
+    with tempfile.TemporaryDirectory(prefix="seq2seq-attention-") as tmp:
+        png = Path(tmp) / "attention.png"
+        if view is None:
+            plot_attention(hypothesis.attention, hypothesis.src_pieces, hypothesis.pieces + ["</s>"], png)
+        else:
+            model.plot_attention(hypothesis, str(png), view)
+        return png.read_bytes()
