@@ -308,7 +308,7 @@ class ModelServer:
             return Response(await asyncio.to_thread(attention_png, self.model, results[0][0]), media_type="image/png")
         require_upload_type(request.headers)
         options = {**self._file_options(request), "attention_layer": -1}
-        if "timestamps" in options or self.recordings:  # one window over the whole recording, as the CLI draws it
+        if self.recordings:  # one window over the whole recording, as the CLI draws it
             options.update(timestamps=False, max_window_seconds=math.inf)
         upload = await self._save_upload(request)
         try:

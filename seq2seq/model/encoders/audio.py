@@ -60,12 +60,9 @@ from seq2seq.model.layers import Dropout, EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.audio_features import (
     LogMel, conv_length, empty_mel_filters, log_mel, num_frames, padding_mask, spec_augment, subsampled_length,
 )
-from seq2seq.model.encoders.audio_windows import Window, split_windows
 from seq2seq.model.encoders.augment import AudioAugmentConfig, augment_waveform
-from seq2seq.model.encoders.base import (
-    AUDIO, AttentionView, Encoder, Modality, SourceError, SourceInfo, SourceProcessor, register,
-)
-from seq2seq.model.encoders.media_io import probe_audio, read_audio, resample
+from seq2seq.model.encoders.base import AttentionView, Encoder, Modality, register
+from seq2seq.model.encoders.media_io import WaveformProcessor
 
 log = logging.getLogger(__name__)
 
@@ -271,13 +268,11 @@ class AudioEncoder(Encoder):
 # --------------------------------------------------------------------------------------------
 
 
-class AudioProcessor(SourceProcessor):
+class AudioProcessor(WaveformProcessor):
     """Audio file -> mono float32 waveform [T] at cfg.sample_rate (`media_io.read_audio`, resampled
     with soxr); batches of them -> (waveforms, lengths). A file that cannot be used (missing, not audio,
     truncated, holding NaN or inf samples, longer than `max_seconds`) raises SourceError naming it.
     A long recording splits into windows at its pauses (`split`)."""
-
-    kind = AUDIO
 
     def __init__(self, cfg: EncoderConfig) -> None:
         if not isinstance(cfg, AudioEncoderConfig):
@@ -286,24 +281,8 @@ class AudioProcessor(SourceProcessor):
         self.sample_rate = cfg.sample_rate
         self.max_seconds = cfg.max_seconds
 
-    def probe(self, path: str) -> SourceInfo | None:
-        return probe_audio(path)
-
-    def load(self, path: str) -> Tensor:
-        wave, rate = read_audio(path)
-        if self.max_seconds is not None and wave.shape[0] / rate > self.max_seconds:
-            raise SourceError(f"audio file {path} lasts {wave.shape[0] / rate:.1f} s, more than "
-                              f"model.encoder.max_seconds={self.max_seconds:g}")
-        wave = resample(wave, rate, self.sample_rate)
-        if wave.shape[0] == 0:
-            raise SourceError(f"audio file {path} is empty after resampling to {self.sample_rate} Hz")
-        return torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))
-
-    def split(self, example: Tensor, max_seconds: float) -> list[Window]:
-        return split_windows(example.numpy(), self.sample_rate, max_seconds)
-
-    def crop(self, example: Tensor, window: Window) -> Tensor:
-        return example[window.start:window.end]
+    def too_long(self, path: str, seconds: float) -> str:
+        return f"audio file {path} lasts {seconds:.1f} s, more than model.encoder.max_seconds={self.max_seconds:g}"
 
     def length(self, example: Tensor) -> int:
         return int(subsampled_length(num_frames(int(example.numel()), self.cfg)))

@@ -25,12 +25,12 @@ from torch import Tensor
 
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig
-from seq2seq.model.encoders.audio_windows import Window, split_windows
+from seq2seq.model.encoders.audio_windows import Window
 from seq2seq.model.encoders.base import (
-    AUDIO, IMAGE, AttentionView, SourceError, SourceInfo, SourceProcessor,
+    IMAGE, AttentionView, SourceError, SourceInfo, SourceProcessor,
 )
 from seq2seq.model.encoders.hf_backbone import KEY, HFEncoderConfig, require_transformers, resolve_backbone
-from seq2seq.model.encoders.media_io import probe_audio, probe_image, read_audio, read_image, resample
+from seq2seq.model.encoders.media_io import WaveformProcessor, probe_image, read_image
 
 
 def hf_preprocessor(cfg: HFEncoderConfig) -> Any:
@@ -88,13 +88,11 @@ class HFImageProcessor(SourceProcessor):
         return AttentionView(image=example.permute(1, 2, 0).numpy(), grid=self.grid, skip=self.class_tokens)
 
 
-class HFAudioProcessor(SourceProcessor):
+class HFAudioProcessor(WaveformProcessor):
     """Audio file -> mono float32 waveform [T] at the extractor's sampling rate. Batches: (waveforms
     [B, T], lengths [B]) for wav2vec2 / HuBERT, each normalised on its own where the extractor does;
     (log-mel [B, n_mels, F], real mel frames [B]) from Whisper's feature extractor, whose window is
     `max_seconds`."""
-
-    kind = AUDIO
 
     def __init__(self, cfg: HFEncoderConfig) -> None:
         self.hf = hf_preprocessor(cfg)
@@ -115,27 +113,18 @@ class HFAudioProcessor(SourceProcessor):
             n = (n - 1) * s + k
         return n
 
-    def probe(self, path: str) -> SourceInfo | None:
-        return probe_audio(path)
+    def too_long(self, path: str, seconds: float) -> str:
+        return f"audio file {path} lasts {seconds:.1f} s, more than the backbone's {self.max_seconds:g} s window"
 
     def load(self, path: str) -> Tensor:
-        wave, rate = read_audio(path)
-        wave = resample(wave, rate, self.sample_rate)
-        n = wave.shape[0]
-        if n == 0:
-            raise SourceError(f"audio file {path} is empty after resampling to {self.sample_rate} Hz")
-        if self.max_seconds is not None and n > round(self.max_seconds * self.sample_rate):
-            raise SourceError(f"audio file {path} lasts {n / self.sample_rate:.1f} s, more than the backbone's "
-                              f"{self.max_seconds:g} s window")
-        if not self.log_mel and n < self.min_samples:
-            raise SourceError(f"audio file {path} is too short: {n} samples, the backbone needs {self.min_samples}")
-        return torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))
-
-    def split(self, example: Tensor, max_seconds: float) -> list[Window]:
-        return split_windows(example.numpy(), self.sample_rate, max_seconds)
+        wave = self.read_waveform(path)
+        if not self.log_mel and wave.numel() < self.min_samples:
+            raise SourceError(f"audio file {path} is too short: {wave.numel()} samples, the backbone needs "
+                              f"{self.min_samples}")
+        return wave
 
     def crop(self, example: Tensor, window: Window) -> Tensor:
-        piece = example[window.start:window.end]
+        piece = super().crop(example, window)
         if not self.log_mel and piece.numel() < self.min_samples:  # too short for one frame: padded with silence
             piece = torch.nn.functional.pad(piece, (0, self.min_samples - piece.numel()))
         return piece

@@ -5,6 +5,7 @@
     read_audio(path)                       -> (mono float32 waveform [T], sample rate)
     probe_audio(path)                      -> SourceInfo(seconds) from the header, or None
     resample(wave, rate, target)           -> the waveform at `target` Hz (soxr, high quality)
+    WaveformProcessor                      -> what every audio processor shares: probe, read, split, crop
 
 Every failure is a `SourceError` naming the path: missing, not a regular file, empty, not an image
 or audio file, truncated or corrupt, NaN or inf samples, over `max_pixels`. Modalities (`image`,
@@ -21,7 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.model.encoders.base import SourceError, SourceInfo
+import torch
+from torch import Tensor
+
+from seq2seq.model.encoders.audio_windows import Window, split_windows
+from seq2seq.model.encoders.base import AUDIO, SourceError, SourceInfo, SourceProcessor
 
 # --------------------------------------------------------------------------------------------
 # Images
@@ -169,3 +174,39 @@ def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
     import soxr
 
     return soxr.resample(wave, rate, target, quality="HQ").astype(np.float32, copy=False)
+
+
+class WaveformProcessor(SourceProcessor):
+    """What every audio processor shares (our audio encoder's, a Hugging Face backbone's): its examples
+    are mono float32 waveforms [T] at `sample_rate`, probed from the header, read and resampled here,
+    split into windows at their pauses and cropped to one. A subclass sets `sample_rate` and
+    `max_seconds`, says how a too-long file is refused (`too_long`) and batches the examples."""
+
+    kind = AUDIO
+
+    def probe(self, path: str) -> SourceInfo | None:
+        return probe_audio(path)
+
+    def too_long(self, path: str, seconds: float) -> str:
+        """The message refusing a file of `seconds`, longer than `max_seconds`."""
+        return f"audio file {path} lasts {seconds:.1f} s, more than {self.max_seconds:g} s"
+
+    def read_waveform(self, path: str) -> Tensor:
+        """The file's samples at `sample_rate`; SourceError naming it as `read_audio` does, or when it
+        lasts more than `max_seconds` (checked before resampling) or nothing is left after resampling."""
+        wave, rate = read_audio(path)
+        if self.max_seconds is not None and wave.shape[0] / rate > self.max_seconds:
+            raise SourceError(self.too_long(path, wave.shape[0] / rate))
+        wave = resample(wave, rate, self.sample_rate)
+        if wave.shape[0] == 0:
+            raise SourceError(f"audio file {path} is empty after resampling to {self.sample_rate} Hz")
+        return torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))
+
+    def load(self, path: str) -> Tensor:
+        return self.read_waveform(path)
+
+    def split(self, example: Tensor, max_seconds: float) -> list[Window]:
+        return split_windows(example.numpy(), self.sample_rate, max_seconds)
+
+    def crop(self, example: Tensor, window: Window) -> Tensor:
+        return example[window.start:window.end]
