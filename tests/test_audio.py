@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from seq2seq.config import ConfigError, ModelConfig, from_dict, load, save, to_dict
-from seq2seq.model.encoders import SourceError, get_modality
+from seq2seq.model.encoders import SourceError
 from seq2seq.report.plots import save_figure
 from seq2seq.model.encoders.audio import AudioEncoder, AudioEncoderConfig, AudioProcessor, ConvSubsampling
 from seq2seq.model.encoders.audio_features import LogMel, num_frames, spec_augment, subsampled_length
@@ -547,5 +547,11 @@ def test_speech_recipe_runs_end_to_end_and_chooses_the_ctc_weight_on_val(tmp_pat
     vals = report["val_ctc_weight"]
     assert set(vals) == {"0.0", "0.3", "0.5", "0.7", "1.0"} and vals[str(report["ctc_weight"])] == min(vals.values())
     assert report["val"]["wer"] == min(vals.values()) and report["test"]["utterances"] == 8
+    # the choice is the model directory's default decoding, which test was scored with
+    from seq2seq.storage.model_dir import ModelDir
+
+    model_dir = ModelDir(tmp_path / "run" / "model")
+    assert model_dir.decoding_choice()["values"] == {"ctc_weight": report["ctc_weight"], "beam": 2}
+    assert (model_dir.config().decoding.ctc_weight, model_dir.config().decoding.beam) == (report["ctc_weight"], 2)
     rate = sf.info(next((tmp_path / "run" / "data" / "wav" / "test").glob("*.wav"))).samplerate
     assert rate == (16000 if config == "config_hf.yaml" else 8000)

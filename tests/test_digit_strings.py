@@ -143,6 +143,17 @@ def test_recipe_runs_end_to_end_and_reports_per_length(mnist_dir, tmp_path):
         assert 0 <= r["exact_match"] <= 100 and r["cer"] >= 0
         assert len((out / f"{split}.hyp.txt").read_text().splitlines()) == 16
     assert report["decoding"] in report["val_search"]
+    # the decoding chosen on val is the model directory's default: `seq2seq caption` reads as the report did
+    from seq2seq.inference.generator import Captioner
+    from seq2seq.storage.model_dir import ModelDir
+
+    choice = ModelDir(out / "model").decoding_choice()
+    assert choice["chosen_on"] == "val" and choice["chosen_by"] == "recipes/digit_strings/run.py"
+    images = [str(out / "data" / line.split("\t")[0])
+              for line in (out / "data" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    assert Captioner.load(out / "model", device="cpu").caption(images) == \
+        (out / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
+    assert "the README's figures came from 5,424 steps" in result.stderr  # said at the start
     assert (out / "model" / "curves.png").stat().st_size > 0
     assert "exact match by length" in result.stdout
     # the config's tokenizer: one piece per digit, no word-start mark to merge with the first one

@@ -252,6 +252,121 @@ def test_ctranslate2_sampling_is_seeded_and_scored_by_our_model(engines, trained
             assert abs(float(lp[torch.arange(len(h.token_ids) + 1), h.token_ids + [EOS_ID]].sum()) - h.logprob) < 1e-4
 
 
+# steering (docs/decoding-controls.md): a target prefix is CTranslate2's target_prefix, banned phrases its
+# suppress_sequences; lexical constraints are refused.
+
+
+def _prefixes(n: int, seed: int, max_tokens: int, tgt) -> list[str]:
+    """Seeded target prefixes for n sources: none, or one or two upper-case words of at most
+    max_tokens tokens."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = " ".join(w.upper() for w in rng.sample(WORDS, rng.randint(0, 2)))
+        out.append(words if len(tgt.encode([words])[0]) <= max_tokens else "")
+    return out
+
+
+def _holds(tokens: list[str], phrase: list[str]) -> bool:
+    return any(tokens[i: i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+@pytest.mark.parametrize("options", [dict(beam=5), dict(beam=5, lenpen=0.6), dict(beam=4, lenpen=0.0, nbest=2),
+                                     dict(greedy=True), dict(beam=5, max_len_a=0.0, max_len_b=4)])
+def test_ctranslate2_engine_continues_a_target_prefix_as_ours(engines, options):
+    """Outputs start with the prefix and are scored with it, as ours. Ours may end a hypothesis right after
+    the prefix; CTranslate2 never does (it keeps an EOS there only as the best candidate, its mitigation of
+    short outputs), so where ours did, ours spent a finished hypothesis on it and the two may differ.
+    Everywhere else they agree."""
+    ours, theirs = engines
+    tgt = ours.tokenizers.tgt
+    prefixes = _prefixes(len(SOURCES), 1, 3, tgt)
+    assert sum(bool(p) for p in prefixes) > 0.6 * len(SOURCES)
+    beam = options.get("beam", 1)
+    a = ours.translate_nbest(SOURCES, prefix=prefixes, **{**options, "nbest": beam})
+    b = theirs.translate_nbest(SOURCES, prefix=prefixes, **options)
+    for p, nbest in zip(prefixes, b):
+        pieces = [tgt.id_to_piece(i) for i in tgt.encode([p])[0]] if p else []
+        assert all(h.pieces[: len(pieces)] == pieces and h.text.startswith(p) for h in nbest), (p, nbest)
+    same = [x[0].token_ids == y[0].token_ids for x, y in zip(a, b)]
+    n_prefix = [len(tgt.encode([p])[0]) if p else -1 for p in prefixes]
+    ended_at_prefix = [any(len(h.token_ids) == n for h in x) for x, n in zip(a, n_prefix)]
+    clean = [ok for ok, ended in zip(same, ended_at_prefix) if not ended]
+    assert sum(clean) >= 0.99 * len(clean) and len(clean) > 0.6 * len(SOURCES)
+    assert sum(same) >= 0.85 * len(SOURCES)
+    for x, y, ok in zip(a, b, same):
+        if ok:  # the prefix's tokens are in the score, as in ours
+            assert abs(x[0].score - y[0].score) < 1e-4 and abs(x[0].logprob - y[0].logprob) < 1e-4
+    # an empty prefix is the plain search
+    plain = theirs.translate_nbest(SOURCES[:40], **options)
+    assert theirs.translate_nbest(SOURCES[:40], prefix=[""] * 40, **options) == plain
+
+
+def test_ctranslate2_engine_never_writes_a_banned_phrase_and_scores_as_ours(engines):
+    """Banned phrases are CTranslate2's suppress_sequences. It renormalizes the other tokens' probabilities
+    where it suppresses one (ours does not), so its search can choose otherwise where a banned token held
+    much of the probability; the engine scores its hypotheses again, so their scores are ours."""
+    ours, theirs = engines
+    tgt = ours.tokenizers.tgt
+    plain = theirs.translate_nbest(SOURCES, beam=5)
+    words = [nbest[0].text.split() for nbest in plain]
+    strong = [w[:1] for w in words]  # the first word of each output: banned where the model wants it most
+    mild = [[f"{w[-1]} {w[0]}"] if len(w) > 1 else [] for w in words]  # a phrase the model may write
+    for avoid, agree in ((strong, 0.7), (mild, 0.95)):
+        a = ours.translate_nbest(SOURCES, avoid=avoid, beam=5, nbest=2)
+        b = theirs.translate_nbest(SOURCES, avoid=avoid, beam=5, nbest=2)
+        for phrases, nbest in zip(avoid, b):
+            for phrase in phrases:
+                banned = [tgt.id_to_piece(i) for i in tgt.encode([phrase])[0]]
+                assert not any(_holds(h.pieces, banned) for h in nbest), (phrase, nbest)
+        same = [x[0].token_ids == y[0].token_ids for x, y in zip(a, b)]
+        assert sum(same) >= agree * len(SOURCES), sum(same)
+        for x, y, ok in zip(a, b, same):
+            if ok:
+                assert abs(x[0].score - y[0].score) < 1e-4 and abs(x[0].logprob - y[0].logprob) < 1e-4
+    assert sum(x[0].text != y[0].text for x, y in zip(plain, b)) < 0.2 * len(SOURCES)
+    b = theirs.translate_nbest(SOURCES[:10], avoid=strong[:10], beam=5, nbest=2)
+    assert all(x[0].text != y[0].text for x, y in zip(plain, b))  # the strong bans change every output
+    model, tok = ours.loaded.model, ours.tokenizers
+    for text, nbest in zip(SOURCES[:10], b):
+        src = torch.tensor([tok.src.encode([text])[0] + [EOS_ID]])
+        for h in nbest:  # the model's log-probability of the tokens and EOS, nothing renormalized
+            with torch.no_grad():
+                lp = torch.log_softmax(model(src, torch.tensor([[2] + h.token_ids])), -1)[0]
+            assert abs(float(lp[torch.arange(len(h.token_ids) + 1), h.token_ids + [EOS_ID]].sum()) - h.logprob) < 1e-4
+    # one list for every source, with a prefix (the prefix wins over a ban, in both engines)
+    run_wide = theirs.translate_nbest(SOURCES[:30], avoid=["CAT", "DOG"], prefix=["CAT"] * 30, beam=5)
+    assert run_wide == theirs.translate_nbest(SOURCES[:30], avoid=[["CAT", "DOG"]] * 30, prefix=["CAT"] * 30, beam=5)
+    for nbest in run_wide:
+        pieces = nbest[0].pieces
+        assert pieces[0] == "▁CAT" and "▁CAT" not in pieces[1:] and "▁DOG" not in pieces
+
+
+def test_ctranslate2_engine_refuses_constraints_and_bad_steering_in_one_line(engines):
+    from seq2seq.inference.glossary import Glossary
+    from seq2seq.inference.steering import SteeringError
+
+    ours, theirs = engines
+    refusal = "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
+    with pytest.raises(SteeringError) as e:
+        theirs.translate_nbest(["red cat", "blue dog"], constraints=[[], ["DOG"]], beam=5)
+    assert str(e.value) == refusal
+    with pytest.raises(SteeringError) as e:
+        theirs.translate_nbest(["red cat"], glossary=Glossary([("cat", "CAT")]), beam=5)
+    assert str(e.value).startswith(refusal.split(";")[0]) and "use --engine torch" in str(e.value)
+    # no constraint at all is the plain search
+    assert theirs.translate_nbest(["red cat"], constraints=[[]]) == theirs.translate_nbest(["red cat"])
+    # what both engines refuse, with the same line
+    for texts, steering in [(["red cat", "big dog"], {"avoid": [[], [" "]]}),
+                            (["red cat", "big dog"], {"prefix": ["", "日本"]}),
+                            (["red cat", "big dog"], {"prefix": ["", "RED CAT BIG"], "max_len_a": 0, "max_len_b": 2})]:
+        with pytest.raises(SteeringError) as mine:
+            ours.translate_nbest(texts, first_line=5, **steering)
+        with pytest.raises(SteeringError) as theirs_error:
+            theirs.translate_nbest(texts, first_line=5, **steering)
+        assert str(theirs_error.value) == str(mine.value) and str(mine.value).startswith("line 6: "), steering
+
+
 def bleu(hypotheses: list[str], sources: list[str]) -> float:
     return sacrebleu.corpus_bleu(hypotheses, [[s.upper() for s in sources]]).score
 

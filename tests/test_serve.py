@@ -644,3 +644,202 @@ def test_api_key_wins_over_an_empty_variable_and_no_key_serves_without_auth(tiny
         result = runner.invoke(cli, ["serve", str(tiny_model_dir), "--device", "cpu", *args], env=env)
         assert result.exit_code == 0, result.output
     assert keys == ["s3cret", "fr0m-env", None]
+
+
+# ---- steering: prefix, constraints, avoid, --glossary (docs/decoding-controls.md) --------------------
+
+
+def texts_of(body) -> list[str]:
+    return [t["text"] for t in body["translations"]] if "translations" in body else [body["text"]]
+
+
+def contains(tokens: list[str], phrase: list[str]) -> bool:
+    n = len(phrase)
+    return any(tokens[i: i + n] == phrase for i in range(len(tokens) - n + 1))
+
+
+def test_steering_fields_give_what_the_python_api_gives(translator):
+    tgt = translator.tokenizers.tgt
+    texts = SENTENCES[:2] + SENTENCES[3:]
+    with serving(create_app(translator)) as (port, _):
+        # a prefix: the output starts with it, and is Translator.translate_nbest(prefix=...)'s
+        status, body = call(port, "POST", "/translate", {"text": texts[1], "prefix": "Ein Hund"})
+        assert status == 200, body
+        assert body["text"].startswith("Ein Hund") and body["tokens"][:2] == ["▁Ein", "▁Hund"]
+        want = translator.translate_nbest([texts[1]], prefix=["Ein Hund"])[0][0]
+        assert body["text"] == want.text and body["score"] == round(want.score, 4)
+        # constraints for every text: each output holds the phrase (or says it could not)
+        status, body = call(port, "POST", "/translate", {"texts": texts, "constraints": ["Hund"], "beam": 4})
+        assert status == 200, body
+        want = translator.translate_nbest(texts, constraints=[["Hund"]] * len(texts), beam=4)
+        assert texts_of(body) == [h[0].text for h in want]
+        for t in body["translations"]:
+            assert "▁Hund" in t["tokens"] or t.get("warnings"), t
+        # avoid: none of the phrases' tokens appear; the unsteered outputs here do hold them
+        plain = translator.translate_nbest(texts)
+        avoid = ["Ein", "eine"]
+        assert all(contains(h[0].pieces, ["▁Ein"]) or contains(h[0].pieces, ["▁eine"]) for h in plain)
+        status, body = call(port, "POST", "/translate", {"texts": texts, "avoid": avoid})
+        assert status == 200, body
+        assert texts_of(body) == [h[0].text for h in translator.translate_nbest(texts, avoid=avoid)]
+        for t in body["translations"]:
+            for phrase in avoid:
+                assert not contains(t["tokens"], [tgt.id_to_piece(i) for i in tgt.encode([phrase])[0]]), t
+        # items of "texts" as objects hold their own steering, added to the request's
+        items = [texts[0], {"text": texts[1], "prefix": "Zwei"}, {"text": texts[2], "constraints": ["Frau"]},
+                 {"text": texts[3], "avoid": ["Mann"]}]
+        status, body = call(port, "POST", "/translate", {"texts": items, "avoid": ["eine"], "beam": 4})
+        assert status == 200, body
+        want = translator.translate_nbest(texts[:4], prefix=["", "Zwei", "", ""], constraints=[[], [], ["Frau"], []],
+                                          avoid=[["eine"], ["eine"], ["eine"], ["eine", "Mann"]], beam=4)
+        assert texts_of(body) == [h[0].text for h in want]
+        assert body["translations"][1]["text"].startswith("Zwei")
+
+
+def test_constraints_that_cannot_be_met_give_the_plain_output_with_a_warning(translator):
+    with serving(create_app(translator)) as (port, _):
+        body = {"text": "A dog runs.", "constraints": ["Hund Hund Hund Hund"], "max_len_a": 0, "max_len_b": 3}
+        status, answer = call(port, "POST", "/translate", body)
+        assert status == 200, answer
+        assert answer["warnings"] == ["its constraints cannot all be met within its length limit; "
+                                      "translated without them"]
+        assert answer["text"] == translator.translate(["A dog runs."], max_len_a=0, max_len_b=3)[0]
+
+
+def test_steered_and_plain_requests_share_model_calls_and_get_what_they_get_alone(translator):
+    requests = [{"text": SENTENCES[0], "beam": 2}, {"text": SENTENCES[1], "prefix": "Zwei Männer", "beam": 2},
+                {"texts": SENTENCES[3:5], "constraints": ["Frau"], "beam": 2},
+                {"texts": [{"text": SENTENCES[5], "avoid": ["Mann"]}], "beam": 2}]
+    expected = [translator.translate([SENTENCES[0]], beam=2),
+                translator.translate([SENTENCES[1]], prefix=["Zwei Männer"], beam=2),
+                translator.translate(SENTENCES[3:5], constraints=[["Frau"]] * 2, beam=2),
+                translator.translate([SENTENCES[5]], avoid=["Mann"], beam=2)]
+    app = create_app(translator, Limits(batch_window_ms=20))
+    _, results = queued_behind_one(app, translator, requests)
+    assert [texts_of(body) for _, body in results] == expected, results
+    assert app.state.batcher.calls == 2  # the first request, then the four together
+
+
+BAD_STEERING = [
+    ({"text": "a", "prefix": 3}, 422, "prefix must be a string, got 3"),
+    ({"text": "a", "constraints": "Hund"}, 422, "constraints must be a list of strings"),
+    ({"text": "a", "avoid": ["Hund", 3]}, 422, "avoid must be a list of strings"),
+    ({"text": "a", "constraints": [" "]}, 422, "text: an empty constraint; give a word or phrase"),
+    ({"text": "a", "avoid": [""]}, 422, "text: an empty banned phrase"),
+    ({"text": "a", "constraints": ["日本"]}, 422,
+     "text: the constraint '日本' cannot be written with the model's target vocabulary"),
+    ({"texts": ["a", "b"], "prefix": "日本"}, 422, "texts[0]: the prefix '日本' cannot be written"),
+    ({"text": "a", "beam": 2, "constraints": ["Hund", "Mann"]}, 422,
+     "text: 2 constraints, but a beam of 2 holds at most 1; pass beam 3 or more"),
+    ({"text": "a", "greedy": True, "constraints": ["Hund"]}, 422, "text: constraints need beam search"),
+    ({"text": "a", "sample": True, "constraints": ["Hund"]}, 422, "text: constraints need beam search"),
+    ({"texts": ["a", {"text": "b", "constraints": [""]}]}, 422, "texts[1]: an empty constraint"),
+    ({"texts": [{"text": "a", "prefix": "Ein"}], "prefix": "Zwei"}, 422,
+     "texts[0].prefix and the request's prefix are both given"),
+    ({"texts": [{"text": "a", "colour": "red"}]}, 422, "texts[0] has unknown field(s) 'colour'"),
+    ({"texts": [{"prefix": "Ein"}]}, 422, "texts[0].text must be a string"),
+    ({"texts": [{"text": "a", "avoid": "Mann"}]}, 422, "texts[0].avoid must be a list of strings"),
+    ({"text": "a", "prefix": "Ein Hund " * 20, "max_len_a": 0, "max_len_b": 3}, 422,
+     "text: the target prefix has 40 tokens, more than this sentence's length limit of 3"),
+    ({"text": "a", "constraints": ["x" * 201]}, 413, "constraints[0] has 201 characters; the limit is 200"),
+    ({"text": "a", "avoid": ["a", "b", "c"], "constraints": ["d"]}, 413,
+     "the request has 4 constraints and avoid phrases; the limit is 3"),
+    ({"texts": [{"text": "a", "avoid": ["b", "c"]}], "avoid": ["a", "d"]}, 413,
+     "texts[0] has 4 constraints and avoid phrases; the limit is 3"),
+    (b'{"text": "a", "constraints": ["\\ud800"]}', 422, "constraints[0] is not valid Unicode"),
+]
+
+
+def test_malformed_steering_gets_a_4xx_with_a_message_and_the_server_goes_on(translator):
+    limits = Limits(max_texts=8, max_chars=200, max_phrases=3)
+    with serving(create_app(translator, limits)) as (port, _):
+        for body, status, message in BAD_STEERING:
+            got, answer = call(port, "POST", "/translate", body)
+            assert got == status and set(answer) == {"error"} and message in answer["error"], (body, answer)
+            assert "line" not in answer["error"], answer  # the server names texts as the request does
+        assert call(port, "POST", "/translate", {"text": "A dog runs.", "constraints": ["Hund"]})[0] == 200
+
+
+def glossary_file(tmp_path, rows: str, name: str = "terms.tsv"):
+    path = tmp_path / name
+    path.write_text(rows, encoding="utf-8")
+    return path
+
+
+def test_a_glossary_makes_its_terms_constraints_of_the_texts_that_hold_them(translator, tmp_path):
+    path = glossary_file(tmp_path, "source\ttarget\ndog\tHund\nwoman\tFrau\n")
+    texts = ["A dog runs.", "A woman with a red hat.", "A man."]
+    want = translator.translate_nbest(texts, glossary=path)
+    assert want[0][0].text != translator.translate([texts[0]])[0]  # the glossary changes this one
+    with serving(create_app(translator, glossary=path)) as (port, _):
+        status, body = call(port, "POST", "/translate", {"texts": texts})
+        assert status == 200, body
+        assert texts_of(body) == [h[0].text for h in want]
+        assert "▁Hund" in body["translations"][0]["tokens"] and "▁Frau" in body["translations"][1]["tokens"]
+        # with the request's own constraints; and a greedy request holding a term is refused, not unsteered
+        status, body = call(port, "POST", "/translate", {"text": texts[0], "constraints": ["Mann"]})
+        assert status == 200, body
+        assert texts_of(body) == translator.translate([texts[0]], constraints=[["Mann"]], glossary=path)
+        assert "▁Hund" in body["tokens"] and "▁Mann" in body["tokens"]
+        status, body = call(port, "POST", "/translate", {"text": texts[0], "greedy": True})
+        assert status == 422 and body["error"].startswith("text: ") and "need beam search" in body["error"], body
+        assert call(port, "POST", "/translate", {"text": texts[2], "greedy": True})[0] == 200  # no term in it
+
+
+def test_serve_refuses_a_bad_glossary_in_one_line_before_it_starts(tiny_model_dir, image_model, tmp_path, monkeypatch):
+    started = never_serve(monkeypatch)
+    runner = CliRunner()
+    bad = glossary_file(tmp_path, "dog\tHund\ncat\n")
+    cases = [(tiny_model_dir, bad, f"glossary {bad} line 2: expected 'source term<TAB>target term'"),
+             (tiny_model_dir, tmp_path / "none.tsv", "not found"),
+             (image_model / "model", glossary_file(tmp_path, "dog\tHund\n", "good.tsv"),
+              "is an image model; send constraints with the requests instead")]
+    for model, glossary, message in cases:
+        result = runner.invoke(cli, ["serve", str(model), "--device", "cpu", "--glossary", str(glossary)])
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        errors = [line for line in result.output.splitlines() if line.strip()]
+        assert len(errors) == 1 and message in errors[0], result.output
+    assert started == []
+
+
+def test_image_uploads_take_steering_in_the_query_string(image_model):
+    from urllib.parse import urlencode
+
+    from seq2seq.serve.app import load_model
+
+    model = load_model(image_model / "model", device="cpu")  # 2 training steps: it writes "square" over and over
+    image = image_model / "img" / "1.png"
+
+    def generate(port, *query):
+        return call(port, "POST", "/generate?" + urlencode([("beam", 2), ("max_len_b", 8), *query]),
+                    image.read_bytes(), {"Content-Type": "image/png"})
+
+    def expected(**steering):
+        return model.translate_nbest([str(image)], beam=2, max_len_b=8, **steering)[0][0]
+
+    assert contains(expected(prefix=["square"]).pieces, ["▁square", "▁square"])
+    with serving(create_app(model, allow_paths=True)) as (port, _):
+        status, body = generate(port, ("prefix", "a"))
+        assert status == 200 and body["tokens"][:2] == ["▁", "a"] and body["text"] == expected(prefix=["a"]).text
+        want = expected(prefix=["square"], avoid=["square square"])
+        for avoid in ([("avoid", "square square")], [("avoid", '["square square"]')],
+                      [("avoid", "square square"), ("avoid", "blue")]):
+            status, body = generate(port, ("prefix", "square"), *avoid)
+            assert status == 200 and body["text"] == want.text, (avoid, body)
+            assert body["tokens"][0] == "▁square" and not contains(body["tokens"], ["▁square", "▁square"]), body
+        status, body = generate(port, ("constraints", "a square"))
+        assert status == 200 and contains(body["tokens"], ["▁", "a", "▁square"]), body
+        assert body["text"] == expected(constraints=[["a square"]]).text
+        for query, message in [([("greedy", "true"), ("beam", 1), ("constraints", "square")], "need beam search"),
+                               ([("prefix", "a"), ("prefix", "b")], "prefix is given 2 times"),
+                               ([("constraints", '[""]')], "the uploaded file: an empty constraint"),
+                               ([("prefix", "a" * 30)], "the uploaded file: the target prefix has")]:
+            status, body = call(port, "POST", "/generate?" + urlencode(query), image.read_bytes(),
+                                {"Content-Type": "image/png"})
+            assert status == 422 and message in body["error"], (query, body)
+        # {"paths": [...]}: the request's steering holds for each file
+        status, body = call(port, "POST", "/generate", {"paths": [str(image)] * 2, "beam": 2, "max_len_b": 8,
+                                                        "prefix": "a"})
+        assert status == 200 and [g["text"] for g in body["generations"]] == [expected(prefix=["a"]).text] * 2, body
+        status, body = call(port, "POST", "/generate", {"paths": [str(image)], "constraints": [3]})
+        assert status == 422 and "constraints must be a list of strings" in body["error"], body

@@ -287,3 +287,44 @@ def test_show_attention_draws_over_the_source_or_says_it_cannot(models, name, da
     else:
         assert result.exit_code == 0, result.output
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Steering: prefix, constraints and banned phrases through every kind's command
+# --------------------------------------------------------------------------------------------
+
+STEERING_WORDS = {"text": ("ein", "blau", "rot"), "image": ("red", "green", "blue"), "audio": ("mid", "high", "low")}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_kind_of_model_is_steered_by_its_command(models, name, data, tmp_path):
+    model_dir = models(name)
+    kind = kind_of(model_dir)
+    prefix, wanted, banned = STEERING_WORDS[DATA[name]]
+    sources = {"text": ["-i", str(data / "src.txt")], "image": [str(data / "img" / f"{i}.png") for i in range(3)],
+               "audio": [str(data / "wav" / f"{i}.wav") for i in range(3)]}[DATA[name]]
+    n = 12 if DATA[name] == "text" else 3
+    (tmp_path / "prefix.txt").write_text(f"{prefix}\n" + "\n" * (n - 1))
+    (tmp_path / "constraints.txt").write_text(f"{wanted}\n" * n)
+    result = CliRunner().invoke(cli, [kind.command, str(model_dir), *sources, "--prefix-file", str(tmp_path / "prefix.txt"),
+                                      "--constraints-file", str(tmp_path / "constraints.txt"), "--avoid", banned,
+                                      "--beam", "3", "--max-len-b", "30"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.split("\n")[:-1]
+    assert len(lines) == n
+    assert lines[0].startswith(prefix)
+    for line in lines:
+        assert wanted in line and banned not in line.split(), line
+
+
+@pytest.mark.parametrize("name", FILE_EXAMPLES)
+def test_a_file_model_twice_decodes_as_the_model(models, name, data, tmp_path):
+    model_dir = models(name)
+    kind = kind_of(model_dir)
+    table = DATA[name]
+    files = [str(data / ("img" if table == "image" else "wav") / f"{i}.{'png' if table == 'image' else 'wav'}")
+             for i in range(3)]
+    one = CliRunner().invoke(cli, [kind.command, str(model_dir), *files, "--with-path"])
+    two = CliRunner().invoke(cli, [kind.command, str(model_dir), *files, "--with-path", "--ensemble", str(model_dir)])
+    assert one.exit_code == 0 and two.exit_code == 0, two.output
+    assert two.stdout == one.stdout

@@ -92,3 +92,41 @@ def test_a_resumed_slow_run_keeps_its_settings_beside_the_users_own(tmp_path, mo
     resumable_run(tmp_path, load_config(config, [*recipe.SLOW_SETTINGS, *user]))
     monkeypatch.setattr(recipe, "estimate_steps", lambda cfg: pytest.fail("probed a resumed run"))
     assert recipe.adapt_to_machine(config, user, tmp_path)["overrides"] == list(recipe.SLOW_SETTINGS)
+
+
+# What this machine's speed means for a recipe's result, said at its start
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("steps, expect", [
+    (2100, "0.48x the steps, expect lower scores"),
+    (3940, "0.90x the steps, expect about the same scores"),  # within NEAR of the README's steps
+    (4376, "1.00x the steps, expect about the same scores"),
+    (4813, "1.10x the steps, expect about the same scores"),
+    (9000, "2.06x the steps, expect the same scores or better"),
+])
+def test_the_speed_note_compares_the_expected_steps_with_the_readmes(steps, expect):
+    note = throughput.speed_note(steps, 60, 4376, "BLEU 39.6")
+    assert note == (f"this machine: about {steps:,} steps in the 60-minute budget; the README's figures came "
+                    f"from 4,376 steps (BLEU 39.6): {expect}")
+
+
+def test_the_speed_note_of_a_step_budget_and_of_an_unprobed_machine():
+    assert throughput.speed_note(4200, None, 6000, "BLEU 40.30").startswith(
+        "this run: 4,200 steps (a step budget); the README's figures came from 6,000 steps (BLEU 40.30): 0.70x")
+    unprobed = throughput.speed_note(None, 15, 5207, "exact match 97.8%")
+    assert "not probed" in unprobed and "5,207 steps (exact match 97.8%)" in unprobed
+
+
+@pytest.mark.parametrize("slow", [True, False])
+def test_the_recipe_compares_a_machine_with_the_readme_figure_of_the_settings_it_trains_with(slow):
+    recipe = load_recipe()
+    overrides = list(recipe.SLOW_SETTINGS) if slow else []
+    cfg = tiny_config("training.max_time_minutes=60", *overrides)
+    line = recipe.machine_line(cfg, {"estimated_steps": 1380, "overrides": overrides})
+    steps, result = recipe.SLOW_REFERENCE if slow else recipe.REFERENCE
+    assert line.startswith("this machine: about 1,380 steps in the 60-minute budget")
+    assert f"came from {steps:,} steps ({result})" in line and line.endswith("expect lower scores")
+    step_budget = tiny_config("training.max_time_minutes=null", "training.max_steps=8400")
+    assert recipe.machine_line(step_budget, {"estimated_steps": None, "overrides": []}).startswith(
+        "this run: 8,400 steps (a step budget)")
+    assert recipe.machine_line(cfg, {"estimated_steps": None, "overrides": []}) is None  # a resumed run

@@ -7,8 +7,11 @@
     python recipes/multi30k/run.py --download data/multi30k                         # fetch first
 
 Every choice after training (which checkpoints to average, the length penalty) is made on the
-validation set; test_2016_flickr is decoded once, with the chosen settings, for the report.
-Scores are sacreBLEU on detokenized, cased output (default 13a tokenizer), signatures printed.
+validation set and written into the model directory (the chosen weights as model.safetensors, the
+beam and length penalty as config.yaml's decoding defaults), so `seq2seq translate/test OUT` decode
+as the report did; test_2016_flickr is decoded once, that way, for the report. Scores are sacreBLEU
+on detokenized, cased output (default 13a tokenizer), signatures printed. At its start the script
+says how many steps this machine should train in the budget against those behind the README's figures.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from seq2seq.cli.common import user_error_types  # noqa: E402
 from seq2seq.data import DataError, read_lines  # noqa: E402
 from seq2seq.training.experiment import run_training  # noqa: E402
 from seq2seq.config import Config, load_config  # noqa: E402
-from seq2seq.training.throughput import estimate_steps  # noqa: E402
+from seq2seq.training.throughput import estimate_steps, speed_note  # noqa: E402
 from seq2seq.text.metrics import format_scores, score  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -50,6 +53,12 @@ MAX_LENPEN = 10.0  # a bound for the climb only
 SLOW_STEPS = 3000
 SLOW_SETTINGS = ("training.max_tokens=1600", "training.lr=0.002", "data.subword_alpha=null",
                  "training.valid_every=2000", "training.checkpoint_every=400")
+
+# The README figures a machine's expected steps are compared with at the start (steps of the config's
+# batch size in 60 minutes, and the result): README "Results", the 1.0x row; with SLOW_SETTINGS,
+# README "Slow machines": the stand-in's steps (row a) and its result with these settings (row b).
+REFERENCE = (6000, "60 minutes, test_2016_flickr BLEU 40.30")
+SLOW_REFERENCE = (2240, "60 minutes, test_2016_flickr BLEU 39.62 with the slow-machine settings")
 
 
 def climb(value_at: Callable[[float], float], start: float, step: float, low: float, high: float) -> float:
@@ -134,9 +143,21 @@ def argument_parser() -> argparse.ArgumentParser:
     return p
 
 
+def machine_line(cfg: Config, machine: dict) -> str | None:
+    """What this machine's speed means for the result (`speed_note`): the estimated steps (or a step
+    budget's) against the README reference of the settings it trains with; None where nothing was
+    estimated (a resumed run)."""
+    minutes = cfg.training.max_time_minutes
+    steps = machine["estimated_steps"] if minutes is not None else cfg.training.max_steps
+    if steps is None:
+        return None
+    return speed_note(steps, minutes, *(SLOW_REFERENCE if machine["overrides"] else REFERENCE))
+
+
 def run_config(p: argparse.ArgumentParser, args: argparse.Namespace, data: Path, out: Path) -> tuple[Config, dict]:
     """The run's config (the data paths, this machine's settings, then --set and the budget, which win)
-    and what `adapt_to_machine` found; --minutes with --steps, or --steps below 1: p.error."""
+    and what `adapt_to_machine` found (with --no-adapt, the estimate alone), its `machine_line`
+    logged; --minutes with --steps, or --steps below 1: p.error."""
     paths = [
         f"data.train_src={data}/train.{args.src}.gz", f"data.train_tgt={data}/train.{args.tgt}.gz",
         f"data.valid_src={data}/val.{args.src}.gz", f"data.valid_tgt={data}/val.{args.tgt}.gz",
@@ -153,10 +174,17 @@ def run_config(p: argparse.ArgumentParser, args: argparse.Namespace, data: Path,
         budget += [f"training.max_steps={args.steps}", "training.max_time_minutes=null"]
     user = [*paths, *args.overrides, *budget]
     machine = {"estimated_steps": None, "overrides": []}
-    finished = ModelDir(out).train_state() is None and ModelDir(out).weights_path.is_file()
-    if not (args.skip_train or args.no_adapt or finished):  # (training refuses to replace a finished model)
+    resumed = ModelDir(out).train_state() is not None
+    finished = not resumed and ModelDir(out).weights_path.is_file()
+    training = not (args.skip_train or finished)  # (training refuses to replace a finished model)
+    if training and not args.no_adapt:
         machine = adapt_to_machine(args.config, user, out)
+    elif training and not resumed:
+        machine["estimated_steps"] = estimate_steps(load_config(args.config, user))
     cfg = load_config(args.config, [*paths, *machine["overrides"], *args.overrides, *budget])  # --set wins
+    line = machine_line(cfg, machine) if training else None
+    if line:
+        log.info(line)
     return cfg, machine
 
 
@@ -166,12 +194,12 @@ def bleu(hyps: list[str], refs: list[str]) -> float:
 
 def choose_weights(out: Path, val_src: list[str], val_ref: list[str], beam: int,
                    val_bleu: dict[str, float]) -> tuple[dict[str, Path], str]:
-    """Which weights: the best checkpoint, or the average of the last 5 or 10 (written beside it),
-    whichever has the best val BLEU with lenpen 1.0 (recorded in `val_bleu`). Returns the candidates
-    and the chosen one's name."""
+    """Which weights: the best checkpoint (training's, also after an earlier run of this script
+    installed others), or the average of the last 5 or 10 (written beside it), whichever has the best
+    val BLEU with lenpen 1.0 (recorded in `val_bleu`). Returns the candidates and the chosen one's name."""
     model_dir = ModelDir(out)
     kept = model_dir.checkpoints()
-    candidates = {"best": model_dir.weights_path}
+    candidates = {"best": model_dir.trained_weights_path()}
     for n in (5, 10):
         if len(kept) >= n:
             path = out / f"model.avg{n}.safetensors"
@@ -203,14 +231,28 @@ def choose_lenpen(out: Path, chosen: str, weights: Path, val_src: list[str], val
     return lenpen
 
 
-def score_splits(args: argparse.Namespace, data: Path, out: Path, weights: Path, lenpen: float,
-                 report: dict) -> None:
-    """val and test_2016_flickr decoded with the chosen settings: the hypotheses written to OUT, the
-    scores printed and added to `report`."""
+def install_choices(out: Path, candidates: dict[str, Path], chosen: str, beam: int, lenpen: float) -> None:
+    """The choices made on val become the model directory's defaults: the chosen weights its
+    model.safetensors (training's best kept as model.best.safetensors), beam and lenpen its decoding."""
+    model_dir = ModelDir(out)
+    model_dir.install_weights(candidates[chosen])
+    weights = f"{chosen} ({candidates[chosen].name})"
+    if model_dir.best_weights_path.is_file():
+        weights += f", installed as {model_dir.WEIGHTS}; training's best is {model_dir.BEST_WEIGHTS}"
+    model_dir.set_decoding("recipes/multi30k/run.py", weights=weights, beam=beam, lenpen=lenpen)
+    log.info("model directory defaults: weights %s, beam %d, lenpen %g (as `seq2seq translate/test %s` "
+             "decode)", chosen, beam, lenpen, out)
+
+
+def score_splits(args: argparse.Namespace, data: Path, out: Path, report: dict) -> None:
+    """val and test_2016_flickr decoded as `seq2seq test OUT` decodes them (the directory's weights
+    and decoding defaults, which `install_choices` set): the hypotheses written to OUT, the scores
+    printed and added to `report`."""
+    defaults = Translator.load(out, device="cpu")
     for split in ("val", "test_2016_flickr"):
         src = read_lines(data / f"{split}.{args.src}.gz")
         ref = read_lines(data / f"{split}.{args.tgt}.gz")
-        hyps = decode(out, weights, src, args.beam, lenpen)
+        hyps = defaults.translate(src)
         (out / f"{split}.hyp.{args.tgt}").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         scores = score(hyps, [ref], metrics=("bleu", "chrf", "ter"))
         print(f"\n== {split} ({args.src}->{args.tgt}, {len(hyps)} sentences) ==\n{format_scores(scores)}")
@@ -241,9 +283,10 @@ def main() -> None:
     val_bleu: dict[str, float] = {}
     candidates, chosen = choose_weights(out, val_src, val_ref, args.beam, val_bleu)
     lenpen = choose_lenpen(out, chosen, candidates[chosen], val_src, val_ref, args.beam, val_bleu)
+    install_choices(out, candidates, chosen, args.beam, lenpen)
     report = {"pair": f"{args.src}-{args.tgt}", "weights": chosen, "beam": args.beam, "lenpen": lenpen,
               "val_search": val_bleu}
-    score_splits(args, data, out, candidates[chosen], lenpen, report)
+    score_splits(args, data, out, report)
     meta = ModelDir(out).metadata()
     report.update(parameters=meta.get("parameters"), training_minutes=meta.get("training_minutes"),
                   steps=meta.get("step"), total_minutes=round((time.perf_counter() - t0) / 60, 1))

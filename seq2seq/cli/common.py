@@ -158,19 +158,59 @@ def search_overrides(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: kw[k] for k in SEARCH_OPTIONS if kw.get(k) is not None and kw[k] is not False}
 
 
-def load_translator(model_dir: str, device: str, precision: str, weights: str | None, search: dict[str, Any]) -> Any:
-    """Load MODEL_DIR and check the search options once, as one-line errors."""
+def ensemble_options(fn: Callable) -> Callable:
+    """Options of an ensemble (several MODEL_DIRs, or --last-checkpoints of one): `ensemble_settings` reads them."""
+    for option in reversed([
+        click.option("--ensemble-weights", default=None, metavar="W1,W2,...",
+                     help="Ensemble: one weight per model (default: equal)."),
+        click.option("--ensemble-combine", type=click.Choice(["prob", "logprob"]), default="prob", show_default=True,
+                     help="Ensemble: average the members' probabilities, or their log-probabilities."),
+        click.option("--last-checkpoints", type=click.IntRange(min=2), default=None, metavar="N",
+                     help="Decode with the last N checkpoints of MODEL_DIR's run as an ensemble."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def ensemble_settings(kw: dict[str, Any]) -> dict[str, Any]:
+    """The `Translator.load` keywords of `ensemble_options` (popped from kw); a malformed weight list is
+    a one-line error."""
+    weights = kw.pop("ensemble_weights", None)
+    settings = {"ensemble_combine": kw.pop("ensemble_combine", "prob"), "last_checkpoints": kw.pop("last_checkpoints", None)}
+    if weights is not None:
+        try:
+            settings["ensemble_weights"] = [float(w) for w in weights.split(",")]
+        except ValueError:
+            raise click.ClickException(f"--ensemble-weights {weights!r}: give numbers separated by commas, "
+                                       "e.g. 0.5,0.3,0.2") from None
+    return settings
+
+
+def load_translator(model_dir: str | tuple[str, ...], device: str, precision: str, weights: str | None,
+                    search: dict[str, Any], ensemble: dict[str, Any] | None = None,
+                    language: dict[str, Any] | None = None, cls: Any = None) -> Any:
+    """Load MODEL_DIR (several: an ensemble) and check the search options and the target language
+    ({"tgt_lang": ...} or none) once, as one-line errors."""
     from seq2seq.inference.translator import Translator
 
+    cls = cls or Translator
+    dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
     try:
-        translator = Translator.load(model_dir, device=device, precision=precision, weights=weights)
+        translator = cls.load(dirs if len(dirs) > 1 else dirs[0], device=device, precision=precision, weights=weights,
+                              **(ensemble or {}))
         translator.search_config(**search)
+        translator.processor_for((language or {}).get("tgt_lang"))
     except ValueError as e:  # also CheckpointError and TokenizerError: missing files, vocab mismatch
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:  # e.g. a device torch cannot use
         raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
     return translator
 
+
+TGT_LANG_OPTION = click.option(
+    "--tgt-lang", default=None, metavar="LANG",
+    help="A multilingual model's target language (e.g. de; a multilingual model needs one, and lists its own).",
+)
 
 PROGRESS_OPTION = click.option(
     "--progress/--no-progress", default=None,

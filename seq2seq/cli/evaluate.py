@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, check_output_path, load_translator, model_options, output_file, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_options, output_file, search_options, search_overrides,
     show_progress, user_errors,
 )
+from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.inference.formats import formatter, translate_stream
 from seq2seq.text.lines import read_input_lines
 
@@ -59,7 +60,7 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
 
 
 @click.command("test")
-@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("model_dir", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--src", "src_path", required=True, help="Source sentences, one per line (.gz read as gzip).")
 @click.option("--ref", "ref_paths", required=True, multiple=True, help="References, line-parallel (repeat for several).")
 @click.option("-o", "--output", "output_path", default=None,
@@ -67,13 +68,19 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
 @click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
 @search_options()
+@steering_options(json_input=False)
+@TGT_LANG_OPTION
+@ensemble_options
 @PROGRESS_OPTION
 @model_options
 @user_errors
-def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
+def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
                  as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
                  batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
-    """Translate --src with MODEL_DIR, write the hypotheses, and score them against --ref."""
+    """Translate --src with MODEL_DIR (several: an ensemble), write the hypotheses, and score them against --ref."""
+    steer = Steerer.from_options(kw)
+    ensemble = ensemble_settings(kw)
+    language = {"tgt_lang": kw.pop("tgt_lang")} if kw.get("tgt_lang") else {}
     search = search_overrides(kw)
     output = output_path or Path(src_path).name.removesuffix(".gz") + ".hyp"
     check_output_path(output, [src_path, *ref_paths])
@@ -81,7 +88,7 @@ def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], outp
     if not sources:
         raise click.ClickException(f"{src_path} is empty: nothing to translate")
     refs = _read_references(ref_paths, len(sources), src_path, "sources")
-    translator = load_translator(model_dir, device, precision, weights, search)
+    translator = load_translator(model_dir, device, precision, weights, search, ensemble, language)
     hyps: list[str] = []
     plain = formatter("text", 1)
 
@@ -91,8 +98,8 @@ def test_command(model_dir: str, src_path: str, ref_paths: tuple[str, ...], outp
         return line
 
     with output_file(output) as out:
-        translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, search,
-                         progress=show_progress(progress, str(output)), total=len(sources))
+        translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, {**search, **language},
+                         progress=show_progress(progress, str(output)), total=len(sources), steer=steer)
     click.echo(f"hypotheses: {output} ({len(hyps)} lines)", err=True)
     _print_scores(hyps, refs, metrics, as_json)
 

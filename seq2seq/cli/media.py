@@ -18,6 +18,8 @@ import click
 from seq2seq.cli.common import (
     PROGRESS_OPTION,
     check_output_path,
+    ensemble_options,
+    ensemble_settings,
     model_options,
     output_file,
     search_options,
@@ -25,6 +27,7 @@ from seq2seq.cli.common import (
     show_progress,
     user_errors,
 )
+from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.text.lines import check_input_file, open_binary, warn
 
 
@@ -56,6 +59,9 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
     from seq2seq.inference import generator as generators
     from seq2seq.inference.formats import file_formatter
 
+    steer = Steerer.from_options(kw)
+    ensemble = ensemble_settings(kw)
+    members = kw.pop("ensemble", ())
     search = search_overrides(kw)
     if show_attention:
         search["attention_layer"] = attention_layer
@@ -69,7 +75,9 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
             windows["max_window_seconds"] = kw["max_window_seconds"]
     check_output_path(output_path, [*files, *([input_path] if input_path else [])])
     try:
-        generator = cls.load(model_dir, device=device, precision=precision, weights=weights)
+        dirs = [model_dir, *members]
+        generator = cls.load(dirs if len(dirs) > 1 else model_dir, device=device, precision=precision, weights=weights,
+                             **ensemble)
         nbest = generator.search_config(**search).nbest
     except ValueError as e:  # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options
         raise click.ClickException(str(e)) from None
@@ -85,19 +93,25 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                     view = generator.attention_view(paths[0])
                 except SourceError as e:
                     raise click.ClickException(f"--show-attention: {e}") from None
-                results = generator.generate(paths, batch_tokens=batch_tokens, **windows, **search)
+                paths, steering = steer(paths) if steer is not None else (paths, {})
+                results = generator.generate(paths, batch_tokens=batch_tokens, **windows, **steering, **search)
                 out.write(emit(paths[0], results[0]).encode("utf-8"))
                 generator.plot_attention(results[0][0], show_attention, view)
                 click.echo(f"attention plot: {show_attention}", err=True)
                 return
+            done = 0
             while True:
                 chunk = list(itertools.islice(sources, chunk_lines))
                 if not chunk:
+                    if steer is not None:
+                        steer.close()
                     break
-                results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn, **windows,
-                                             **search)
+                chunk, steering = steer(chunk) if steer is not None else (chunk, {})
+                results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn,
+                                             first_line=done + 1, **windows, **steering, **search)
                 out.write("".join(emit(p, r) for p, r in zip(chunk, results)).encode("utf-8"))
                 out.flush()
+                done += len(chunk)
     except SourceError as e:
         raise click.ClickException(f"{e} (--skip-bad writes an empty line for such a file and goes on)") from None
 
@@ -146,6 +160,10 @@ def _command(name: str, api: str, noun: str, summary: str, audio: bool = False) 
     @click.option("--attention-layer", type=int, default=-1, show_default=True,
                   help="Decoder layer for --show-attention (negative: from the last).")
     @click.option("--skip-bad", is_flag=True, help="An unreadable file gives an empty line and a warning instead of an error.")
+    @steering_options(glossary=False, json_input=False)
+    @click.option("--ensemble", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+                  help="Another model directory to decode with MODEL_DIR as an ensemble (repeatable).")
+    @ensemble_options
     @model_options
     @(_audio_options if audio else lambda fn: fn)
     @user_errors

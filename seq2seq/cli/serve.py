@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS
-from seq2seq.cli.common import user_errors
+from seq2seq.cli.common import ensemble_options, ensemble_settings, user_errors
 
 API_KEY_ENV = "SEQ2SEQ_API_KEY"
 EXTRA_MISSING = ("`seq2seq serve` needs the optional 'serve' dependencies, FastAPI and uvicorn ({name} is not "
@@ -24,7 +25,7 @@ def require_serve_extra() -> None:
 
 
 @click.command()
-@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("model_dir", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port to listen on.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, mps.")
@@ -46,6 +47,8 @@ def require_serve_extra() -> None:
               help="Characters per text; more: 413.")
 @click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
               help="Largest beam and nbest a request may ask for; more: 413.")
+@click.option("--max-phrases", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Constraints and avoid phrases per text; more: 413.")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Texts waiting for the model; more: 503.")
 @click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000, show_default=True,
@@ -57,18 +60,25 @@ def require_serve_extra() -> None:
                    "stays open. Prefer the environment variable: arguments are visible to other users.")
 @click.option("--allow-paths", is_flag=True,
               help="Image/audio models: /generate may read files on this machine named in {\"paths\": [...]}.")
+@click.option("--glossary", type=click.Path(dir_okay=False), default=None,
+              help="TSV 'source term<TAB>target term', read once at start (text models): where a request's text "
+                   "holds a source term, its target term must appear in the translation (a constraint).")
+@ensemble_options
 @click.option("--no-demo", is_flag=True, help="No demo page at GET / (the JSON API only).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True, help="uvicorn's log level.")
 @user_errors
-def serve(model_dir: str, host: str, port: int, device: str, precision: str, weights: str | None,
+def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precision: str, weights: str | None,
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
-          max_chars: int, max_beam: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
-          api_key: str | None, allow_paths: bool, no_demo: bool, log_level: str) -> None:
-    """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first).
+          max_chars: int, max_beam: int, max_phrases: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
+          api_key: str | None, allow_paths: bool, glossary: str | None, no_demo: bool, log_level: str,
+          **ensemble_kw: Any) -> None:
+    """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first);
+    several MODEL_DIRs (or --last-checkpoints) are served as one ensemble.
 
     \b
     POST /translate  {"text": "..."} or {"texts": [...]}, plus search options ("beam": 5, ...)
+                     and steering ("prefix": "...", "constraints": [...], "avoid": [...])
     POST /generate   image/audio models: the file's bytes (search options in the query string)
     GET  /health, GET /info; POST /attention (a PNG); GET / a demo page to try the model in a browser
     POST bodies must be Content-Type: application/json (uploads: the file's type). Concurrent requests
@@ -77,13 +87,14 @@ def serve(model_dir: str, host: str, port: int, device: str, precision: str, wei
     require_serve_extra()
     import torch
 
-    from seq2seq.serve.app import create_app, load_model, run_server
+    from seq2seq.inference.glossary import Glossary
+    from seq2seq.serve.app import check_glossary, create_app, load_model, run_server
     from seq2seq.serve.requests import Limits, check_key_format
 
     try:
         limits = Limits(max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_batch=max_batch,
                         batch_window_ms=batch_window_ms, max_queue=max_queue, batch_tokens=batch_tokens,
-                        max_pixels=max_pixels, max_audio_seconds=max_audio_seconds)
+                        max_pixels=max_pixels, max_audio_seconds=max_audio_seconds, max_phrases=max_phrases)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if api_key is None and os.environ.get(API_KEY_ENV) == "":
@@ -93,17 +104,22 @@ def serve(model_dir: str, host: str, port: int, device: str, precision: str, wei
             check_key_format(api_key)
         except ValueError as e:
             raise click.UsageError(f"--api-key (or {API_KEY_ENV}): {e}") from None
+    ensemble = ensemble_settings(ensemble_kw)
+    terms = Glossary.load(glossary) if glossary else None  # a bad file: one line (SteeringError), before loading
     if threads:
         torch.set_num_threads(threads)
     try:
-        model = load_model(model_dir, device=device, precision=precision, weights=weights)
+        model = load_model(model_dir if len(model_dir) > 1 else model_dir[0], device=device, precision=precision,
+                           weights=weights, **ensemble)
     except ValueError as e:  # CheckpointError, TokenizerError, SourceError, bad device or precision
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:
-        raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
-    app = create_app(model, limits, allow_paths=allow_paths, api_key=api_key, demo=not no_demo)
+        raise click.ClickException(f"cannot load {' '.join(model_dir)} on device {device!r}: "
+                                   f"{str(e).splitlines()[0]}") from None
+    check_glossary(model, terms)
+    app = create_app(model, limits, allow_paths=allow_paths, api_key=api_key, demo=not no_demo, glossary=terms)
     endpoint = "/generate" if hasattr(model, "generate") else "/translate"
-    click.echo(f"serving {model_dir} on http://{host}:{port} (POST {endpoint}, GET /health); Ctrl+C stops", err=True)
+    click.echo(f"serving {' + '.join(model_dir)} on http://{host}:{port} (POST {endpoint}, GET /health); Ctrl+C stops", err=True)
     try:
         run_server(app, host=host, port=port, log_level=log_level)
     except OSError as e:  # e.g. the port is taken

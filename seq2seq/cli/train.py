@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from seq2seq.cli.common import user_errors
+
+if TYPE_CHECKING:
+    from seq2seq.storage.model_dir import ModelDir
 
 
 @click.command()
@@ -35,7 +40,7 @@ def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str
 
 
 @click.command("config")
-@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.argument("config", required=False, type=click.Path())
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a config value, as for `seq2seq train` (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
@@ -45,18 +50,47 @@ def config_command(config: str | None, overrides: tuple[str, ...], as_json: bool
 
     CONFIG (optional: without it, the defaults) is read and checked as `seq2seq train` reads it,
     --set overrides applied; `model.encoder.type` decides which encoder keys appear. The output is
-    itself a valid config file.
+    itself a valid config file. CONFIG may be a model directory: its config.yaml, whose `decoding`
+    section is the default decoding of translate, test, caption, transcribe and serve, with a
+    comment above it saying where those values came from (a recipe's choice on validation data,
+    recorded in metadata.json, or training's config).
     """
     from seq2seq.config import to_dict
     from seq2seq.config.root import config_yaml, load_config
+    from seq2seq.storage import CheckpointError
+    from seq2seq.storage.model_dir import ModelDir
 
-    cfg = load_config(config, list(overrides))
+    model_dir = ModelDir(config) if config is not None and Path(config).is_dir() else None
+    if model_dir is not None and model_dir.missing(weights=False):
+        raise CheckpointError(f"{model_dir.path} is not a model directory: {model_dir.CONFIG} is missing")
+    cfg = load_config(model_dir.config_path if model_dir else config, list(overrides))
     if as_json:
         click.echo(json.dumps(to_dict(cfg), indent=2))
         return
-    source = config or "the defaults"
+    source = model_dir.config_path if model_dir else config or "the defaults"
     click.echo(f"# {source}{' + ' + ' '.join(overrides) if overrides else ''}: every key, defaults filled in")
-    click.echo(config_yaml(cfg), nl=False)
+    text = config_yaml(cfg)
+    if model_dir is not None:
+        text = text.replace("\ndecoding:\n", f"\n{decoding_provenance(model_dir)}\ndecoding:\n", 1)
+    click.echo(text, nl=False)
+
+
+def decoding_provenance(model_dir: ModelDir) -> str:
+    """Comment lines for above a model directory's `decoding` section: who chose which of its values
+    on what data (`ModelDir.set_decoding`), and any that config.yaml no longer holds."""
+    choice = model_dir.decoding_choice()
+    if choice is None:
+        return "# decoding: the defaults of decoding commands, as training's config set them"
+    values = ", ".join(f"{key} {json.dumps(value)}" for key, value in choice["values"].items())
+    lines = [f"# decoding: the defaults of decoding commands; {values} set by {choice['chosen_by']} "
+             f"from its choice on {choice['chosen_on']}"]
+    if choice.get("weights"):
+        lines.append(f"# with the weights {choice['weights']}")
+    decoding = model_dir.config().decoding
+    changed = [key for key, value in choice["values"].items() if getattr(decoding, key, None) != value]
+    if changed:
+        lines.append(f"# (config.yaml has changed since: {', '.join(changed)})")
+    return "\n".join(lines)
 
 
 @click.command()

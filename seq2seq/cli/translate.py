@@ -11,15 +11,16 @@ import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, check_output_path, load_translator, model_options, output_file, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_options, output_file, search_options, search_overrides,
     show_progress, user_errors,
 )
+from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
 from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, open_binary, std_binary, warn
 
 
 @click.command()
-@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("model_dir", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("-i", "--input", "input_path", default="-", show_default=True, help="Input file ('-': stdin; .gz read as gzip).")
 @click.option("-o", "--output", "output_path", default="-", show_default=True, help="Output file ('-': stdout).")
 @search_options(nbest="Hypotheses per input line; > 1 prints an n-best list (see --nbest-format).")
@@ -37,18 +38,24 @@ from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, ope
               help="ctranslate2: run the model's CTranslate2 export (see `seq2seq export`, docs/deployment.md).")
 @click.option("--engine-dir", type=click.Path(file_okay=False), default=None,
               help="The CTranslate2 export to use (default: MODEL_DIR/ctranslate2).")
+@steering_options()
+@TGT_LANG_OPTION
+@ensemble_options
 @PROGRESS_OPTION
 @model_options
 @user_errors
-def translate(model_dir: str, input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
+def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
               alignment: bool, show_attention: str | None, attention_layer: int, engine: str, engine_dir: str | None,
               progress: bool | None, device: str, precision: str, weights: str | None, batch_tokens: int,
               chunk_lines: int, **kw: Any) -> None:
-    """Translate text with MODEL_DIR: one output line per input line, in order.
+    """Translate text with MODEL_DIR (several: an ensemble): one output line per input line, in order.
 
     Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
     time. With a terminal on stdin it is interactive: type a sentence after the "> " prompt.
     """
+    steer = Steerer.from_options(kw)
+    ensemble = ensemble_settings(kw)
+    language = {"tgt_lang": kw.pop("tgt_lang")} if kw.get("tgt_lang") else {}
     search = search_overrides(kw)
     if alignment and not as_json:
         raise click.UsageError("--alignment adds the attention to --json output; add --json")
@@ -73,11 +80,15 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
     if engine == "torch":
         if engine_dir:
             raise click.UsageError("--engine-dir is for --engine ctranslate2")
-        translator = load_translator(model_dir, device, precision, weights, search)
+        translator = load_translator(model_dir, device, precision, weights, search, ensemble, language)
     else:  # seq2seq/cli/deploy.py
         from seq2seq.cli.deploy import load_engine
 
-        translator = load_engine(engine, model_dir, engine_dir, device, precision, weights, search)
+        if len(model_dir) > 1 or ensemble["last_checkpoints"]:
+            raise click.UsageError("--engine ctranslate2 decodes one model; ensembles run with --engine torch")
+        if language:
+            raise click.UsageError("--tgt-lang runs with --engine torch (the CTranslate2 engine has no language tags)")
+        translator = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, search)
     nbest = translator.search_config(**search).nbest
     emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
 
@@ -91,9 +102,12 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
     try:
         with output_file(output_path) as out:
             if interactive:
-                _translate_interactively(out, translator, emit, show_attention, plot, search, batch_tokens)
+                _translate_interactively(out, translator, emit, show_attention, plot, {**search, **language},
+                                         batch_tokens, steer)
             elif lines is not None:
-                results = translator.translate_nbest(lines, batch_tokens=batch_tokens, warn=warn, **search)
+                texts, steering = steer(lines) if steer is not None else (lines, {})
+                results = translator.translate_nbest(texts, batch_tokens=batch_tokens, warn=warn, **steering, **language,
+                                                     **search)
                 out.write(emit(0, results[0]).encode("utf-8"))
                 out.flush()
                 plot(results)
@@ -102,7 +116,8 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
                 total = count_lines(input_path) if show_bar and input_path != "-" else None
                 with open_binary(input_path, "rb") as f:
                     translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
-                                     emit, chunk_lines, batch_tokens, search, progress=show_bar, total=total)
+                                     emit, chunk_lines, batch_tokens, {**search, **language}, progress=show_bar,
+                                     total=total, steer=steer)
     except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -113,7 +128,7 @@ def translate(model_dir: str, input_path: str, output_path: str, nbest_format: s
 
 def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int, list], str],
                              show_attention: str | None, plot: Callable[[list], None], search: dict[str, Any],
-                             batch_tokens: int) -> None:
+                             batch_tokens: int, steer: Steerer | None) -> None:
     """Prompt "> " on stderr, translate each line typed, until end of input."""
 
     def prompted(stream: BinaryIO) -> Iterator[bytes]:
@@ -126,7 +141,9 @@ def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int
             yield raw
 
     for number, line in enumerate(decoded_lines(prompted(std_binary("stdin")), "stdin"), 1):
-        results = translator.translate_nbest([line], batch_tokens=batch_tokens, first_line=number, warn=warn, **search)
+        texts, steering = steer([line]) if steer is not None else ([line], {})
+        results = translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=number, warn=warn,
+                                             **steering, **search)
         out.write(emit(number - 1, results[0]).encode("utf-8"))
         out.flush()
         if show_attention and results[0]:

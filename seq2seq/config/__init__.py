@@ -10,12 +10,12 @@ from seq2seq.config.root import Config, config_yaml, load_config
 from seq2seq.config.schema import ConfigError, apply_overrides, from_dict, load, load_dict, save, to_dict
 from seq2seq.config.search import SearchConfig
 from seq2seq.config.sections import (
-    DataConfig, EncoderConfig, ModelConfig, TokenizerConfig, TrainingConfig, encoder_config_class, encoder_types,
-    register_encoder_config,
+    CorpusConfig, DataConfig, EncoderConfig, ModelConfig, TokenizerConfig, TrainingConfig, ValidSetConfig,
+    encoder_config_class, encoder_types, register_encoder_config,
 )
 
 __all__ = [
-    "Config", "ConfigError", "DataConfig", "EncoderConfig", "ModelConfig", "SearchConfig", "TokenizerConfig",
-    "TrainingConfig", "apply_overrides", "config_yaml", "encoder_config_class", "encoder_types", "from_dict", "load",
-    "load_config", "load_dict", "register_encoder_config", "save", "to_dict",
+    "Config", "ConfigError", "CorpusConfig", "DataConfig", "EncoderConfig", "ModelConfig", "SearchConfig",
+    "TokenizerConfig", "TrainingConfig", "ValidSetConfig", "apply_overrides", "config_yaml", "encoder_config_class",
+    "encoder_types", "from_dict", "load", "load_config", "load_dict", "register_encoder_config", "save", "to_dict",
 ]

@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.schema import ConfigError, from_dict
 
 # The special ids of every tokenizer (pad, unk, bos, eos; `seq2seq.text.tokenizer.SPECIAL_IDS`):
 # a vocabulary must be larger than this.
@@ -174,6 +175,101 @@ class ModelConfig:
 # --------------------------------------------------------------------------------------------
 
 
+# A language code (what `<2xx>` language tags are made of): "de", "fra", "pt_BR", "zh-Hans", "deu_Latn".
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{1,8})*")
+# A corpus tag: one reserved source piece such as "<BT>", no spaces; never a special piece nor a language tag.
+CORPUS_TAG = re.compile(r"<[^\s<>]+>")
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+VALID_SET_NAME = re.compile(r"[\w.+-]+")
+
+
+def _check_languages(item: Any, key: str) -> None:
+    """src_lang and tgt_lang of a corpus or validation set: both or neither, each a language code."""
+    if (item.src_lang is None) != (item.tgt_lang is None):
+        raise ConfigError(f"{key}.src_lang and {key}.tgt_lang must be set together")
+    for name in ("src_lang", "tgt_lang"):
+        value = getattr(item, name)
+        if value is not None and not LANGUAGE_CODE.fullmatch(value):
+            raise ConfigError(f"{key}.{name} {value!r} is not a language code (two or three letters, then "
+                              f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
+
+
+@dataclass
+class CorpusConfig:
+    """One training corpus of `data.corpora`: its files, languages, sampling weight and tag.
+
+    train_src + train_tgt: two aligned text files (.gz ok), or `train`: one .tsv/.csv/.jsonl table
+        (columns data.src_column / data.tgt_column).
+    src_lang / tgt_lang: the corpus's language codes (both or neither; either every corpus names its
+        languages or none does). Corpora with more than one target language make the model
+        multilingual: every source then starts with the reserved piece `<2xx>` of its target language.
+    weight: multiplies the corpus's size in the sampling formula (see `DataConfig`); 2 reads the
+        corpus as if it were twice as large.
+    tag: a reserved source piece such as "<BT>" put on every source of this corpus (after the
+        language tag), e.g. to mark back-translated pairs (Caswell et al. 2019).
+    """
+
+    train_src: str | None = None
+    train_tgt: str | None = None
+    train: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    weight: float = 1.0
+    tag: str | None = None
+
+    def check(self, key: str) -> None:
+        """ConfigError naming `key` (e.g. "data.corpora[1]") and the field of what is wrong."""
+        if (self.train_src is None) != (self.train_tgt is None):
+            raise ConfigError(f"{key}.train_src and {key}.train_tgt must be set together")
+        if (self.train_src is None) == (self.train is None):
+            raise ConfigError(f"{key} needs its files: train_src + train_tgt, or train (one table)")
+        _check_languages(self, key)
+        if not self.weight > 0:
+            raise ConfigError(f"{key}.weight must be positive, got {self.weight}")
+        if self.tag is not None:
+            if not CORPUS_TAG.fullmatch(self.tag) or self.tag in SPECIAL_PIECES:
+                raise ConfigError(f"{key}.tag {self.tag!r} must look like <NAME> (no spaces, not "
+                                  f"{', '.join(SPECIAL_PIECES)})")
+            if self.tag.startswith("<2") and LANGUAGE_CODE.fullmatch(self.tag[2:-1]):
+                raise ConfigError(f"{key}.tag {self.tag!r} is a language tag; the language tag comes from tgt_lang")
+
+    def describe(self) -> str:
+        """"train.en + train.de (en->de, <BT>)": the files, then the direction and tag where set."""
+        files = self.train if self.train is not None else f"{self.train_src} + {self.train_tgt}"
+        notes = ([f"{self.src_lang}->{self.tgt_lang}"] if self.tgt_lang else []) + ([self.tag] if self.tag else [])
+        return files + (f" ({', '.join(notes)})" if notes else "")
+
+
+@dataclass
+class ValidSetConfig:
+    """One validation set of `data.valid_sets`, scored on its own (BLEU per direction).
+
+    src + tgt: two aligned text files. src_lang / tgt_lang: its direction (a multilingual model needs
+    tgt_lang, one of its corpora's target languages: the sources get that language's tag).
+    name: how the log names its scores (valid_bleu/NAME); default "SRC-TGT" (e.g. "en-de"), or
+        "validN" for the N-th set without languages.
+    """
+
+    src: str | None = None
+    tgt: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    name: str | None = None
+
+    def check(self, key: str) -> None:
+        if self.src is None or self.tgt is None:
+            raise ConfigError(f"{key} needs both src and tgt (two aligned text files)")
+        _check_languages(self, key)
+        if self.name is not None and not VALID_SET_NAME.fullmatch(self.name):
+            raise ConfigError(f"{key}.name {self.name!r} may hold only letters, digits and . _ + -")
+
+    def label(self, index: int) -> str:
+        """The name its scores are logged under."""
+        if self.name is not None:
+            return self.name
+        return f"{self.src_lang}-{self.tgt_lang}" if self.tgt_lang else f"valid{index}"
+
+
 @dataclass
 class DataConfig:
     """Where the parallel data is and how to clean it.
@@ -230,8 +326,16 @@ class DataConfig:
     bad_sources: Literal["fail", "skip"] = "fail"
     subword_alpha: float | None = None
     subword_nbest: int = -1
+    corpora: list[CorpusConfig] = field(default_factory=list)
+    sampling_temperature: float = 1.0
+    valid_sets: list[ValidSetConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c
+                        for i, c in enumerate(self.corpora)]
+        self.valid_sets = [from_dict(ValidSetConfig, v, f"data.valid_sets[{i}].") if isinstance(v, dict) else v
+                           for i, v in enumerate(self.valid_sets)]
+        self._check_corpora()
         if self.subword_alpha is not None and not 0.0 < self.subword_alpha <= 1.0:
             raise ConfigError(f"data.subword_alpha must be in (0, 1] (or null: off), got {self.subword_alpha}")
         if self.subword_nbest != -1 and self.subword_nbest < 2:
@@ -252,10 +356,58 @@ class DataConfig:
         if self.valid_max_sentences is not None and self.valid_max_sentences <= 0:
             raise ConfigError(f"data.valid_max_sentences must be positive, got {self.valid_max_sentences}")
 
+    def _check_corpora(self) -> None:
+        if not self.sampling_temperature > 0:
+            raise ConfigError(f"data.sampling_temperature must be positive, got {self.sampling_temperature}")
+        if self.corpora:
+            single = [k for k in ("train_src", "train_tgt", "train", "hf_dataset") if getattr(self, k) is not None]
+            if single:
+                raise ConfigError(f"set either data.corpora or data.{single[0]}, not both")
+            for i, corpus in enumerate(self.corpora):
+                corpus.check(f"data.corpora[{i}]")
+            named = [c.tgt_lang is not None for c in self.corpora]
+            if any(named) and not all(named):
+                i = named.index(False)
+                raise ConfigError(f"data.corpora[{i}] names no languages (src_lang, tgt_lang); either every corpus "
+                                  f"names its languages or none does")
+        if self.valid_sets:
+            single = [k for k in ("valid_src", "valid_tgt", "valid") if getattr(self, k) is not None]
+            if single:
+                raise ConfigError(f"set either data.valid_sets or data.{single[0]}, not both")
+            for i, valid in enumerate(self.valid_sets):
+                valid.check(f"data.valid_sets[{i}]")
+            labels = [v.label(i) for i, v in enumerate(self.valid_sets)]
+            for i, label in enumerate(labels):
+                if label in labels[:i]:
+                    first = labels.index(label)
+                    raise ConfigError(f"data.valid_sets[{i}] has the same name as data.valid_sets[{first}] ({label!r}); "
+                                      f"give one a name")
+        if self.multilingual:
+            languages = ", ".join(self.target_languages)
+            if self.valid_src is not None or self.valid is not None:
+                raise ConfigError(f"data.corpora have several target languages ({languages}): validate them per "
+                                  f"direction with data.valid_sets instead of data.valid_src/valid_tgt/valid")
+            for i, valid in enumerate(self.valid_sets):
+                if valid.tgt_lang not in self.target_languages:
+                    what = "names no tgt_lang" if valid.tgt_lang is None else f"has tgt_lang {valid.tgt_lang!r}"
+                    raise ConfigError(f"data.valid_sets[{i}] {what}; a multilingual model's validation sets need one "
+                                      f"of its target languages ({languages})")
+
+    @property
+    def target_languages(self) -> list[str]:
+        """The corpora's target languages, sorted ([] without data.corpora or languages)."""
+        return sorted({c.tgt_lang for c in self.corpora if c.tgt_lang is not None})
+
+    @property
+    def multilingual(self) -> bool:
+        """More than one target language among data.corpora: sources carry a <2xx> language tag."""
+        return len(self.target_languages) > 1
+
     def validate(self) -> None:
         """Raise ConfigError unless some training data is configured."""
-        if self.train_src is None and self.train is None and self.hf_dataset is None:
-            raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, or data.hf_dataset")
+        if self.train_src is None and self.train is None and self.hf_dataset is None and not self.corpora:
+            raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, data.hf_dataset "
+                              "or data.corpora")
 
 
 def check_fits_in_memory(model: ModelConfig, memory: int | None = None) -> None:

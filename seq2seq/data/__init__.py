@@ -6,7 +6,9 @@
     cleaning  `tokenize` (subword ids and lengths), `clean` (drop empty, over-long and badly
               length-ratioed training pairs, counted), `truncate` (validation: keep every pair)
     cache     `prepare(cfg, tok_cfg, out_dir)`: all of the above, plus training or reusing the
-              tokenizer, cached on disk under a key of the data, tokenizer and settings
+              tokenizer, cached on disk under a key of the data, tokenizer and settings; several
+              corpora (data.corpora) each tagged and cleaned, then concatenated (`CorpusPart`)
+    mixing    temperature sampling over several corpora, epoch by epoch (`CorpusMix`, `MixedBatches`)
 
 Sources (one per split, see `DataConfig`):
   * two aligned plain-text files, one sentence per line, optionally gzipped;
@@ -22,7 +24,7 @@ src, tgt (the optionally lowercased texts).
 
 from seq2seq.config import DataConfig
 
-from seq2seq.data.cache import CACHE_VERSION, TOKENIZER_META, PreparedData, prepare
+from seq2seq.data.cache import CACHE_VERSION, TOKENIZER_META, CorpusPart, PreparedData, prepare
 from seq2seq.data.cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate
 from seq2seq.data.readers import (
     DataError, fingerprint,
@@ -30,7 +32,8 @@ from seq2seq.data.readers import (
 )
 
 __all__ = [
-    "CACHE_VERSION", "FEATURES", "RATIO_EXEMPT_LEN", "TOKENIZER_META", "CleaningReport", "DataConfig", "DataError",
+    "CACHE_VERSION", "FEATURES", "RATIO_EXEMPT_LEN", "TOKENIZER_META", "CleaningReport", "CorpusPart", "DataConfig",
+    "DataError",
     "PreparedData", "clean", "fingerprint", "hf_pairs", "load_hf", "prepare", "read_lines", "read_parallel",
     "read_table", "read_text", "tokenize", "truncate",
 ]

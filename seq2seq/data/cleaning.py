@@ -9,10 +9,15 @@
 
 `clean` drops empty, over-long and badly length-ratioed training pairs and counts each reason;
 `truncate` keeps every validation pair, cut to `max_len`, so scores cover every reference.
+
+Tagged sources (`seq2seq.text.languages`): `tokenize(..., prefix_ids=[...])` puts the tags' ids
+first, src_ids = prefix + ids + [EOS]; `clean` and `truncate` given `n_prefix` judge and cut the
+sentence's own tokens only, so a tag never counts towards max_len or the length ratio, and is never cut.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import datasets
@@ -37,12 +42,14 @@ FEATURES = datasets.Features(
 )
 
 
-def tokenize(ds: datasets.Dataset, tokenizers: TokenizerPair, new_fingerprint: str | None = None) -> datasets.Dataset:
-    """Add src_ids (ids + EOS), tgt_ids (ids only), src_len, tgt_len (see the module docstring)."""
+def tokenize(ds: datasets.Dataset, tokenizers: TokenizerPair, new_fingerprint: str | None = None,
+             prefix_ids: Sequence[int] = ()) -> datasets.Dataset:
+    """Add src_ids (prefix_ids + ids + EOS), tgt_ids (ids only), src_len, tgt_len (see the module docstring)."""
     src_tok, tgt_tok = tokenizers.src, tokenizers.tgt
+    prefix = [int(i) for i in prefix_ids]
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list]:
-        src_ids = [ids + [EOS_ID] for ids in src_tok.encode(batch["src"])]
+        src_ids = [prefix + ids + [EOS_ID] for ids in src_tok.encode(batch["src"])]
         tgt_ids = tgt_tok.encode(batch["tgt"])
         return {"src": batch["src"], "tgt": batch["tgt"], "src_ids": src_ids, "tgt_ids": tgt_ids,
                 "src_len": [len(x) for x in src_ids], "tgt_len": [len(x) + 1 for x in tgt_ids]}
@@ -80,19 +87,29 @@ class CleaningReport:
             text += f"; truncated {self.truncated:,} to {self.max_len} tokens"
         return text
 
+    @classmethod
+    def combine(cls, reports: Sequence[CleaningReport]) -> CleaningReport:
+        """One report of several corpora's (their counts summed; the limits of the first)."""
+        counts = {name: sum(getattr(r, name) for r in reports)
+                  for name in ("total", "kept", "empty", "too_long", "bad_ratio", "truncated")}
+        return cls(**counts, max_len=reports[0].max_len, max_ratio=reports[0].max_ratio)
 
-def _token_counts(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """Subword tokens per side, BOS/EOS not counted: shapes [N], [N]."""
+
+def _token_counts(ds: datasets.Dataset, n_prefix: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Subword tokens per side, BOS/EOS and the source's `n_prefix` tags not counted: shapes [N], [N]."""
     view = ds.with_format("numpy", columns=["src_len", "tgt_len"])
-    return np.asarray(view["src_len"][:], dtype=np.int64) - 1, np.asarray(view["tgt_len"][:], dtype=np.int64) - 1
+    return (np.asarray(view["src_len"][:], dtype=np.int64) - 1 - n_prefix,
+            np.asarray(view["tgt_len"][:], dtype=np.int64) - 1)
 
 
-def clean(ds: datasets.Dataset, cfg: DataConfig) -> tuple[datasets.Dataset, CleaningReport]:
-    """Drop empty, over-long and badly length-ratioed pairs of a `tokenize`d dataset.
+def clean(ds: datasets.Dataset, cfg: DataConfig, n_prefix: int = 0,
+          name: str = "") -> tuple[datasets.Dataset, CleaningReport]:
+    """Drop empty, over-long and badly length-ratioed pairs of a `tokenize`d dataset (whose sources
+    start with `n_prefix` tags, not counted).
 
-    Raises DataError if nothing is left.
+    Raises DataError if nothing is left (naming the corpus `name` where given).
     """
-    src_n, tgt_n = _token_counts(ds)
+    src_n, tgt_n = _token_counts(ds, n_prefix)
     longer, shorter = np.maximum(src_n, tgt_n), np.minimum(src_n, tgt_n)
     empty = shorter == 0
     too_long = ~empty & (longer > cfg.max_len)
@@ -103,24 +120,29 @@ def clean(ds: datasets.Dataset, cfg: DataConfig) -> tuple[datasets.Dataset, Clea
         bad_ratio=int(bad_ratio.sum()), max_len=cfg.max_len, max_ratio=cfg.max_ratio,
     )
     if report.kept == 0:
-        raise DataError(f"cleaning dropped every training pair ({report.summary()}); check the data and data.max_len/max_ratio")
+        where = f" of {name}" if name else ""
+        raise DataError(f"cleaning dropped every training pair{where} ({report.summary()}); check the data and "
+                        f"data.max_len/max_ratio")
     if report.kept < report.total:
         ds = ds.select(np.flatnonzero(keep))
     return ds, report
 
 
-def truncate(ds: datasets.Dataset, max_len: int) -> tuple[datasets.Dataset, CleaningReport]:
-    """Cut both sides of a `tokenize`d dataset to `max_len` tokens (source keeps its EOS)."""
-    src_n, tgt_n = _token_counts(ds)
+def truncate(ds: datasets.Dataset, max_len: int, n_prefix: int = 0) -> tuple[datasets.Dataset, CleaningReport]:
+    """Cut both sides of a `tokenize`d dataset to `max_len` tokens (the source keeps its `n_prefix`
+    tags, not counted, and its EOS)."""
+    src_n, tgt_n = _token_counts(ds, n_prefix)
     n_long = int(((src_n > max_len) | (tgt_n > max_len)).sum())
     report = CleaningReport(total=len(ds), kept=len(ds), truncated=n_long, max_len=max_len)
     if n_long:
+        keep = n_prefix + max_len
+
         def cut(batch: dict[str, list]) -> dict[str, list]:
-            src_ids = [ids if len(ids) <= max_len + 1 else ids[:max_len] + [EOS_ID] for ids in batch["src_ids"]]
+            src_ids = [ids if len(ids) <= keep + 1 else ids[:keep] + [EOS_ID] for ids in batch["src_ids"]]
             tgt_ids = [ids[:max_len] for ids in batch["tgt_ids"]]
             return {"src_ids": src_ids, "tgt_ids": tgt_ids,
                     "src_len": [len(x) for x in src_ids], "tgt_len": [len(x) + 1 for x in tgt_ids]}
 
         ds = ds.map(cut, batched=True, features=FEATURES, desc="truncating",
-                    new_fingerprint=_hash([ds._fingerprint, "truncate", max_len])[:32])
+                    new_fingerprint=_hash([ds._fingerprint, "truncate", max_len] + ([n_prefix] if n_prefix else []))[:32])
     return ds, report

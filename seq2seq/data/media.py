@@ -184,8 +184,8 @@ def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, processor: SourcePr
     if cfg.train is None:
         raise ConfigError(f"an {kind.name} encoder reads its training data from a table: set data.train "
                           f"(a .tsv/.csv/.jsonl of {kind.noun} path and text)")
-    for key in ("train_src", "train_tgt", "valid_src", "valid_tgt", "hf_dataset"):
-        if getattr(cfg, key) is not None:
+    for key in ("train_src", "train_tgt", "valid_src", "valid_tgt", "hf_dataset", "corpora", "valid_sets"):
+        if getattr(cfg, key) not in (None, []):
             raise ConfigError(f"data.{key} is for text sources; an {kind.name} encoder reads data.train/data.valid tables")
     report: Counter = Counter()
     train_rows, train_examples = _load_split("train", cfg.train, cfg, processor, report)

@@ -37,9 +37,20 @@ maps our search onto CTranslate2's:
   same seed gives other samples than `Translator`, and it is given to `load` (CTranslate2 seeds its
   generators once, when the model is loaded): a run of calls is reproducible, not each call.
 
+* steering (docs/decoding-controls.md; `seq2seq.inference.steering` tokenizes and checks it as for
+  `Translator`): `prefix=` is CTranslate2's `target_prefix`. Its scores leave the prefix's tokens
+  out; the engine scores the prefix (`score_batch`, the step that also gives the EOS offset above)
+  and adds it back, so `score` and `logprob` include the prefix, as ours do. `avoid=` is
+  CTranslate2's `suppress_sequences` (one list per call: sources are run in groups of equal avoid
+  lists). CTranslate2 renormalizes the other tokens' probabilities where it suppresses one, so
+  the hypotheses of such a source are scored again with `score_batch`: their scores are ours,
+  while the search may, rarely, choose other hypotheses than ours. A prefix wins over a banned
+  phrase in both engines. `constraints=` and `glossary=` (lexically constrained beam search) are
+  refused with one line: CTranslate2 has no constrained beam search.
+
 Not available: `early_stopping: false` (CTranslate2 always stops at `beam` finished hypotheses: a
-warning says so), per-token log-probabilities (`Translation.token_logprobs` is empty) and the
-attention (`attention_layer`, `--alignment`, `--show-attention`).
+warning says so), per-token log-probabilities (`Translation.token_logprobs` is empty), the
+attention (`attention_layer`, `--alignment`, `--show-attention`), and lexical constraints.
 """
 
 from __future__ import annotations
@@ -49,18 +60,23 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from seq2seq.data.batching import length_batches
 from seq2seq.deploy.staging import EXPORT_INFO, ExportError, read_export_info, require, weights_digest
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.options import resolve_search
+from seq2seq.inference.steering import SteeringError, encode_steering, steer_inputs
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.model.encoders.base import source_processor
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
 
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.inference.glossary import Glossary
+
 log = logging.getLogger(__name__)
+NO_CONSTRAINTS = "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
 
 # CTranslate2's compute types for our precisions; fp32 keeps what was exported (an int8 export stays int8).
 COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}
@@ -73,7 +89,8 @@ SCORING = {"max_input_length": 0, "max_batch_size": CT2_BATCH}
 
 @dataclass
 class _Job:
-    """One `translate_nbest` call: its sentences' source pieces and length limits (by index), their
+    """One `translate_nbest` call (or the part of it that bans the same phrases): its sentences' source
+    pieces, length limits and target prefixes (pieces; by index), the banned phrases (pieces), their
     n-best lists as they are found, and the sentences to translate again at their limit, by (limit,
     PAD and BOS forbidden)."""
 
@@ -81,7 +98,14 @@ class _Job:
     results: list[list[Translation]]
     pieces: dict[int, list[str]]
     max_len: dict[int, int]
+    prefix: dict[int, list[str]] = field(default_factory=dict)
+    avoid: list[list[str]] = field(default_factory=list)
     at_limit: dict[tuple[int, bool], list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def prefixes(self, batch: Sequence[int]) -> list[list[str]] | None:
+        """The target prefixes of `batch` for CTranslate2 (None: no sentence of it has one)."""
+        found = [self.prefix.get(i) for i in batch]
+        return found if any(found) else None
 
 
 class CTranslate2Translator:
@@ -153,35 +177,70 @@ class CTranslate2Translator:
         batch_tokens: int = 4000,
         first_line: int = 1,
         warn: Callable[[str], None] | None = None,
+        *,
+        prefix: Sequence[str | None] | None = None,
+        constraints: Sequence[Sequence[str] | None] | None = None,
+        avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        glossary: Glossary | str | Path | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
-        """As `Translator.translate_nbest`: n-best hypotheses of each text, best first, in input order."""
+        """As `Translator.translate_nbest`: n-best hypotheses of each text, best first, in input order.
+        Steering as there, except lexical constraints (`constraints`, `glossary`): SteeringError
+        (see the module docstring)."""
         cfg = self.search_config(**options)
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+        if glossary is not None:
+            raise SteeringError(f"{NO_CONSTRAINTS} (a glossary's terms are constraints)")
+        steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, first_line=first_line)
+        if steering is not None and any(s.constraints for s in steering):
+            raise SteeringError(NO_CONSTRAINTS)
         warn = warn or log.warning
         if cfg.strategy == "beam" and not cfg.early_stopping and "early_stopping" not in self._warned:
             self._warned.add("early_stopping")
             warn("decoding.early_stopping=false is not available in CTranslate2: beam search stops once "
                  "`beam` hypotheses have ended (as with early_stopping=true)")
         results: list[list[Translation]] = [[] for _ in texts]
+        tgt = self.tokenizers.tgt
+        prefixes: dict[int, list[str]] = {}
+        banned: dict[int, tuple[tuple[str, ...], ...]] = {}
+        for i, s in enumerate(steering or []):
+            if s:  # checked before any text is read or translated, as `Translator` does
+                controls = encode_steering(s, tgt, first_line + i)
+                if controls.prefix:
+                    prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
+                banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))
         examples = self.processor.prepare(texts, first_line, warn)  # ids + EOS of each non-empty text
         src_tok = self.tokenizers.src
-        job = _Job(cfg, results, pieces={i: [src_tok.id_to_piece(t) for t in ids[:-1]] for i, ids in examples.items()},
-                   max_len={i: cfg.max_length(len(ids)) for i, ids in examples.items()})
-        lengths = {i: self.processor.length(ids) for i, ids in examples.items()}
-        blocked = [i for batch in length_batches(lengths, batch_tokens) for i in self._first_pass(job, batch, False)]
-        if blocked:
-            self._first_pass(job, blocked, True)
-        for (n, suppress), sentences in sorted(job.at_limit.items()):
-            for i, nbest in zip(sentences, self._at_limit([job.pieces[i] for i in sentences], cfg, n, suppress)):
-                results[i] = nbest
+        pieces = {i: [src_tok.id_to_piece(t) for t in ids[:-1]] for i, ids in examples.items()}
+        max_len = {i: cfg.max_length(len(ids)) for i, ids in examples.items()}
+        for i, p in prefixes.items():
+            if i in max_len and len(p) > max_len[i]:
+                raise SteeringError(f"line {first_line + i}: the target prefix has {len(p)} tokens, more than this "
+                                    f"sentence's length limit of {max_len[i]} "
+                                    "(see --max-len-a, --max-len-b, --max-len)")
+        groups: dict[tuple[tuple[str, ...], ...], list[int]] = defaultdict(list)  # by banned phrases
+        for i in examples:
+            groups[banned.get(i, ())].append(i)
+        for phrases, members in groups.items():
+            job = _Job(cfg, results, pieces={i: pieces[i] for i in members}, max_len={i: max_len[i] for i in members},
+                       prefix={i: prefixes[i] for i in members if i in prefixes}, avoid=[list(p) for p in phrases])
+            self._translate(job, {i: self.processor.length(examples[i]) for i in members}, batch_tokens)
         hyps = [h for nbest in results for h in nbest]
         for h, text in zip(hyps, self.tokenizers.tgt.decode([h.token_ids for h in hyps])):  # one call: faster
             h.text = text
         return results
 
     # ---- internals ----------------------------------------------------------------------
+
+    def _translate(self, job: _Job, lengths: dict[int, int], batch_tokens: int) -> None:
+        """Fill `job.results` for the sentences of `job` (their source lengths `lengths`)."""
+        blocked = [i for batch in length_batches(lengths, batch_tokens) for i in self._first_pass(job, batch, False)]
+        if blocked:
+            self._first_pass(job, blocked, True)
+        for (n, suppress), sentences in sorted(job.at_limit.items()):
+            for i, nbest in zip(sentences, self._at_limit(job, sentences, n, suppress)):
+                job.results[i] = nbest
 
     def _first_pass(self, job: _Job, batch: list[int], suppress: bool) -> list[int]:
         """Translate `batch` to its longest limit; returns the sentences to run again with PAD and BOS
@@ -191,9 +250,11 @@ class CTranslate2Translator:
         if longest == 0:
             job.at_limit[0, suppress] += batch
             return []
-        out = self._run([pieces[i] for i in batch], cfg, longest + 1, suppress=suppress)
-        offsets = self._eos_offsets([pieces[i] for i in batch], cfg)
-        blocked, cut = [], []
+        out = self._run([pieces[i] for i in batch], cfg, longest + 1, suppress=suppress,
+                        prefixes=job.prefixes(batch), avoid=job.avoid)
+        offsets = ([0.0] * len(batch) if job.avoid  # scored again below
+                   else self._eos_offsets([pieces[i] for i in batch], cfg, job.prefixes(batch)))
+        blocked, cut, done = [], [], {}
         for i, r, c in zip(batch, out, offsets):
             if cfg.strategy == "greedy" and len(r.hypotheses[0]) >= max_len[i]:
                 # greedy search's tokens do not depend on the limit: stop them there, score the EOS
@@ -203,8 +264,24 @@ class CTranslate2Translator:
             elif not suppress and self._generated_blocked(r.hypotheses):
                 blocked.append(i)
             else:
-                job.results[i] = self._nbest(self._pairs(r, c), cfg, pieces[i])
+                done[i] = self._pairs(r, c)
+        for i, pairs in zip(done, self._rescored(job, list(done), list(done.values()))):
+            job.results[i] = self._nbest(pairs, cfg, pieces[i])
         return blocked + self._score_cut(job, cut, suppress)
+
+    def _rescored(self, job: _Job, sentences: list[int], pairs: list[list[tuple[list[str], float]]]
+                  ) -> list[list[tuple[list[str], float]]]:
+        """The (tokens, log-probability) pairs of `sentences`, scored again by `score_batch` where the
+        search banned phrases (CTranslate2 then renormalized the probabilities; see the module
+        docstring); as they are otherwise."""
+        if not job.avoid or not sentences:
+            return pairs
+        flat = [(k, tokens) for k, p in enumerate(pairs) for tokens, _ in p]
+        scored = self.engine.score_batch([job.pieces[sentences[k]] for k, _ in flat], [t for _, t in flat], **SCORING)
+        out: list[list[tuple[list[str], float]]] = [[] for _ in pairs]
+        for (k, tokens), r in zip(flat, scored):
+            out[k].append((tokens, float(sum(r.log_probs))))
+        return out
 
     def _score_cut(self, job: _Job, cut: list[tuple[int, list[str]]], suppress: bool) -> list[int]:
         """Greedy hypotheses cut at their limit, (sentence, tokens) each, scored with the EOS ours forces
@@ -224,16 +301,28 @@ class CTranslate2Translator:
         """The length limit of a source of src_len tokens (with EOS): `SearchConfig.max_length`."""
         return cfg.max_length(src_len)
 
-    def _eos_offsets(self, batch: list[list[str]], cfg: SearchConfig) -> list[float]:
+    def _eos_offsets(self, batch: list[list[str]], cfg: SearchConfig,
+                     prefixes: list[list[str] | None] | None = None) -> list[float]:
         """Per source: how much higher CTranslate2's log-probabilities are than ours. With min_len 1 it
         forbids EOS at the first step by renormalizing the other tokens' probabilities (ours keeps
         them), adding -log(1 - p(EOS | BOS)) to every hypothesis; scored here to take it back out
         (a constant per sentence, but the length penalty turns it into a different score change per
-        hypothesis length)."""
-        if cfg.min_len < 1:
+        hypothesis length). A source with a target prefix (`prefixes`): its first step is the
+        prefix's, and CTranslate2's scores leave the prefix's tokens out: minus their
+        log-probability, scored here to add it back."""
+        prefixes = prefixes or [None] * len(batch)
+        if cfg.min_len < 1 and not any(prefixes):
             return [0.0] * len(batch)
-        scored = self.engine.score_batch(batch, [[]] * len(batch), **SCORING)
-        return [-math.log1p(-min(math.exp(r.log_probs[0]), 1.0 - 1e-12)) for r in scored]
+        scored = self.engine.score_batch(batch, [p or [] for p in prefixes], **SCORING)
+        offsets = []
+        for p, r in zip(prefixes, scored):
+            if p:
+                offsets.append(-float(sum(r.log_probs[: len(p)])))
+            elif cfg.min_len < 1:
+                offsets.append(0.0)
+            else:
+                offsets.append(-math.log1p(-min(math.exp(r.log_probs[0]), 1.0 - 1e-12)))
+        return offsets
 
     @staticmethod
     def _pairs(result: Any, offset: float) -> list[tuple[list[str], float]]:
@@ -243,16 +332,20 @@ class CTranslate2Translator:
         return any(t in self._blocked_pieces for h in hypotheses for t in h)
 
     def _run(self, batch: list[list[str]], cfg: SearchConfig, max_length: int, keep_all: bool = False,
-             suppress: bool = False) -> list[Any]:
+             suppress: bool = False, prefixes: list[list[str] | None] | None = None,
+             avoid: list[list[str]] | None = None) -> list[Any]:
         """translate_batch with our search. keep_all (a search that reaches max_length): patience 2, so
         that the hypotheses finishing at the last step are all returned (CTranslate2's stopping
         rule only changes after `beam` have finished, which such a search never reaches earlier).
         suppress: PAD and BOS are never generated (CTranslate2 then renormalizes the others'
-        probabilities, which ours does not: the scores are then slightly higher than ours)."""
+        probabilities, which ours does not: the scores are then slightly higher than ours).
+        prefixes: each source's target prefix (None: none); avoid: phrases never generated."""
+        suppressed = (self._blocked if suppress else []) + list(avoid or [])
         options: dict[str, Any] = dict(
             max_batch_size=CT2_BATCH, max_input_length=0, max_decoding_length=max_length,
             min_decoding_length=min(cfg.min_len, max_length), no_repeat_ngram_size=cfg.no_repeat_ngram,
-            return_scores=True, **({"suppress_sequences": self._blocked} if suppress else {}),
+            return_scores=True, **({"suppress_sequences": suppressed} if suppressed else {}),
+            **({"target_prefix": prefixes} if prefixes else {}),
         )
         if cfg.strategy == "beam":
             patience = 2 if keep_all else 1
@@ -265,20 +358,24 @@ class CTranslate2Translator:
                            sampling_topp=cfg.topp, sampling_temperature=cfg.temperature)
         return self.engine.translate_batch(batch, **options)
 
-    def _at_limit(self, batch: list[list[str]], cfg: SearchConfig, n: int, suppress: bool = False
-                  ) -> list[list[Translation]]:
+    def _at_limit(self, job: _Job, sentences: list[int], n: int, suppress: bool = False) -> list[list[Translation]]:
         """Sources whose search reaches their limit of n tokens: CTranslate2 stops there (its last step
         keeps the `beam` best extensions as they are); the hypotheses of n tokens then get the
         log-probability of the EOS that ours forces after them (scored by CTranslate2)."""
+        cfg, batch, prefixes = job.cfg, [job.pieces[i] for i in sentences], job.prefixes(sentences)
         if n == 0:  # the limit allows no token: ours forces EOS at once
             scored = self.engine.score_batch(batch, [[]] * len(batch), **SCORING)
             return [self._nbest([([], float(sum(r.log_probs)))], cfg, src) for src, r in zip(batch, scored)]
-        out = self._run(batch, cfg, n, keep_all=True, suppress=suppress)
+        out = self._run(batch, cfg, n, keep_all=True, suppress=suppress, prefixes=prefixes, avoid=job.avoid)
         again = [k for k, r in enumerate(out) if not suppress and self._generated_blocked(r.hypotheses)]
         if again:
-            for k, r in zip(again, self._run([batch[k] for k in again], cfg, n, keep_all=True, suppress=True)):
+            for k, r in zip(again, self._run([batch[k] for k in again], cfg, n, keep_all=True, suppress=True,
+                                             prefixes=job.prefixes([sentences[k] for k in again]), avoid=job.avoid)):
                 out[k] = r
-        hyps = [self._pairs(r, c) for r, c in zip(out, self._eos_offsets(batch, cfg))]
+        offsets = [0.0] * len(batch) if job.avoid else self._eos_offsets(batch, cfg, prefixes)
+        hyps = [self._pairs(r, c) for r, c in zip(out, offsets)]
+        if job.avoid:  # every hypothesis scored again, those of n tokens with the EOS ours forces
+            return [self._nbest(pairs, cfg, src) for pairs, src in zip(self._rescored(job, sentences, hyps), batch)]
         full = [(k, j) for k, pairs in enumerate(hyps) for j, (tokens, _) in enumerate(pairs) if len(tokens) == n]
         if full:
             scored = self.engine.score_batch([batch[k] for k, _ in full], [hyps[k][j][0] for k, j in full],

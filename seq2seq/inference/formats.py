@@ -98,10 +98,13 @@ def translate_stream(
     warn: Callable[[str], None] = warn,
     progress: bool = False,
     total: int | None = None,
+    steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
 ) -> int:
     """Translate `lines` chunk by chunk (each chunk sorted into token-bounded batches by the
     translator), writing and flushing each chunk's output before reading the next. Returns the
-    number of lines. `progress`: a progress bar on stderr (lines done, of `total` if known)."""
+    number of lines. `progress`: a progress bar on stderr (lines done, of `total` if known).
+    steer: turns a chunk's lines into the texts and the steering arguments of `translate_nbest`
+    (`seq2seq.cli.steering.Steerer`; its `close()` is called at the end of the input)."""
     from tqdm import tqdm
 
     done = 0
@@ -109,9 +112,12 @@ def translate_stream(
         while True:
             chunk = list(itertools.islice(lines, chunk_lines))
             if not chunk:
+                if steer is not None and hasattr(steer, "close"):
+                    steer.close()
                 return done
-            results = translator.translate_nbest(chunk, batch_tokens=batch_tokens, first_line=done + 1, warn=warn,
-                                                 **search)
+            texts, steering = steer(chunk) if steer is not None else (chunk, {})
+            results = translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=done + 1, warn=warn,
+                                                 **steering, **search)
             out.write("".join(emit(done + i, r) for i, r in enumerate(results)).encode("utf-8"))
             out.flush()
             done += len(chunk)

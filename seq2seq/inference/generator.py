@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from torch import Tensor
 
+from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
+from seq2seq.inference.steering import Steering, SteeringError, encode_steering
 from seq2seq.inference.translator import Translator, check_batch_tokens
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
 from seq2seq.model.encoders.base import AUDIO, IMAGE, AttentionView, SourceError, SourceKind
@@ -46,14 +48,17 @@ class Generator(Translator):
     def wanted(cls) -> str:
         return f"{cls.kind.name}" if cls.kind is not None else "files"
 
-    def __init__(self, loaded: LoadedModel, precision: str = "fp32", _owns_model: bool = False) -> None:
-        super().__init__(loaded, precision, _owns_model=_owns_model)
-        self.tokenizer = loaded.tokenizers.tgt
+    def __init__(self, loaded: LoadedModel | Sequence[LoadedModel], precision: str = "fp32", _owns_model: bool = False,
+                 **ensemble: Any) -> None:
+        super().__init__(loaded, precision, _owns_model=_owns_model, **ensemble)
+        self.tokenizer = self.tokenizers.tgt
 
     def generate(self, paths: list[str], batch_tokens: int = 4000, skip_bad: bool = False,
-                 warn: Callable[[str], None] | None = None, **options: Any) -> list[list[Translation]]:
-        """n-best hypotheses (best first) for each file, in input order (`translate_nbest`)."""
-        return self.translate_nbest(paths, batch_tokens, warn=warn, skip_bad=skip_bad, **options)
+                 warn: Callable[[str], None] | None = None, first_line: int = 1,
+                 **options: Any) -> list[list[Translation]]:
+        """n-best hypotheses (best first) for each file, in input order (`translate_nbest`; first_line:
+        the input line of paths[0], for messages)."""
+        return self.translate_nbest(paths, batch_tokens, first_line, warn=warn, skip_bad=skip_bad, **options)
 
     def __call__(self, paths: list[str], **options: Any) -> list[str]:
         """Best text for each file, in input order ("" for a skipped file)."""
@@ -109,8 +114,9 @@ class Transcriber(Generator):
     DEFAULT_WINDOW_SECONDS = 20.0
     GROUP_SECONDS = 3600.0  # audio held in memory at a time: files are read and decoded in groups of this
 
-    def __init__(self, loaded: LoadedModel, precision: str = "fp32", _owns_model: bool = False) -> None:
-        super().__init__(loaded, precision, _owns_model=_owns_model)
+    def __init__(self, loaded: LoadedModel | Sequence[LoadedModel], precision: str = "fp32", _owns_model: bool = False,
+                 **ensemble: Any) -> None:
+        super().__init__(loaded, precision, _owns_model=_owns_model, **ensemble)
         self.longest_window = self.processor.encoder_seconds  # None: any
         self.max_window_seconds = float(self.processor.max_seconds or self.DEFAULT_WINDOW_SECONDS)
         self.processor = self.processor.without_length_limit()  # reads a whole recording, however long
@@ -151,17 +157,26 @@ class Transcriber(Generator):
         max_window_seconds: float | None = None,
         timestamps: bool = False,
         progress: bool = False,
+        prefix: Sequence[str | None] | None = None,
+        constraints: Sequence[Sequence[str] | None] | None = None,
+        avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        tgt_lang: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
         """n-best hypotheses of each audio file (`texts`: paths), long ones in windows (see the class).
 
         max_window_seconds: the longest window (default: `self.max_window_seconds`). timestamps:
         each hypothesis carries `segments` (its windows' times and texts). progress: a bar on stderr
-        counting windows. The rest as for `Translator.translate_nbest`.
+        counting windows. Steering: avoid holds in every window, a prefix starts the first window,
+        and constraints need the recording to fit in one window. The rest as for
+        `Translator.translate_nbest`.
         """
         cfg = self.search_config(**options)
         check_batch_tokens(batch_tokens)
+        self.processor_for(tgt_lang)  # a recording model translates into one language: refuses any
         window = self.window_seconds(max_window_seconds)
+        steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, None, warn)
+        controls: dict[tuple[int, int], SourceControls] = {}
         from tqdm import tqdm
 
         results: list[list[Translation]] = [[] for _ in texts]
@@ -176,26 +191,33 @@ class Transcriber(Generator):
                         skipped[i] = problems.pop(0)
                     continue
                 group[i] = wave, self.processor.split(wave, window)
+                if steering is not None and steering[i]:
+                    controls.update(self._window_controls(i, steering[i], len(group[i][1]), first_line + i))
                 bar.total += len(group[i][1])
                 bar.refresh()
-                if sum(w.numel() for w, _ in group.values()) >= self.GROUP_SECONDS * self.sample_rate:
-                    self._transcribe_group(group, texts, cfg, batch_tokens, timestamps, bar.update, results)
+                if sum(_samples(w) for w, _ in group.values()) >= self.GROUP_SECONDS * self.sample_rate:
+                    self._transcribe_group(group, texts, cfg, batch_tokens, timestamps, bar.update, results,
+                                          controls, first_line)
                     group = {}
-            self._transcribe_group(group, texts, cfg, batch_tokens, timestamps, bar.update, results)
+            self._transcribe_group(group, texts, cfg, batch_tokens, timestamps, bar.update, results,
+                                          controls, first_line)
         return results
 
     def _transcribe_group(self, group: dict[int, tuple[Tensor, list[Window]]], paths: list[str], cfg: Any,
                           batch_tokens: int, timestamps: bool, on_batch: Callable[[int], Any],
-                          results: list[list[Translation]]) -> None:
+                          results: list[list[Translation]], controls: dict[tuple[int, int], SourceControls],
+                          first_line: int) -> None:
         """Search every window of the files in `group` ({index: (wave [T], windows)}) in shared
-        batches; results[index] = the file's n-best list."""
+        batches, with controls {(index, window): its controls}; results[index] = the file's n-best list."""
         crop = self.processor.crop
         examples = {(i, k): crop(wave, w) for i, (wave, windows) in group.items() for k, w in enumerate(windows)}
-        done = self._search(examples, cfg, batch_tokens, lambda key: {"source": str(paths[key[0]])}, on_batch)
+        done = self._search(examples, cfg, batch_tokens, lambda key: {"source": str(paths[key[0]])}, on_batch,
+                            controls={key: controls[key] for key in examples if key in controls},
+                            line=lambda key: first_line + key[0])
         rate = self.sample_rate
         for i, (wave, windows) in group.items():
             nbests = [done[(i, k)] for k in range(len(windows))]
-            whole = len(windows) == 1 and windows[0].start == 0 and windows[0].end == wave.numel()
+            whole = len(windows) == 1 and windows[0].start == 0 and windows[0].end == _samples(wave)
             hyps = nbests[0] if whole else [self._joined(str(paths[i]), windows, [n[0] for n in nbests])]
             if timestamps:
                 for h in hyps:
@@ -205,6 +227,16 @@ class Transcriber(Generator):
                                   for w, t in zip(windows, texts)]
             results[i] = hyps
 
+    def _window_controls(self, index: int, steering: Steering, n_windows: int,
+                         line: int) -> dict[tuple[int, int], SourceControls]:
+        """The controls of file `index`'s windows: avoid in each, the prefix in the first, the
+        constraints only where the whole recording is one window (SteeringError otherwise)."""
+        if steering.constraints and n_windows > 1:
+            raise SteeringError(f"line {line}: constraints hold for a recording decoded in one window, but this one "
+                                f"is split into {n_windows}; raise --max-window-seconds (if the model allows)")
+        controls = encode_steering(steering, self.tokenizer, line)
+        return {(index, k): controls if k == 0 else SourceControls(avoid=controls.avoid) for k in range(n_windows)}
+
     @staticmethod
     def _joined(source: str, windows: list[Window], best: list[Translation]) -> Translation:
         """One hypothesis for a file from its windows' best ones (no windows: an empty text)."""
@@ -213,3 +245,8 @@ class Transcriber(Generator):
             score=sum(h.score for h in best), logprob=sum(h.logprob for h in best),
             token_ids=[t for h in best for t in h.token_ids], pieces=[p for h in best for p in h.pieces],
             token_logprobs=[x for h in best for x in h.token_logprobs], source=source)
+
+
+def _samples(wave: Tensor | tuple[Tensor, ...]) -> int:
+    """Samples in a recording's waveform (an ensemble's: its first member's, all read at one rate)."""
+    return (wave[0] if isinstance(wave, tuple) else wave).numel()

@@ -27,7 +27,9 @@ class TranslationEngine(Protocol):
     defaults: the model's `decoding` config; search_config(**options) applies a call's search
     options to it (`seq2seq.inference.options.resolve_search`, plus what the engine cannot do),
     ValueError for a bad one; translate_nbest gives each source's n-best list in input order
-    ([] for an empty or skipped source), translate each source's best text ("" for none).
+    ([] for an empty or skipped source), translate each source's best text ("" for none). Steering
+    (prefix, constraints, avoid, glossary: docs/decoding-controls.md) as `Translator.translate_nbest`
+    takes it; what an engine cannot honour is refused with `SteeringError`, never dropped.
     """
 
     defaults: SearchConfig
@@ -36,7 +38,8 @@ class TranslationEngine(Protocol):
     def search_config(self, **options: Any) -> SearchConfig: ...
 
     def translate_nbest(self, texts: list[str], batch_tokens: int = 4000, first_line: int = 1,
-                        warn: Callable[[str], None] | None = None, **options: Any) -> list[list[Translation]]: ...
+                        warn: Callable[[str], None] | None = None, *, prefix: Any = None, constraints: Any = None,
+                        avoid: Any = None, glossary: Any = None, **options: Any) -> list[list[Translation]]: ...
 
     def translate(self, texts: list[str], **options: Any) -> list[str]: ...
 

@@ -34,6 +34,11 @@ while fewer than `min_len` tokens have been generated and forced once `max_len` 
 (so at most max_len tokens; max_len wins over min_len when they conflict). PAD and BOS are never
 generated.
 
+Controls (`seq2seq.inference.controls`), per source: a target prefix the output starts with, phrases
+it must contain (the constrained beam, `seq2seq.inference.constraints`, replaces `Beam`) and phrases
+it must not. Each masks the step's log-probabilities after the rules above and follows the rows as
+they are kept, reordered and extended; a batch without controls runs none of their code.
+
 Batch invariance: every decision (lengths, finishing, early stopping) is made per unit from that
 unit's rows alone, so a sentence's greedy or beam result does not depend on the other sentences of
 the batch or on their padding (up to floating-point noise of batched matmuls). Sampling is
@@ -46,13 +51,17 @@ S padded source length, t tokens generated so far.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
+from seq2seq.inference.avoid import BannedPhrases
+from seq2seq.inference.constraints import ConstrainedBeam, ConstraintTracker
+from seq2seq.inference.controls import Control, ControlError, SourceControls
+from seq2seq.inference.prefix import TargetPrefix
 from seq2seq.inference.ctc import best_paths, ctc_log_likelihood, ctc_log_probs, joint_logprob
 from seq2seq.inference.protocol import SearchableModel
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
@@ -76,6 +85,31 @@ class Hypothesis:
     token_logprobs: list[float]
     attention: Tensor | None = None
     ctc_logprob: float | None = None  # log P_CTC(tokens | source), with decoding.ctc_weight > 0
+    constraints_met: bool = True  # False: ended at the length limit before meeting its constraints
+
+
+def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_lengths: Sequence[int],
+                   sources: Sequence[int], eos_id: int, device: torch.device, continuation: Tensor | None = None) -> tuple[list[Control], Control | None]:
+    """The controls of a batch's units (`per_unit[u]`: unit u's, None for none; `sources[u]`: its source
+    in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`). Returns the masking controls, and the constraint
+    tracker (None without constraints) that the constrained beam strategy reads.
+
+    ControlError naming the source for a prefix that does not fit the length limit."""
+    controls = [c or SourceControls() for c in per_unit]
+    for c, limit, source in zip(controls, max_lengths, sources):
+        if len(c.prefix) > limit:
+            raise ControlError(source, f"the target prefix has {len(c.prefix)} tokens, more than this sentence's "
+                                       f"length limit of {limit} (see --max-len-a, --max-len-b, --max-len)")
+    out: list[Control] = []
+    if any(c.avoid for c in controls):
+        out.append(BannedPhrases([c.avoid for c in controls], group, device))
+    tracker = None
+    if any(c.constraints for c in controls):
+        tracker = ConstraintTracker([c.constraints for c in controls], group, eos_id, device, continuation)
+        out.append(tracker)
+    if any(c.prefix for c in controls):  # last: the user's prefix wins over every other mask
+        out.append(TargetPrefix([c.prefix for c in controls], group, device))
+    return out, tracker
 
 
 def block_repeated_ngrams(lprobs: Tensor, generated: Tensor, n: int) -> None:
@@ -156,19 +190,25 @@ class Rows:
 # --------------------------------------------------------------------------------------------
 
 
-def search(model: SearchableModel, src: Any, cfg: SearchConfig, *, use_cache: bool = True) -> list[list[Hypothesis]]:
+def search(model: SearchableModel, src: Any, cfg: SearchConfig, *, controls: Sequence[SourceControls | None] | None = None,
+           continuation: Tensor | None = None, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
 
     Each list holds up to `cfg.nbest` distinct hypotheses sorted by score, best first (fewer only
     when constraints or a tiny vocabulary leave fewer finite-probability sequences, or when
-    samples coincide). `use_cache=False` recomputes the whole prefix at every step instead of
-    using the key/value cache (slow; for testing). The model is run in eval mode and restored.
+    samples coincide). controls: each source's decoding controls (target prefix, constraints, banned
+    phrases; `seq2seq.inference.controls`), None for none; constraints need beam search, and a
+    hypothesis that could not meet them ends at the length limit with `constraints_met=False`,
+    ranked after those that did; continuation [V] (bool, optional): the target pieces that continue a
+    word, so that constraints are met only as whole words (`ConstraintTracker`). `use_cache=False` recomputes the whole prefix at every step
+    instead of using the key/value cache (slow; for testing). The model is run in eval mode and
+    restored. ControlError (a ValueError) naming the source for controls that cannot be honoured.
     """
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            return _Search(model, cfg, use_cache).run(src)
+            return _Search(model, cfg, use_cache, controls, continuation).run(src)
     finally:
         model.train(was_training)
 
@@ -183,8 +223,10 @@ class _Search:
     finished hypotheses.
     """
 
-    def __init__(self, model: SearchableModel, cfg: SearchConfig, use_cache: bool) -> None:
+    def __init__(self, model: SearchableModel, cfg: SearchConfig, use_cache: bool,
+                 controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None) -> None:
         self.model, self.cfg, self.use_cache = model, cfg, use_cache
+        self.source_controls, self.continuation = controls, continuation
         self.exact = cfg.strategy == "beam" and not cfg.early_stopping
 
     def run(self, src: Any) -> list[list[Hypothesis]]:
@@ -219,6 +261,7 @@ class _Search:
         self.memory, self.pad_mask = memory, pad_mask
         self._aranges: dict[int, Tensor] = {}
         self.units = self._init_units([m for m in max_lens for _ in range(per)], per)
+        self._start_controls(g)
         self.blocked = torch.tensor(sorted({cfg.pad_id, cfg.bos_id} - {cfg.eos_id}), device=device)
         self.finished: list[list[Hypothesis]] = [[] for _ in max_lens]
         b = len(self.units.source) * g
@@ -229,6 +272,22 @@ class _Search:
         )
         self.scores = strategy.initial_scores(len(self.units.source), device)  # [B]
         self.cache = self.model.new_cache(group=g) if self.use_cache else None
+
+    def _start_controls(self, group: int) -> None:
+        """The batch's decoding controls (none when no source has any); with constraints, the
+        constrained beam strategy."""
+        self.controls: list[Control] = []
+        self.tracker = None
+        if self.source_controls is None or not any(self.source_controls):
+            return
+        units = self.units
+        per_unit = [self.source_controls[s] for s in units.source]
+        self.controls, self.tracker = build_controls(per_unit, group, units.max_host, units.source, self.cfg.eos_id,
+                                                     self.device, self.continuation)
+        if self.tracker is not None:
+            if self.cfg.strategy != "beam":
+                raise ValueError(f"constraints need beam search, not {self.cfg.strategy} search")
+            self.strategy = ConstrainedBeam(group, self.tracker)
 
     def _max_lengths(self, src: Any, pad_mask: Tensor) -> list[int]:
         """Each source's length limit (`SearchConfig.max_length`); pad_mask [N, S]."""
@@ -278,7 +337,7 @@ class _Search:
 
     def _advance(self, cont: Candidates, done: list[bool], step_attn: Tensor | None, regroup: bool) -> None:
         """Drop the finished units, move the rows to their parents (regroup) and append the new tokens."""
-        g, index = self.group, None
+        g, index, kept = self.group, None, None
         if any(done):
             keep_host = [i for i, d in enumerate(done) if not d]
             kept = torch.tensor(keep_host, device=self.device)
@@ -298,6 +357,8 @@ class _Search:
                 step_attn = step_attn.index_select(0, index)
         self.rows = rows.append(cont.tokens, cont.logprob, step_attn)
         self.scores = cont.scores.view(-1)
+        for control in self.controls:
+            control.follow(kept, index, cont.tokens.view(-1))
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -348,6 +409,7 @@ class _Search:
         cfg = self.cfg
         eos = cfg.eos_id
         force = step >= min(self.units.max_host)
+        raw = lprobs.clone() if self.controls else None
         if force:
             raw_eos = lprobs[:, eos].clone()
         if self.blocked.numel():
@@ -357,6 +419,8 @@ class _Search:
         n = cfg.no_repeat_ngram
         if n and step >= n:
             block_repeated_ngrams(lprobs, tokens[:, 1:], n)
+        for control in self.controls:
+            control.mask(lprobs, tokens, step, raw)
         if force:  # rows at their max_len: EOS only, with its real log-probability
             at_max = (self.units.max <= step).repeat_interleave(self.group)  # [B]
             lprobs.masked_fill_(at_max[:, None], NEG_INF)
@@ -376,7 +440,7 @@ class _Search:
         # The best score a live hypothesis could still reach: its log-probability only falls, so
         # only the length penalty can help, most at max_len when lenpen > 0, else at the next step.
         penalty = units.max_penalty if cfg.lenpen > 0 else cfg.length_penalty(step + 2)
-        bound = cont.scores[:, 0] / penalty
+        bound = cont.scores.amax(dim=1) / penalty  # (constrained beam: candidates are not in score order)
         return (units.best_finished[:, -1] >= bound) | at_max
 
     def _finalize(
@@ -393,6 +457,7 @@ class _Search:
         prefixes = rows.tokens[index, 1:].tolist()
         lps = torch.cat([rows.logprobs[index], cand.logprob[unit, col][:, None]], dim=1).tolist()
         totals = cand.scores[unit, col].tolist()
+        met = [True] * len(totals) if self.tracker is None else self.tracker.all_met(index).tolist()
         attn = None
         if rows.attention is not None:
             attn = torch.cat([rows.attention[index], step_attn[index][:, None]], dim=1).cpu()
@@ -405,11 +470,15 @@ class _Search:
                     logprob=totals[i],
                     token_logprobs=lps[i],
                     attention=None if attn is None else attn[i][:, self.real_positions[source]],
+                    constraints_met=met[i],
                 )
             )
 
     def _nbest(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
-        """The best `nbest` distinct hypotheses, best first (stable for equal scores)."""
+        """The best `nbest` distinct hypotheses, best first (stable for equal scores); only those that
+        met their constraints, when any did."""
+        if any(h.constraints_met for h in hyps):
+            hyps = [h for h in hyps if h.constraints_met]
         out, seen = [], set()
         for hyp in sorted(hyps, key=lambda h: -h.score):
             key = tuple(hyp.tokens)

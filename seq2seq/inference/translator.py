@@ -21,10 +21,11 @@ translate through this class; `Generator` (captioning, speech) is this class for
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,15 +35,34 @@ from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_
 from seq2seq.accel.packed import pack_decoder
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.batching import length_batches, to_device
+from seq2seq.inference.controls import ControlError, SourceControls
+from seq2seq.inference.ensemble import EnsembleModel, EnsembleProcessor, check_members
+from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import Hypothesis, search
+from seq2seq.inference.steering import (
+    Steering, SteeringError, check_steering, continuation_pieces, encode_steering, steer_inputs,
+)
 from seq2seq.model.encoders.base import Encoder, SourceError, SourceKind, source_kind, source_processor
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
+from seq2seq.text.languages import model_languages, target_prefix
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Translation", "Translator", "quantize_int8"]
+
+
+def checkpoint_members(model_dir: str | Path, last: int) -> list[Path]:
+    """The last `last` checkpoints a run kept, as ensemble members; ValueError naming the directory
+    when it kept fewer."""
+    from seq2seq.storage.model_dir import ModelDir
+
+    kept = ModelDir(model_dir).checkpoints()
+    if last < 2 or len(kept) < last:
+        raise ValueError(f"last_checkpoints {last}: {model_dir} kept {len(kept)} checkpoint(s) "
+                         f"(training.keep_last); an ensemble needs 2 or more")
+    return kept[-last:]
 
 
 class Translator:
@@ -57,31 +77,44 @@ class Translator:
     its own freshly loaded model in place instead).
     """
 
-    def __init__(self, loaded: LoadedModel, precision: str = "fp32", _owns_model: bool = False) -> None:
+    def __init__(self, loaded: LoadedModel | Sequence[LoadedModel], precision: str = "fp32", _owns_model: bool = False,
+                 *, ensemble_weights: Sequence[float] | None = None, ensemble_combine: str = "prob") -> None:
         if precision not in INFERENCE_PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
-        self._check_model(loaded)
-        self.loaded = loaded
-        self.model: nn.Module = loaded.model.eval()
-        self.device = next(self.model.parameters()).device
+        members = [loaded] if isinstance(loaded, LoadedModel) else list(loaded)
+        for member in members:
+            self._check_model(member)
+        if len(members) > 1:
+            check_members(members)
+        elif ensemble_weights is not None and len(ensemble_weights) != 1:
+            raise ValueError(f"{len(ensemble_weights)} ensemble weights for 1 model; give one per model")
+        self.loaded = members[0]
+        self.members = members
+        self.device = next(self.loaded.model.parameters()).device
         self.precision = precision
+        models = [self._converted(m.model.eval(), precision, _owns_model) for m in members]
+        self.model: nn.Module = models[0] if len(models) == 1 else EnsembleModel(models, ensemble_weights,
+                                                                                 ensemble_combine)
+        self.tokenizers = self.loaded.tokenizers
+        self.defaults = self.loaded.config.decoding
+        processors = [source_processor(m.config.model, m.tokenizers.src) for m in members]
+        self.processor = processors[0] if len(processors) == 1 else EnsembleProcessor(processors)
+
+    def _converted(self, model: nn.Module, precision: str, owns: bool) -> nn.Module:
+        """`model` ready to decode at `precision` (see the class docstring); a copy unless `owns`."""
         if precision == "int8":
             if self.device.type != "cpu":
                 raise ValueError(f"int8 precision runs on CPU only (the model is on {self.device})")
-            self.model = quantize_int8(self.model, inplace=_owns_model)
-        elif precision == "bf16":
+            return quantize_int8(model, inplace=owns)
+        if precision == "bf16":
             warning = slow_precision_warning(precision, self.device)
             if warning:
                 log.warning(warning)
             # Weights cast once, not by autocast at every call; autocast still keeps its fp32 ops in fp32.
-            self.model = (self.model if _owns_model else copy.deepcopy(self.model)).to(torch.bfloat16)
-        elif self.device.type == "cpu":
-            self.model = pack_decoder(self.model, inplace=_owns_model)
-        self.tokenizers = loaded.tokenizers
-        self.defaults = loaded.config.decoding
-        # The encoder sees ids + EOS, which must fit in the model's positions.
-        self.max_src_tokens = loaded.config.model.max_positions - 1
-        self.processor = source_processor(loaded.config.model, loaded.tokenizers.src)
+            return (model if owns else copy.deepcopy(model)).to(torch.bfloat16)
+        if self.device.type == "cpu":
+            return pack_decoder(model, inplace=owns)
+        return model
 
     def _check_model(self, loaded: LoadedModel) -> None:
         """Refuse a model this class does not decode (SourceError naming the command that does)."""
@@ -101,23 +134,41 @@ class Translator:
         return "text"
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32",
-             weights: str | Path | None = None, encoder: Encoder | None = None) -> Translator:
+    def load(cls, model_dir: str | Path | Sequence[str | Path], device: str = "auto", precision: str = "fp32",
+             weights: str | Path | None = None, encoder: Encoder | None = None, *,
+             ensemble_weights: Sequence[float] | None = None, ensemble_combine: str = "prob",
+             last_checkpoints: int | None = None) -> Translator:
         """Load a model directory (see `load_model_dir`); `weights` replaces its model.safetensors,
         e.g. with averaged checkpoints from `seq2seq average`; `encoder` is the injected encoder
-        instance it was trained with, if any."""
+        instance it was trained with, if any.
+
+        Ensembles (seq2seq.inference.ensemble): a list of model directories decodes them as one
+        model (ensemble_weights: one per member; ensemble_combine: "prob" or "logprob"), and
+        last_checkpoints=N the last N checkpoints of one run (`training.keep_last`) as members."""
         if precision == "int8" and device == "auto":
             device = "cpu"  # dynamic int8 quantization runs on CPU
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} asked for, but CUDA is not available")
-        return cls(load_model_dir(model_dir, device=device, weights=weights, encoder=encoder), precision,
-                   _owns_model=True)
+        dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
+        if last_checkpoints is not None:
+            if len(dirs) != 1 or weights is not None:
+                raise ValueError("last_checkpoints ensembles the checkpoints of one model directory, without weights")
+            members = [load_model_dir(dirs[0], device=device, weights=p, encoder=encoder)
+                       for p in checkpoint_members(dirs[0], last_checkpoints)]
+        else:
+            if weights is not None and len(dirs) > 1:
+                raise ValueError("weights replaces one model directory's weights; not with an ensemble")
+            members = [load_model_dir(d, device=device, weights=weights, encoder=encoder) for d in dirs]
+        return cls(members if len(members) > 1 else members[0], precision, _owns_model=True,
+                   ensemble_weights=ensemble_weights, ensemble_combine=ensemble_combine)
 
     def search_config(self, **options: Any) -> SearchConfig:
         """The model's decoding defaults with `options` applied (e.g. beam=5, lenpen=0.6), by
         `resolve_search`; max_len is capped at model.max_positions - 1. ValueError with a readable
         message for unknown, mistyped or conflicting options."""
-        cfg = resolve_search(self.defaults, options, self.loaded.config.model)
+        cfg = resolve_search(self.defaults, options, self.model.cfg)
+        if isinstance(self.model, EnsembleModel) and cfg.ctc_weight > 0:
+            raise ValueError("ctc_weight: an ensemble has no CTC head to rescore with; set ctc_weight 0")
         cfg.check_ctc_head(self.loaded.config.training.ctc_weight, self.loaded.path)
         return cfg
 
@@ -134,6 +185,11 @@ class Translator:
         *,
         skip_bad: bool = False,
         skipped: dict[int, str] | None = None,
+        prefix: Sequence[str | None] | None = None,
+        constraints: Sequence[Sequence[str] | None] | None = None,
+        avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        glossary: Glossary | str | Path | None = None,
+        tgt_lang: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
         """n-best hypotheses (best first) of each source, in input order; [] for an empty text.
@@ -143,41 +199,113 @@ class Translator:
         caller streaming a file in chunks passes its position). warn: where warnings go (default:
         this module's logger). skip_bad: a file that cannot be read gets [] and a warning instead of
         raising `SourceError`; `skipped`, if given, receives {index: reason} of each such file.
-        options: see `search_config`.
+        Steering (docs/decoding-controls.md): prefix, one target prefix per source; constraints,
+        one list of words or phrases per source that must appear (beam search); avoid, phrases that
+        must not appear (one list for all sources, or one per source); glossary (a `Glossary` or its
+        TSV file; text sources): its target terms become constraints where its source terms occur.
+        tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
+        bilingual model refuses it (LanguageError, a ValueError). options: see `search_config`.
         """
         cfg = self.search_config(**options)
         check_batch_tokens(batch_tokens)
-        examples = self._prepare(texts, first_line, warn, skip_bad, skipped)
-        about = self.processor.describe
-        done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]))
+        steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, glossary, warn)
+        processor = self.processor_for(tgt_lang)
+        examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
+        about = processor.describe
+        controls = None
+        if steering is not None:
+            tokenizer = self.tokenizers.tgt
+            controls = {i: encode_steering(steering[i], tokenizer, first_line + i) for i in examples if steering[i]}
+        done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,
+                            line=lambda i: first_line + i, warn=warn or log.warning, processor=processor)
         return [done.get(i, []) for i in range(len(texts))]
 
+    def _steering(self, texts: list[str], first_line: int, cfg: SearchConfig, prefix: Any, constraints: Any,
+                  avoid: Any, glossary: Any, warn: Callable[[str], None] | None = None) -> list[Steering] | None:
+        """Each source's `Steering` (None for none), checked against the search before any decoding."""
+        if glossary is not None and not isinstance(glossary, Glossary):
+            glossary = Glossary.load(glossary)
+        if glossary is not None and self.processor.kind.reads_files:
+            raise SteeringError(f"a glossary matches source text, but {self.loaded.path} reads "
+                                f"{self.processor.kind.name} files; give constraints instead")
+        steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
+                                sources=texts, first_line=first_line)
+        for i, s in enumerate(steering or []):
+            dropped = check_steering(s, cfg, first_line + i)
+            if dropped:
+                (warn or log.warning)(f"line {first_line + i}: a beam of {cfg.beam} holds {cfg.beam - 1} constraints; "
+                                      f"glossary term(s) {dropped} not enforced (pass a larger --beam)")
+        return steering
+
+    @property
+    def languages(self) -> list[str]:
+        """The target languages of a multilingual model ([] for a bilingual one): `tgt_lang` values."""
+        return model_languages(self.loaded.config)
+
+    def processor_for(self, tgt_lang: str | None) -> Any:
+        """The source processor of a call into `tgt_lang`: sources start with the model's tag for it
+        (`seq2seq.text.languages.target_prefix`). LanguageError (a ValueError) when a multilingual model
+        gets no language or one it does not know, or a bilingual model gets one."""
+        if not self.languages and tgt_lang is None:
+            return self.processor
+        members = [target_prefix(m.config, tgt_lang) for m in self.members]
+        if isinstance(self.processor, EnsembleProcessor):
+            return EnsembleProcessor([p.with_prefix(pieces) for p, pieces in zip(self.processor.processors, members)])
+        return self.processor.with_prefix(members[0])
+
     def _prepare(self, sources: list[str], first_line: int, warn: Callable[[str], None] | None, skip_bad: bool,
-                 skipped: dict[int, str] | None) -> dict[int, Any]:
+                 skipped: dict[int, str] | None, processor: Any = None) -> dict[int, Any]:
         """{index: example} of the sources that have one (see `SourceProcessor.prepare`)."""
         if skip_bad and skipped is None:
             skipped = {}
-        return self.processor.prepare(sources, first_line, warn or log.warning, skipped if skip_bad else None)
+        return (processor or self.processor).prepare(sources, first_line, warn or log.warning,
+                                                     skipped if skip_bad else None)
 
     def _search(self, examples: dict[Any, Any], cfg: SearchConfig, batch_tokens: int,
                 about: Callable[[Any], dict[str, Any]],
-                on_batch: Callable[[int], Any] | None = None) -> dict[Any, list[Translation]]:
+                on_batch: Callable[[int], Any] | None = None, controls: dict[Any, SourceControls] | None = None,
+                line: Callable[[Any], Any] = str, warn: Callable[[str], None] = log.warning,
+                processor: Any = None) -> dict[Any, list[Translation]]:
         """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
-        length; about(key): the fields telling about its source; on_batch(rows) after each batch."""
-        processor = self.processor
+        length; about(key): the fields telling about its source; on_batch(rows) after each batch.
+        controls: {key: its decoding controls}; a source whose constraints cannot all be met within
+        its length limit is searched again without them (keeping its prefix and banned phrases),
+        with a warning naming line(key). processor: the call's (default: the model's)."""
+        processor = processor or self.processor
         lengths = {k: processor.length(x) for k, x in examples.items()}
         autocast = "bf16" if self.precision == "bf16" else "fp32"
         results: dict[Any, list[Translation]] = {}
+        unmet = []
         max_sources = max(1, MAX_STEP_LOGITS // (cfg.rows_per_source * self.loaded.config.model.tgt_vocab_size))
         for batch in length_batches(lengths, batch_tokens, max_sources):
             src = to_device(processor.collate([examples[k] for k in batch]), self.device)
-            with torch.inference_mode(), autocast_context(self.device, autocast):
-                hyps = search(self.model, src, cfg)
+            steer = None if not controls else [controls.get(k) for k in batch]
+            try:
+                with torch.inference_mode(), autocast_context(self.device, autocast):
+                    hyps = search(self.model, src, cfg, controls=steer,
+                                  continuation=None if steer is None else self._continuation())
+            except ControlError as e:
+                raise SteeringError(f"line {line(batch[e.index])}: {e}") from None
             for k, nbest in zip(batch, hyps):
                 results[k] = [self._translation(h, about(k)) for h in nbest]
+                if nbest and not nbest[0].constraints_met:
+                    unmet.append(k)
             if on_batch is not None:
                 on_batch(len(batch))
+        if unmet:
+            for k in unmet:
+                warn(f"line {line(k)}: its constraints cannot all be met within its length limit; "
+                     "translated without them")
+            relaxed = {k: dataclasses.replace(controls[k], constraints=[]) for k in unmet}
+            results.update(self._search({k: examples[k] for k in unmet}, cfg, batch_tokens, about,
+                                        controls=relaxed, line=line, warn=warn, processor=processor))
         return results
+
+    def _continuation(self) -> torch.Tensor:
+        """[V] bool: the target pieces that continue a word (constraints are met as whole words)."""
+        if getattr(self, "_continues", None) is None:
+            self._continues = continuation_pieces(self.tokenizers.tgt, self.loaded.config.model.tgt_vocab_size)
+        return self._continues
 
     def _translation(self, h: Hypothesis, about: dict[str, Any]) -> Translation:
         tgt_tok = self.tokenizers.tgt

@@ -41,6 +41,11 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path) -> Non
         pts = [(r["time_min"], r[key]) for r in history if r.get(key) is not None]
         if pts:
             ax_score.plot(*zip(*pts), marker=".", linestyle=style, label=label)
+    directions = sorted({k for r in history for k in r if k.startswith("valid_bleu/")})
+    for key in directions:  # several validation sets: valid_bleu above is their mean
+        pts = [(r["time_min"], r[key]) for r in history if r.get(key) is not None]
+        if pts:
+            ax_score.plot(*zip(*pts), marker=".", linestyle=":", linewidth=1, label=f"BLEU {key.split('/', 1)[1]}")
     ax_score.set_xlabel("training time (min)")
     ax_score.set_ylabel("score (%)")
     ax_score.grid(alpha=0.3)

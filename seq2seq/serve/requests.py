@@ -1,4 +1,4 @@
-"""Reading and checking request bodies: limits, JSON, the texts of /translate, search options.
+"""Reading and checking request bodies: limits, JSON, the texts of /translate, search options, steering.
 
 The search options a request may hold are `seq2seq.inference.options.SEARCH_OPTIONS` (the options
 of the command line), each checked by the same `check_type` and, in the app, resolved by the
@@ -8,6 +8,15 @@ same values with the same message. Every refusal is a `RequestError` with its HT
 A request is checked before anything of it reaches the model: its API key (401), its Content-Type
 (415), its body size (413), JSON syntax and depth (400), shape and values (422): a text must be
 valid Unicode (no lone surrogate such as "\\ud800", which JSON can spell but UTF-8 cannot).
+
+Steering (docs/decoding-controls.md): a request may hold `prefix` (a string: each output starts
+with it), `constraints` (a list of strings that must each appear) and `avoid` (a list of strings
+that must not appear), for all its texts; an item of "texts" may be an object {"text": ...,
+"prefix": ..., "constraints": [...], "avoid": [...]} holding its own (its constraints and avoid add
+to the request's; a prefix given for both is refused). Their shape is checked here (422, 413 over
+the limits); whether the model can honour them (an empty phrase, text its vocabulary cannot write,
+more constraints than the beam holds, constraints without beam search) is checked by the app with
+`seq2seq.inference.steering`, also 422.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
+from seq2seq.inference.steering import Steering
 from seq2seq.model.encoders.base import SourceLimits, SourceProcessor, SourceTooLarge
 
 if TYPE_CHECKING:
@@ -26,6 +36,7 @@ if TYPE_CHECKING:
 
 MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request needs more than 3
 UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
+STEERING_FIELDS = ("prefix", "constraints", "avoid")  # a request's (or a text's) steering fields
 
 
 @dataclass
@@ -43,10 +54,11 @@ class Limits:
     batch_tokens: int = 4000  # padded source tokens per batch inside a model call
     max_pixels: int = 40_000_000  # width x height of an image (read from its header, before decoding)
     max_audio_seconds: float = 300.0  # duration of an audio file (read from its header, before decoding)
+    max_phrases: int = 256  # constraints + avoid phrases per text (each at most max_chars characters)
 
     def __post_init__(self) -> None:
         for name in ("max_texts", "max_chars", "max_body_bytes", "max_upload_bytes", "max_beam", "max_batch",
-                     "max_queue", "batch_tokens", "max_pixels"):
+                     "max_queue", "batch_tokens", "max_pixels", "max_phrases"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.max_audio_seconds > 0:
@@ -174,13 +186,20 @@ async def read_body(request: Request, limit: int, what: str) -> bytes:
 
 
 def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
-    """Search options from a request's fields (already without text/texts/paths): 422 for an unknown
-    field or a value of the wrong type, 413 for a beam or nbest over the limit. None leaves an option
-    unset. The values are then resolved against the model's defaults by its `search_config`."""
+    """Search options from a request's fields (already without text/texts/paths), and `tgt_lang` (a
+    multilingual model's target language): 422 for an unknown field or a value of the wrong type, 413
+    for a beam or nbest over the limit. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options = {}
     for name, value in fields.items():
+        if name == "tgt_lang":  # a multilingual model's target language (checked by the model)
+            if value is not None and not isinstance(value, str):
+                raise RequestError(422, f"tgt_lang must be a string such as \"de\", got {json.dumps(value)[:40]}")
+            if value is not None:
+                options[name] = value
+            continue
         if name not in SEARCH_OPTIONS:
-            raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}")
+            raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
+                                    f"steering: {', '.join(STEERING_FIELDS)}; tgt_lang")
         if value is None:
             continue
         try:
@@ -193,8 +212,11 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     return options
 
 
-def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, dict[str, Any]]:
-    """(texts, single, other fields) of a /translate body: {"text": str} or {"texts": [str, ...]}."""
+def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, list[Steering] | None, dict[str, Any]]:
+    """(texts, single, steering, other fields) of a /translate body: {"text": str} or {"texts": [...]},
+    each item of "texts" a string or an object {"text": str, "prefix", "constraints", "avoid"}.
+    steering: one `Steering` per text, the request's and the item's together (see the module
+    docstring); None when the request asks for none."""
     if not isinstance(body, dict):
         raise RequestError(422, f"the request body must be a JSON object such as {{\"text\": \"...\"}}, "
                                 f"not {type(body).__name__}")
@@ -202,26 +224,97 @@ def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, dict[str, A
     if ("text" in fields) == ("texts" in fields):
         raise RequestError(422, "give either \"text\" (one string) or \"texts\" (a list of strings)")
     single = "text" in fields
+    own: list[Steering | None] = []  # each item's own steering (an object item's)
     if single:
         text = fields.pop("text")
         if not isinstance(text, str):
             raise RequestError(422, f"\"text\" must be a string, got {json.dumps(text)[:80]}")
         texts = [text]
+        own.append(None)
     else:
-        texts = fields.pop("texts")
-        if not isinstance(texts, list):
-            raise RequestError(422, f"\"texts\" must be a list of strings, got {json.dumps(texts)[:80]}")
-        if len(texts) > limits.max_texts:
-            raise RequestError(413, f"{len(texts)} texts in one request; the limit is {limits.max_texts}")
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise RequestError(422, f"texts[{i}] must be a string, got {json.dumps(t)[:80]}")
+        items = fields.pop("texts")
+        if not isinstance(items, list):
+            raise RequestError(422, f"\"texts\" must be a list of strings, got {json.dumps(items)[:80]}")
+        if len(items) > limits.max_texts:
+            raise RequestError(413, f"{len(items)} texts in one request; the limit is {limits.max_texts}")
+        texts = []
+        for i, t in enumerate(items):
+            if isinstance(t, dict):
+                item = dict(t)
+                text = item.pop("text", None)
+                if not isinstance(text, str):
+                    raise RequestError(422, f"texts[{i}].text must be a string, got {json.dumps(text)[:80]}")
+                unknown = sorted(set(item) - set(STEERING_FIELDS))
+                if unknown:
+                    raise RequestError(422, f"texts[{i}] has unknown field(s) {', '.join(map(repr, unknown))}; an "
+                                            f"item may hold \"text\", {', '.join(map(repr, STEERING_FIELDS))}")
+                t = text
+                own.append(parse_steering(item, limits, f"texts[{i}]."))
+            elif not isinstance(t, str):
+                raise RequestError(422, f"texts[{i}] must be a string (or an object {{\"text\": ...}}), "
+                                        f"got {json.dumps(t)[:80]}")
+            else:
+                own.append(None)
+            texts.append(t)
     for i, t in enumerate(texts):
         where = "text" if single else f"texts[{i}]"
         if len(t) > limits.max_chars:
             raise RequestError(413, f"{where} has {len(t)} characters; the limit is {limits.max_chars}")
         check_unicode(t, where)
-    return texts, single, fields
+    shared = parse_steering(fields, limits)
+    if shared is None and not any(own):
+        return texts, single, None, fields
+    steering = [combine_steering(shared, mine, f"texts[{i}]", limits) for i, mine in enumerate(own)]
+    return texts, single, steering, fields
+
+
+def parse_steering(fields: dict[str, Any], limits: Limits, where: str = "") -> Steering | None:
+    """The steering fields (`STEERING_FIELDS`) popped from `fields`: 422 for a wrong type or text that is
+    not valid Unicode, 413 over max_chars characters (a prefix or phrase) or max_phrases phrases.
+    None when there are none (null counts as absent). `where` prefixes the names in messages."""
+    prefix = fields.pop("prefix", None)
+    phrases = {name: fields.pop(name, None) for name in ("constraints", "avoid")}
+    if prefix is None and all(v is None for v in phrases.values()):
+        return None
+    if prefix is not None:
+        if not isinstance(prefix, str):
+            raise RequestError(422, f"{where}prefix must be a string, got {json.dumps(prefix)[:80]}")
+        _check_text(prefix, f"{where}prefix", limits)
+    for name, value in phrases.items():
+        if value is None:
+            phrases[name] = []
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise RequestError(422, f"{where}{name} must be a list of strings, got {json.dumps(value)[:80]}")
+        for k, phrase in enumerate(value):
+            _check_text(phrase, f"{where}{name}[{k}]", limits)
+    steering = Steering(prefix or "", list(phrases["constraints"]), list(phrases["avoid"]))
+    _check_phrase_count(steering, where.rstrip(".") or "the request", limits)
+    return steering
+
+
+def combine_steering(shared: Steering | None, own: Steering | None, where: str, limits: Limits) -> Steering:
+    """One text's steering: the request's (`shared`) and the item's own; 422 for a prefix in both."""
+    shared, own = shared or Steering(), own or Steering()
+    if shared.prefix and own.prefix:
+        raise RequestError(422, f"{where}.prefix and the request's prefix are both given; give one")
+    combined = Steering(own.prefix or shared.prefix, shared.constraints + [c for c in own.constraints
+                                                                           if c not in shared.constraints],
+                        shared.avoid + [a for a in own.avoid if a not in shared.avoid])
+    _check_phrase_count(combined, where, limits)
+    return combined
+
+
+def _check_text(text: str, where: str, limits: Limits) -> None:
+    if len(text) > limits.max_chars:
+        raise RequestError(413, f"{where} has {len(text)} characters; the limit is {limits.max_chars}")
+    check_unicode(text, where)
+
+
+def _check_phrase_count(steering: Steering, where: str, limits: Limits) -> None:
+    n = len(steering.constraints) + len(steering.avoid)
+    if n > limits.max_phrases:
+        raise RequestError(413, f"{where} has {n} constraints and avoid phrases; the limit is {limits.max_phrases}")
 
 
 def parse_paths(body: Any, limits: Limits, allow_paths: bool) -> tuple[list[str], dict[str, Any]]:
@@ -246,6 +339,25 @@ def parse_paths(body: Any, limits: Limits, allow_paths: bool) -> tuple[list[str]
 def query_options(params: Any, limits: Limits) -> dict[str, Any]:
     """Search options from a query string (?beam=3&lenpen=0.6), its values read as JSON would give them."""
     return parse_options({k: query_value(v) for k, v in params.items()}, limits)
+
+
+def query_steering(params: Any, limits: Limits) -> Steering | None:
+    """Steering from an upload's query string (popped from `params`, a dict of lists): `prefix` as
+    written (one value); `constraints` and `avoid` each a JSON list of strings (?avoid=["a cat","dog"]),
+    or one phrase per value (?avoid=dog&avoid=a%20cat). Checked as `parse_steering` checks a body's."""
+    fields: dict[str, Any] = {}
+    prefix = params.pop("prefix", None)
+    if prefix is not None:
+        if len(prefix) != 1:
+            raise RequestError(422, f"prefix is given {len(prefix)} times in the query string; give it once")
+        fields["prefix"] = prefix[0]
+    for name in ("constraints", "avoid"):
+        values = params.pop(name, None)
+        if values is None:
+            continue
+        listed = query_value(values[0]) if len(values) == 1 else None
+        fields[name] = listed if isinstance(listed, list) else list(values)
+    return parse_steering(fields, limits)
 
 
 def query_value(raw: str) -> Any:

@@ -3,16 +3,21 @@ through it; nothing else knows its file names.
 
 A model directory holds everything needed to translate, and nothing else needs to travel with it:
 
-    model.safetensors   weights of the best model (safetensors: no pickle)
-    config.yaml         the full experiment config (model, tokenizer, data, training, decoding)
+    model.safetensors   weights of the best model (safetensors: no pickle), or the weights a recipe
+                        chose on val (`install_weights`)
+    model.best.safetensors  the best model's weights, kept here when a recipe installed others
+    config.yaml         the full experiment config (model, tokenizer, data, training, decoding); its
+                        `decoding` section is the default of every decoding command and class
     spm.model           the SentencePiece model (or spm.src.model + spm.tgt.model)
-    metadata.json       versions, data fingerprint, best scores, training time
+    metadata.json       versions, data fingerprint, best scores, training time; `decoding_chosen_on`
+                        when a recipe set the decoding defaults (`set_decoding`)
     checkpoints/        the last K checkpoints, step_<N>.safetensors (for averaging)
     train_state/        what `--resume` needs: last weights, optimizer, scheduler, RNG, data position
     log.csv, curves.png the training log and its plot
 
 Every file is written atomically (`seq2seq.storage.atomic`): a crash or kill mid-save leaves the
-previous file intact. `train_state/` is a set of files, so it is written as a new directory and
+previous file intact (`set_decoding` and `install_weights` too: what they replace stays until its
+replacement is whole). `train_state/` is a set of files, so it is written as a new directory and
 swapped in; a crash in the middle of the swap leaves `train_state.old/`, which `train_state()`
 falls back to.
 
@@ -31,14 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from seq2seq.accel.device import choose_device
 from seq2seq.config.root import Config, config_yaml
-from seq2seq.config import ConfigError, from_dict, load_dict
+from seq2seq.config import ConfigError, SearchConfig, from_dict, load_dict
 from seq2seq.model.encoders.base import Encoder
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage import CheckpointError
-from seq2seq.storage.atomic import read_json, write_json_atomic, write_text_atomic
+from seq2seq.storage.atomic import atomic_path, read_json, write_json_atomic, write_text_atomic
 from seq2seq.storage.weights import average_checkpoints, load_into, load_weights, save_weights
 from seq2seq.text.tokenizer import TokenizerPair
 
@@ -55,6 +61,8 @@ class ModelDir:
     """A model directory at `path` (which need not exist yet): its layout, reading it and writing it."""
 
     WEIGHTS = "model.safetensors"
+    BEST_WEIGHTS = "model.best.safetensors"
+    DECODING_CHOSEN_ON = "decoding_chosen_on"  # metadata.json: who set the decoding defaults, on what
     CONFIG = "config.yaml"
     METADATA = "metadata.json"
     CHECKPOINTS = "checkpoints"
@@ -79,6 +87,10 @@ class ModelDir:
     @property
     def weights_path(self) -> Path:
         return self.path / self.WEIGHTS
+
+    @property
+    def best_weights_path(self) -> Path:
+        return self.path / self.BEST_WEIGHTS
 
     @property
     def metadata_path(self) -> Path:
@@ -157,6 +169,15 @@ class ModelDir:
         """metadata.json ({} when there is none yet)."""
         return read_json(self.metadata_path) if self.metadata_path.is_file() else {}
 
+    def trained_weights_path(self) -> Path:
+        """The weights training kept as the best: model.best.safetensors where a recipe installed other
+        weights as model.safetensors (`install_weights`), else model.safetensors."""
+        return self.best_weights_path if self.best_weights_path.is_file() else self.weights_path
+
+    def decoding_choice(self) -> dict[str, Any] | None:
+        """What `set_decoding` recorded in metadata.json (values, chosen_on, chosen_by, weights), or None."""
+        return self.metadata().get(self.DECODING_CHOSEN_ON)
+
     def checkpoints(self) -> list[Path]:
         """The step_N.safetensors files of checkpoints/, oldest step first."""
         if not self.checkpoint_dir.is_dir():
@@ -218,6 +239,49 @@ class ModelDir:
     def save_weights(self, state: dict[str, torch.Tensor]) -> None:
         """model.safetensors: the weights translation uses."""
         save_weights(state, self.weights_path)
+
+    def set_decoding(self, chosen_by: str, chosen_on: str = "val", weights: str | None = None,
+                     **values: Any) -> SearchConfig:
+        """Make `values` (fields of the `decoding` section, e.g. beam=5, lenpen=1.4) the defaults every
+        decoding command and class takes from this directory, and record who chose them on what.
+
+        config.yaml is rewritten with only those keys changed (everything else kept as it is), after
+        the whole config has been checked as a config file is: a value that `SearchConfig` refuses
+        (an unknown key, a wrong type, a broken rule) raises ConfigError naming `decoding.KEY`, and
+        nothing is written. The write is atomic (the old file stays if it fails). metadata.json's
+        `decoding_chosen_on` then records {values, chosen_on, chosen_by, weights}: `weights` names
+        the weights the choice was made with (see `install_weights`). Returns the new section."""
+        self.config()  # a missing or broken config.yaml: CheckpointError naming it
+        raw = load_dict(self.config_path)
+        cfg = from_dict(Config, {**raw, "decoding": {**(raw.get("decoding") or {}), **values}})  # names decoding.KEY
+        typed = {key: getattr(cfg.decoding, key) for key in values}
+        raw["decoding"] = {**(raw.get("decoding") or {}), **typed}
+        write_text_atomic(self.config_path, yaml.safe_dump(raw, sort_keys=False))
+        self.update_metadata({self.DECODING_CHOSEN_ON: {"values": typed, "chosen_on": chosen_on,
+                                                        "chosen_by": chosen_by, "weights": weights}})
+        return cfg.decoding
+
+    def install_weights(self, path: str | Path) -> None:
+        """Make the weights in `path` (e.g. averaged checkpoints, model.avg10.safetensors, or
+        `trained_weights_path()` to undo) what model.safetensors holds, so that every command that
+        loads this directory uses them. The first time, training's best weights are kept as
+        model.best.safetensors (`trained_weights_path`); both copies are atomic."""
+        path = Path(path)
+        if path.resolve() == self.weights_path.resolve():
+            return
+        if not self.best_weights_path.is_file():
+            with atomic_path(self.best_weights_path) as tmp:
+                shutil.copyfile(self.weights_path, tmp)
+        with atomic_path(self.weights_path) as tmp:
+            shutil.copyfile(path, tmp)
+
+    def forget_choices(self) -> None:
+        """What a recipe chose for earlier weights no longer holds (a training run starts): drop
+        metadata.json's `decoding_chosen_on` and model.best.safetensors."""
+        meta = self.metadata()
+        if meta.pop(self.DECODING_CHOSEN_ON, None) is not None:
+            self.write_metadata(meta)
+        self.best_weights_path.unlink(missing_ok=True)
 
     def save_checkpoint(self, state: dict[str, torch.Tensor], step: int, keep_last: int) -> None:
         """checkpoints/step_N.safetensors, then all but the last `keep_last` removed."""

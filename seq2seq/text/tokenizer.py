@@ -19,12 +19,13 @@ from __future__ import annotations
 import io
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 
-from seq2seq.config.sections import N_SPECIAL_IDS, TokenizerConfig
+from seq2seq.config.sections import CORPUS_TAG, N_SPECIAL_IDS, TokenizerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,22 @@ class Tokenizer:
     def id_to_piece(self, token_id: int) -> str:
         return self._sp.id_to_piece(token_id)
 
+    def piece_id(self, piece: str) -> int | None:
+        """The id of `piece` when it is one piece of the vocabulary (e.g. a reserved tag "<2de>"), else None."""
+        token_id = self._sp.piece_to_id(piece)
+        return token_id if token_id != UNK_ID and self._sp.id_to_piece(token_id) == piece else None
+
+    def user_defined_pieces(self) -> list[str]:
+        """The reserved tags the model was trained with (`user_symbols` of `train_tokenizer`, e.g. "<2de>",
+        "<BT>"): SentencePiece numbers them right after the special ids, with score 0."""
+        pieces = []
+        for token_id in range(len(SPECIAL_IDS), self.vocab_size):
+            piece = self._sp.id_to_piece(token_id)
+            if not CORPUS_TAG.fullmatch(piece) or self._sp.get_score(token_id) != 0.0:
+                break
+            pieces.append(piece)
+        return pieces
+
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size})"
 
@@ -125,8 +142,12 @@ def train_tokenizer(
     cfg: TokenizerConfig,
     num_threads: int = TRAIN_THREADS,
     seed: int = TRAIN_SEED,
+    user_symbols: Sequence[str] = (),
 ) -> Tokenizer:
     """Train one SentencePiece model in memory on `texts`.
+
+    user_symbols: reserved pieces (language and corpus tags, `seq2seq.text.languages`), each kept as
+    one piece with its own id, right after the special ids; they count towards `vocab_size`.
 
     If the corpus is too small for `vocab_size`, retrains with the largest size SentencePiece
     reports as possible (or, failing that, with hard_vocab_limit=False) and logs a warning. If
@@ -145,6 +166,8 @@ def train_tokenizer(
         minloglevel=2,
         **SPECIAL_IDS,
     )
+    if user_symbols:
+        options["user_defined_symbols"] = list(user_symbols)
 
     def run(size: int, **extra: object) -> bytes:
         spm.set_random_generator_seed(seed)
@@ -194,17 +217,21 @@ class TokenizerPair:
 
     @classmethod
     def train(
-        cls, cfg: TokenizerConfig, src_texts: list[str], tgt_texts: list[str], out_dir: str | Path
+        cls, cfg: TokenizerConfig, src_texts: list[str], tgt_texts: list[str], out_dir: str | Path,
+        reserved: Sequence[str] = (),
     ) -> TokenizerPair:
-        """Train (or, when cfg.src_model/tgt_model are set, load) and save into `out_dir`."""
+        """Train (or, when cfg.src_model/tgt_model are set, load) and save into `out_dir`.
+
+        reserved: pieces the source tokenizer keeps whole (language and corpus tags; with separate
+        tokenizers the target's has none). Loaded models are taken as they are: the caller checks them."""
         if cfg.src_model is not None:
             src = Tokenizer.load(cfg.src_model)
             tgt = src if cfg.joint else Tokenizer.load(cfg.tgt_model or cfg.src_model)
             logger.info("loaded tokenizer model(s) %s", cfg.src_model if cfg.joint else (cfg.src_model, cfg.tgt_model))
         elif cfg.joint:
-            src = tgt = train_tokenizer(list(src_texts) + list(tgt_texts), cfg.vocab_size, cfg)
+            src = tgt = train_tokenizer(list(src_texts) + list(tgt_texts), cfg.vocab_size, cfg, user_symbols=reserved)
         else:
-            src = train_tokenizer(list(src_texts), cfg.src_vocab_size or cfg.vocab_size, cfg)
+            src = train_tokenizer(list(src_texts), cfg.src_vocab_size or cfg.vocab_size, cfg, user_symbols=reserved)
             tgt = train_tokenizer(list(tgt_texts), cfg.tgt_vocab_size or cfg.vocab_size, cfg)
         pair = cls(src, tgt, joint=cfg.joint)
         pair.save(out_dir)

@@ -26,6 +26,7 @@ from seq2seq.data.batching import Batch, IndexedRows, TokenBatchSampler, collate
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import check_fits_in_memory
 from seq2seq.data import prepare
+from seq2seq.data.mixing import CorpusMix, MixedBatches
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
 from seq2seq.accel.device import choose_device
 from seq2seq.model.encoders import Encoder, get_modality
@@ -33,6 +34,7 @@ from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
+from seq2seq.text.languages import model_languages, reserved_pieces
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
 
@@ -52,6 +54,7 @@ class TrainingData:
     n_train: int
     n_valid: int
     examples: list[Any] = dataclasses.field(default_factory=list)  # image/audio: the training examples, loaded
+    corpora: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # data.corpora: each one's share
 
 
 def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
@@ -62,22 +65,37 @@ def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
 
 
 def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
-    """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`."""
+    """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`; several corpora
+    (data.corpora) sampled by temperature each epoch (`seq2seq.data.mixing`)."""
     prepared = prepare(cfg.data, cfg.tokenizer, out_dir, Path(cfg.data.cache_dir or out_dir / "cache"))
     tok, train = prepared.tokenizers, prepared.train
     columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
     src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
-    if cfg.data.subword_alpha is None:
-        sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=cfg.training.max_tokens,
-                                    shuffle=True, seed=cfg.training.seed)
+    max_tokens, seed = cfg.training.max_tokens, cfg.training.seed
+    segmenter = None
+    if cfg.data.subword_alpha is not None:  # subword regularization: every epoch segmented anew
+        prefixes = None
+        if any(part.prefix_ids for part in prepared.corpora):
+            prefixes = [part.prefix_ids for part in prepared.corpora for _ in part.rows]
+        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
+                                   cfg.data.subword_nbest, cfg.data.max_len, seed=seed, prefixes=prefixes)
+    mix = None
+    if cfg.data.corpora:
+        mix = CorpusMix([part.size for part in prepared.corpora], [part.weight for part in prepared.corpora],
+                        cfg.data.sampling_temperature, seed=seed)
+        sampler: TokenBatchSampler = MixedBatches(mix, list(train["src_len"]), list(train["tgt_len"]),
+                                                  max_tokens=max_tokens, seed=seed, segmenter=segmenter)
+    elif segmenter is None:
+        sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=max_tokens,
+                                    shuffle=True, seed=seed)
+    else:  # and batched by the epoch's sampled lengths
+        sampler = ResegmentedBatches(segmenter, max_tokens=max_tokens, seed=seed)
 
+    if segmenter is None:
         def rows(indices: list[int]) -> tuple[list[list[int]], list[list[int]]]:
             return [src_col[i] for i in indices], [tgt_col[i] for i in indices]
-    else:  # subword regularization: every epoch segmented anew, and batched by those lengths
-        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
-                                   cfg.data.subword_nbest, cfg.data.max_len, seed=cfg.training.seed)
-        sampler = ResegmentedBatches(segmenter, max_tokens=cfg.training.max_tokens, seed=cfg.training.seed)
-        rows = sampler.rows
+    else:
+        rows = sampler.rows  # type: ignore[attr-defined]
 
     def collate(indices: list[int]) -> Batch:
         src_ids, tgt_ids = rows(indices)
@@ -89,9 +107,22 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
             batches=valid_batches(prepared.valid, cfg.training.max_tokens),
             references=[[t] for t in prepared.valid["tgt"]],
             detokenize=tok.tgt.decode,
+            groups={part.name: part.rows for part in prepared.valid_sets} or None,
         )
     n_valid = 0 if prepared.valid is None else len(prepared.valid)
-    return TrainingData(tok, sampler, collate, valid, prepared.fingerprint, prepared.report.summary(), len(train), n_valid)
+    corpora = []
+    if mix is not None:
+        counts = mix.counts(0)
+        for i, part in enumerate(prepared.corpora):
+            corpora.append({"name": part.name, "src_lang": part.src_lang, "tgt_lang": part.tgt_lang,
+                            "tag": part.tag, "prefix": part.prefix, "weight": part.weight, "pairs": part.size,
+                            "probability": round(float(mix.probabilities[i]), 6), "rows_per_epoch": int(counts[i])})
+            log.info("corpus %d (%s): %s pairs, weight %g, sampled with p=%.3f at temperature %g: %s rows an "
+                     "epoch (%.2fx its size)%s", i, part.name, f"{part.size:,}", part.weight, mix.probabilities[i],
+                     mix.temperature, f"{int(counts[i]):,}", counts[i] / part.size,
+                     f"; sources start with {' '.join(part.prefix)}" if part.prefix else "")
+    return TrainingData(tok, sampler, collate, valid, prepared.fingerprint, prepared.report.summary(), len(train),
+                        n_valid, corpora=corpora)
 
 
 def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
@@ -231,8 +262,9 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
 def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Seq2SeqTransformer,
                        config_source: str | None, parent: Any) -> None:
     """The model directory's static part (config, tokenizer, metadata), written before training so
-    that a checkpoint is always usable."""
+    that a checkpoint is always usable. What a recipe chose for earlier weights is forgotten."""
     model_dir = ModelDir(out_dir)
+    model_dir.forget_choices()
     model_dir.write_config(cfg)
     data.tokenizers.save(out_dir)
     meta = model_dir.metadata()
@@ -249,5 +281,11 @@ def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Se
             "parameters": model.num_parameters(),
         }
     )
+    if data.corpora:  # several corpora: their shares, and the tags the sources carry
+        meta.update({"corpora": data.corpora, "sampling_temperature": cfg.data.sampling_temperature,
+                     "languages": model_languages(cfg), "reserved_pieces": reserved_pieces(cfg)})
+    else:
+        for key in ("corpora", "sampling_temperature", "languages", "reserved_pieces"):
+            meta.pop(key, None)  # left by an earlier run in this directory
     finetune.record(meta, parent, out_dir)
     model_dir.write_metadata(meta)

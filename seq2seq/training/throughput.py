@@ -7,7 +7,11 @@ with the precision, CPU variants and thread count that training will use:
 
     steps = estimate_steps(cfg)      # None when cfg has no time budget
 
-The probe costs a few steps (seconds on a laptop); nothing it builds is kept.
+The probe costs a few steps (seconds on a laptop); nothing it builds is kept. A time-budgeted recipe
+logs at its start what the estimate means for its result, against the steps its README's figures
+came from:
+
+    log.info(speed_note(steps, 60, reference_steps=6000, reference="test_2016_flickr BLEU 40.30"))
 """
 
 from __future__ import annotations
@@ -90,3 +94,26 @@ def estimate_steps(cfg: Config, step_seconds: float | None = None) -> int | None
     log.info("throughput probe: %.2f s per step of %d tokens; the %g-minute budget holds about %d steps",
              step_seconds, cfg.training.max_tokens, minutes, steps)
     return min(steps, cfg.training.max_steps)
+
+
+# How far from the README's steps a machine may be and still expect the README's figures: the step
+# counts themselves vary this much between runs of one machine (other jobs, validation time).
+NEAR = 0.1
+
+
+def speed_note(steps: int | None, minutes: float | None, reference_steps: int, reference: str) -> str:
+    """One line for the start of a time-budgeted recipe: the steps this machine is expected to train
+    (`steps` in a budget of `minutes`; minutes None: a step budget of `steps`) against the
+    `reference_steps` the README's figures (`reference`, e.g. "test BLEU 40.30") came from, and what
+    that means for the scores. steps None: this machine's speed was not measured (the probe times
+    text models only), and the line says what to compare instead."""
+    came_from = f"the README's figures came from {reference_steps:,} steps ({reference})"
+    if steps is None:
+        return (f"this machine's speed is not probed before training for this model; {came_from}: "
+                "expect lower scores if the training log ends with fewer steps")
+    ratio = steps / reference_steps
+    where = (f"this machine: about {steps:,} steps in the {minutes:g}-minute budget" if minutes is not None
+             else f"this run: {steps:,} steps (a step budget)")
+    expect = ("expect lower scores" if ratio < 1 - NEAR else
+              "expect about the same scores" if ratio <= 1 + NEAR else "expect the same scores or better")
+    return f"{where}; {came_from}: {ratio:.2f}x the steps, {expect}"

@@ -8,6 +8,11 @@ texts: one sentence for translation, several captions for an image, one transcri
 
 `best_metric` names the entry the trainer keeps the best checkpoint by: bleu and chrf are better
 higher; loss, wer and cer lower.
+
+Several validation sets (`data.valid_sets`, e.g. one per direction of a multilingual model): each is
+scored on its own, as "valid_bleu/NAME" and "valid_chrf/NAME", and valid_bleu, valid_chrf, valid_wer
+and valid_cer are the means over the sets (each direction counts the same, whatever its size), so
+best_metric compares means; the loss is that of all the sets' tokens together.
 """
 
 from __future__ import annotations
@@ -38,11 +43,13 @@ class ValidData:
 
     references[i] lists the reference texts of row i (Batch.indices index it): one or more.
     detokenize: target id lists -> texts.
+    groups: {name: rows} of several validation sets, each scored on its own (None: one set).
     """
 
     batches: list[Batch]
     references: list[list[str]]
     detokenize: Callable[[list[list[int]]], list[str]]
+    groups: dict[str, Sequence[int]] | None = None
 
 
 def corpus_metrics(hyps: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -73,7 +80,29 @@ def validate(model: nn.Module, valid: ValidData, device: torch.device, precision
     if hyps:
         order = sorted(hyps)
         texts = valid.detokenize([hyps[i] for i in order])
-        metrics.update(corpus_metrics(texts, [valid.references[i] for i in order]))
+        if valid.groups:
+            metrics.update(group_metrics(dict(zip(order, texts)), valid.references, valid.groups))
+        else:
+            metrics.update(corpus_metrics(texts, [valid.references[i] for i in order]))
+    return metrics
+
+
+def group_metrics(hyps: dict[int, str], references: Sequence[Sequence[str]],
+                  groups: dict[str, Sequence[int]]) -> dict[str, float]:
+    """The metrics of each group of rows (valid_bleu/NAME, valid_chrf/NAME) and their means over the
+    groups (valid_bleu, valid_chrf, valid_wer, valid_cer); rows without a hypothesis are left out."""
+    per_group = {}
+    for name, rows in groups.items():
+        rows = [i for i in rows if i in hyps]
+        if rows:
+            per_group[name] = corpus_metrics([hyps[i] for i in rows], [references[i] for i in rows])
+    if not per_group:
+        return {}
+    metrics = {key: sum(m[key] for m in per_group.values()) / len(per_group)
+               for key in ("valid_bleu", "valid_chrf", "valid_wer", "valid_cer")}
+    for name, m in per_group.items():
+        metrics[f"valid_bleu/{name}"] = m["valid_bleu"]
+        metrics[f"valid_chrf/{name}"] = m["valid_chrf"]
     return metrics
 
 

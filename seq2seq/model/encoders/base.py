@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig, discover_encoder_types
+from seq2seq.text.languages import language_tag
 from seq2seq.text.tokenizer import EOS_ID, PAD_ID
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -278,9 +279,16 @@ class TextProcessor(SourceProcessor):
     """Sentences: stripped, tokenized by the model's source tokenizer in one call, truncated to the
     model's positions (a warning names the line), EOS appended; an empty sentence has no example.
     Examples are id lists ending in EOS (as the training data's "src_ids"), batches [B, S] ids padded
-    with pad_id. Nothing is read from files."""
+    with pad_id. Nothing is read from files.
+
+    Tags: `with_target_language(lang, tags)` (or `with_prefix(pieces)`) is a copy that puts reserved
+    pieces before every source's ids, as training did for a multilingual or tagged corpus
+    (`seq2seq.text.languages`): example = prefix_ids + the sentence's ids + [EOS]. Truncation cuts the
+    sentence, never the tags. The processor itself is left as it was (no tags)."""
 
     kind = TEXT
+    prefix_ids: tuple[int, ...] = ()
+    prefix_pieces: tuple[str, ...] = ()
 
     def __init__(self, cfg: EncoderConfig | None = None, pad_id: int = PAD_ID) -> None:
         self.cfg = cfg
@@ -292,6 +300,34 @@ class TextProcessor(SourceProcessor):
         self.tokenizer = tokenizer
         self.max_tokens = max_positions - 1  # the encoder sees ids + EOS
 
+    def with_prefix(self, pieces: Sequence[str]) -> TextProcessor:
+        """A copy (bound like this one) that puts `pieces`, each one piece of the source tokenizer,
+        before every source; `pieces` empty: a copy without tags. ValueError naming a piece the
+        tokenizer does not have as one piece."""
+        if self.tokenizer is None or self.max_tokens is None:
+            raise RuntimeError("TextProcessor.bind(tokenizer, max_positions) first")
+        ids = []
+        for piece in pieces:
+            token_id = self.tokenizer.piece_id(piece)
+            if token_id is None:
+                reserved = self.tokenizer.user_defined_pieces()
+                raise ValueError(f"the source tokenizer has no piece {piece!r} (its reserved pieces: "
+                                 f"{', '.join(reserved) or 'none'})")
+            ids.append(token_id)
+        if len(ids) >= self.max_tokens:
+            raise ValueError(f"{len(ids)} tag pieces leave no room in the model's {self.max_tokens} source positions")
+        tagged = copy.copy(self)
+        tagged.prefix_ids, tagged.prefix_pieces = tuple(ids), tuple(pieces)
+        return tagged
+
+    def with_target_language(self, lang: str | None, tags: Sequence[str] = ()) -> TextProcessor:
+        """A copy that starts every source with `<2lang>` (lang None: no language tag), then `tags`
+        (corpus tags such as "<BT>"), as training did for that target language. ValueError (a
+        `LanguageError` for a malformed code) naming a tag the source tokenizer lacks, with the
+        reserved pieces it has. Which languages a model translates into, and whether it needs one,
+        is `seq2seq.text.languages.model_languages` / `target_prefix` of its config."""
+        return self.with_prefix(([language_tag(lang)] if lang is not None else []) + list(tags))
+
     def load(self, path: str) -> Any:
         raise SourceError(f"{path}: this model reads sentences (tokenized by its source tokenizer), not files")
 
@@ -302,18 +338,21 @@ class TextProcessor(SourceProcessor):
         texts = [t.strip() for t in sources]
         todo = [i for i, t in enumerate(texts) if t]
         examples = {}
+        prefix = list(self.prefix_ids)
+        room = self.max_tokens - len(prefix)
         for i, ids in zip(todo, self.tokenizer.encode([texts[i] for i in todo])):
-            if len(ids) > self.max_tokens:
+            if len(ids) > room:
                 if warn is not None:
-                    warn(f"line {first_line + i}: {len(ids)} source tokens, truncated to the model's limit "
-                         f"of {self.max_tokens}")
-                ids = ids[: self.max_tokens]
-            examples[i] = ids + [EOS_ID]
+                    warn(f"line {first_line + i}: {len(prefix) + len(ids)} source tokens, truncated to the model's "
+                         f"limit of {self.max_tokens}")
+                ids = ids[:room]
+            examples[i] = prefix + ids + [EOS_ID]
         return examples
 
     def describe(self, source: str, example: list[int]) -> dict[str, Any]:
         assert self.tokenizer is not None
-        return {"src_pieces": self.tokenizer.pieces(source.strip())[: len(example) - 1] + ["</s>"]}
+        n_text = len(example) - 1 - len(self.prefix_ids)
+        return {"src_pieces": [*self.prefix_pieces, *self.tokenizer.pieces(source.strip())[:n_text], "</s>"]}
 
     def length(self, example: Sequence[int]) -> int:
         return len(example)

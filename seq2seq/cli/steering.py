@@ -1,0 +1,150 @@
+"""The command line's steering options (target prefix, constraints, banned phrases, glossary), read
+line by line beside the input (docs/decoding-controls.md).
+
+    --prefix-file FILE       one target prefix per input line (an empty line: none)
+    --constraints-file FILE  per input line, the words or phrases that must appear, TAB-separated
+    --avoid PHRASE           a phrase that must not appear in any output (repeatable)
+    --avoid-file FILE        per input line, phrases that must not appear, TAB-separated
+    --glossary FILE          TSV of source term, target term (seq2seq.inference.glossary)
+    --json-input             each input line is {"text": ..., "prefix": ..., "constraints": [...], "avoid": [...]}
+
+The files are read in step with the input, chunk by chunk, so they stream as the input does; one
+that ends before or after the input is an error naming it (the output file is then not written).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any, Callable, Iterator
+
+import click
+
+from seq2seq.inference.steering import SteeringError
+from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
+
+JSON_FIELDS = ("text", "prefix", "constraints", "avoid")
+
+
+def steering_options(glossary: bool = True, json_input: bool = True) -> Callable[[Callable], Callable]:
+    """The steering options of a command; glossary / json_input: whether it has --glossary / --json-input
+    (a command whose sources are files has neither)."""
+    options = [
+        click.option("--prefix-file", type=click.Path(dir_okay=False), default=None,
+                     help="Target prefixes, one per input line: each output starts with its line's prefix."),
+        click.option("--constraints-file", type=click.Path(dir_okay=False), default=None,
+                     help="Per input line, TAB-separated words or phrases that must appear (beam search)."),
+        click.option("--avoid", multiple=True, metavar="PHRASE",
+                     help="A word or phrase that must not appear in any output (repeatable)."),
+        click.option("--avoid-file", type=click.Path(dir_okay=False), default=None,
+                     help="Per input line, TAB-separated words or phrases that must not appear."),
+    ]
+    if glossary:
+        options.append(click.option("--glossary", type=click.Path(dir_okay=False), default=None,
+                                    help="TSV 'source term<TAB>target term': a term found in a line must be "
+                                         "translated as given (a constraint)."))
+    if json_input:
+        options.append(click.option("--json-input", is_flag=True,
+                                    help='Each input line is a JSON object: {"text": ..., and optionally "prefix", '
+                                         '"constraints", "avoid"}.'))
+
+    def decorate(fn: Callable) -> Callable:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glossary", "json_input")
+
+
+class Steerer:
+    """Turns each chunk of input lines into the texts to translate and the steering arguments of
+    `Translator.translate_nbest` for them; `close()` checks that the line-aligned files ended with
+    the input."""
+
+    def __init__(self, prefix_file: str | None = None, constraints_file: str | None = None,
+                 avoid: tuple[str, ...] = (), avoid_file: str | None = None, glossary: str | None = None,
+                 json_input: bool = False) -> None:
+        from seq2seq.inference.glossary import Glossary
+
+        self.json_input = json_input
+        self.avoid = list(avoid)
+        self.glossary = Glossary.load(glossary) if glossary else None
+        self.files: dict[str, tuple[str, Iterator[str]]] = {}
+        self._handles = []
+        for name, path in (("prefix", prefix_file), ("constraints", constraints_file), ("avoid", avoid_file)):
+            if path is not None:
+                check_input_file(path)
+                self._handles.append(open_binary(path, "rb"))
+                self.files[name] = (path, decoded_lines(self._handles[-1], path, warn))
+        self.lines = 0
+
+    @classmethod
+    def from_options(cls, kw: dict[str, Any]) -> Steerer | None:
+        """The steerer of a command's options (popped from kw), None when none is given."""
+        given = {k: kw.pop(k) for k in STEERING_KEYS if k in kw}
+        if not any(given.values()):
+            return None
+        return cls(**given)
+
+    def __call__(self, lines: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """(texts, {prefix, constraints, avoid, glossary: those given}) for the next chunk of input lines."""
+        first = self.lines + 1
+        self.lines += len(lines)
+        per_line: dict[str, list[Any]] = {}
+        for name, (path, stream) in self.files.items():
+            values = list(itertools.islice(stream, len(lines)))
+            if len(values) < len(lines):
+                raise SteeringError(f"{path} has {first - 1 + len(values)} lines, but the input has more; "
+                                    "give one line per input line")
+            per_line[name] = values if name == "prefix" else [[p for p in v.split("\t") if p.strip()] for v in values]
+        texts = lines
+        if self.json_input:
+            texts, fields = _json_lines(lines, first)
+            for name, values in fields.items():
+                if name in per_line:
+                    raise SteeringError(f"--json-input lines hold {name!r}, and --{name}-file is given too; use one")
+                if any(v is not None for v in values):
+                    per_line[name] = values
+        avoid: Any = per_line.get("avoid")
+        if self.avoid:
+            avoid = [self.avoid + list(a or []) for a in avoid] if avoid is not None else self.avoid
+        steering = {"prefix": per_line.get("prefix"), "constraints": per_line.get("constraints"), "avoid": avoid,
+                    "glossary": self.glossary}
+        return texts, {k: v for k, v in steering.items() if v is not None}
+
+    def close(self) -> None:
+        """SteeringError naming a line-aligned file that has more lines than the input."""
+        try:
+            for path, stream in self.files.values():
+                if next(stream, None) is not None:
+                    raise SteeringError(f"{path} has more lines than the input ({self.lines}); "
+                                        "give one line per input line")
+        finally:
+            for handle in self._handles:
+                handle.close()
+
+
+def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, list[Any]]]:
+    """The texts and per-line fields of a chunk of --json-input lines (a blank line is an empty text)."""
+    texts: list[str] = []
+    fields: dict[str, list[Any]] = {k: [] for k in JSON_FIELDS[1:]}
+    for number, line in enumerate(lines, first):
+        obj: Any = {"text": ""} if not line.strip() else None
+        if obj is None:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SteeringError(f"input line {number} is not JSON ({e.msg}); --json-input reads one object "
+                                    'per line, e.g. {"text": "...", "constraints": ["..."]}') from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            raise SteeringError(f'input line {number}: --json-input needs an object with a "text" string')
+        unknown = sorted(set(obj) - set(JSON_FIELDS))
+        if unknown:
+            raise SteeringError(f"input line {number}: unknown field(s) {unknown}; valid: {list(JSON_FIELDS)}")
+        texts.append(obj["text"])
+        for k in fields:
+            fields[k].append(obj.get(k))
+    return texts, fields

@@ -1,0 +1,86 @@
+"""Decoding controls: what a search must or must not produce for one source, as target token ids.
+
+A `SourceControls` holds one source's controls (built from text by `seq2seq.inference.steering`):
+
+* `prefix`: the output starts with these tokens (`seq2seq.inference.prefix.TargetPrefix`);
+* `constraints`: token sequences that must each appear, in any order, each as consecutive tokens
+  (lexically constrained beam search with dynamic beam allocation, `seq2seq.inference.constraints`);
+* `avoid`: token sequences that must not appear (`seq2seq.inference.avoid.BannedPhrases`).
+
+In the search loop (`seq2seq.inference.search`) each kind of control is a `Control` over the live
+units and rows: it masks the next-token log-probabilities of every step (`mask`) and follows the
+rows as the loop keeps, reorders and extends them (`follow`). The search (`seq2seq.inference.search.build_controls`) makes the controls a batch
+needs: none at all when no source of the batch has any, so an uncontrolled search runs exactly
+the code it ran before controls existed.
+
+Shapes: U active units, g rows per unit, B = U * g decoder rows, V vocabulary, t tokens so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from seq2seq.text.lines import InputError
+
+
+@dataclass
+class SourceControls:
+    """One source's controls as target token ids (no BOS/EOS); empty lists: no control."""
+
+    prefix: list[int] = field(default_factory=list)
+    constraints: list[list[int]] = field(default_factory=list)
+    avoid: list[list[int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.prefix or self.constraints or self.avoid)
+
+
+class SteeringError(InputError):
+    """A prefix, constraint, banned phrase or glossary that cannot be used; the message names the input."""
+
+
+class ControlError(ValueError):
+    """Controls a search cannot honour (e.g. a prefix longer than the sentence's length limit).
+    `index`: the source, within the searched batch, they belong to."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class Control:
+    """One kind of control over a search's live units (see the module docstring)."""
+
+    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor) -> None:
+        """Constrain (in place) the next-token log-probabilities lprobs [B, V] of rows whose tokens so
+        far are tokens [B, 1 + t] (BOS first); raw [B, V]: the model's own, before any constraint."""
+
+    def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
+        """After a step: only the units kept_units [U'] remain (None: all), each new row continues the
+        row parents [B'] (indices before the step; None: each row its own), extended by new_tokens [B']."""
+
+
+def padded(seqs: Sequence[Sequence[int]], width: int | None = None, fill: int = -1) -> Tensor:
+    """Token sequences -> [len(seqs), width] long tensor, `fill` after each sequence's end."""
+    width = max([len(s) for s in seqs] + [width or 0, 1])
+    out = torch.full((len(seqs), width), fill, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+    return out
+
+
+def phrase_table(per_unit: Sequence[Sequence[Sequence[int]]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Each unit's phrases -> phrases [U, P, L] (padded with -1) and their lengths [U, P] (0 for padding)."""
+    n_phrases = max([len(p) for p in per_unit] + [1])
+    width = max([len(s) for p in per_unit for s in p] + [1])
+    phrases = torch.full((len(per_unit), n_phrases, width), -1, dtype=torch.long)
+    lengths = torch.zeros(len(per_unit), n_phrases, dtype=torch.long)
+    for u, unit in enumerate(per_unit):
+        if unit:
+            phrases[u, : len(unit)] = padded(unit, width)
+            lengths[u, : len(unit)] = torch.tensor([len(s) for s in unit])
+    return phrases.to(device), lengths.to(device)

@@ -1,0 +1,159 @@
+"""Steering a translation: each input's target prefix, constraints and banned phrases, as text.
+
+`Steering` is what a user asks for one input; `steer_inputs` turns a call's arguments (the Python
+API's `prefix=`, `constraints=`, `avoid=`, `glossary=`; the command line's files and options; a
+server request's fields) into one `Steering` per input, and `encode_steering` into the target token
+ids the search works with (`seq2seq.inference.controls.SourceControls`), refusing what cannot be
+honoured with one line that names the input line.
+
+How text becomes tokens. A constraint or banned phrase is tokenized as the target tokenizer
+tokenizes it inside a sentence, after a space: SentencePiece segments each word on its own, so
+"Kundenkonto" is "▁Kunden konto" wherever the word stands. A prefix is tokenized as the start of the
+output. Matching is on tokens: a constraint is met, and a banned phrase produced, only as exactly
+those tokens (see docs/decoding-controls.md for what this means for case and word forms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from seq2seq.config.search import SearchConfig
+from seq2seq.inference.controls import SourceControls, SteeringError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.inference.glossary import Glossary
+    from seq2seq.text.tokenizer import Tokenizer
+
+
+@dataclass
+class Steering:
+    """One input's controls as text: the output starts with `prefix`, contains each of `constraints`
+    (words or phrases, any order) and each of `terms` (a glossary's target terms for this input),
+    and none of `avoid`."""
+
+    prefix: str = ""
+    constraints: list[str] = field(default_factory=list)
+    avoid: list[str] = field(default_factory=list)
+    terms: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.prefix or self.constraints or self.avoid or self.terms)
+
+
+def _per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
+    if values is None:
+        return [None] * n
+    if isinstance(values, str):
+        raise SteeringError(f"{name} must be a list with one entry per input, not a string")
+    values = list(values)
+    if len(values) != n:
+        raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input")
+    return values
+
+
+def _phrases(name: str, value: Any, line: int) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise SteeringError(f"line {line}: {name} must be a list of strings, got {value!r}")
+    return list(value)
+
+
+def steer_inputs(n: int, *, prefix: Sequence[str | None] | None = None,
+                 constraints: Sequence[Sequence[str] | None] | None = None,
+                 avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+                 glossary: Glossary | None = None, sources: Sequence[str] | None = None,
+                 first_line: int = 1) -> list[Steering] | None:
+    """One `Steering` per input (None when the call asks for none).
+
+    prefix: one string per input ("" or None: none). constraints: one list of phrases per input.
+    avoid: a list of phrases banned for every input, or one list per input. glossary: its target
+    terms become constraints of the inputs (`sources`, the input texts) whose text holds their
+    source terms. SteeringError for arguments of the wrong shape.
+    """
+    if prefix is None and constraints is None and avoid is None and glossary is None:
+        return None
+    prefixes = _per_input("prefix", prefix, n)
+    wanted = _per_input("constraints", constraints, n)
+    if avoid is not None and not isinstance(avoid, str) and all(isinstance(a, str) for a in avoid):
+        banned = [list(avoid)] * n  # one list for every input
+    else:
+        banned = _per_input("avoid", avoid, n)
+    out = []
+    for i in range(n):
+        line = first_line + i
+        p = prefixes[i] or ""
+        if not isinstance(p, str):
+            raise SteeringError(f"line {line}: prefix must be a string, got {p!r}")
+        given = _phrases("constraints", wanted[i], line)
+        terms = []
+        if glossary is not None and sources is not None:
+            terms = [t for t in glossary.constraints_for(sources[i]) if t not in given]
+        out.append(Steering(p, given, _phrases("avoid", banned[i], line), terms))
+    return out
+
+
+def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int) -> SourceControls:
+    """The token ids of one input's controls (see the module docstring). SteeringError naming the line
+    for an empty constraint or banned phrase, or text the target vocabulary cannot represent."""
+
+    def phrase(kind: str, text: str) -> list[int]:
+        if not text.strip():
+            raise SteeringError(f"line {line}: an empty {kind}; give a word or phrase")
+        ids = tokenizer.encode([text.strip()])[0]
+        _check_representable(kind, text, ids, tokenizer, line)
+        return ids
+
+    prefix: list[int] = []
+    if steering.prefix.strip():
+        prefix = tokenizer.encode([steering.prefix.strip()])[0]
+        _check_representable("prefix", steering.prefix, prefix, tokenizer, line)
+    return SourceControls(
+        prefix=prefix,
+        constraints=[phrase("constraint", c) for c in steering.constraints + steering.terms],
+        avoid=[phrase("banned phrase", a) for a in steering.avoid],
+    )
+
+
+def continuation_pieces(tokenizer: Tokenizer, vocab_size: int) -> torch.Tensor:
+    """[vocab_size] bool: the target pieces that continue a word (no leading "▁", starting with a letter or
+    digit): a constraint followed by one is not met as a word (`seq2seq.inference.constraints`)."""
+    from seq2seq.text.tokenizer import SPECIAL_IDS
+
+    special = set(SPECIAL_IDS.values())
+    out = torch.zeros(vocab_size, dtype=torch.bool)
+    for i in range(min(vocab_size, tokenizer.vocab_size)):
+        piece = tokenizer.id_to_piece(i)
+        out[i] = i not in special and not piece.startswith("\u2581") and piece[:1].isalnum()
+    return out
+
+
+def _check_representable(kind: str, text: str, ids: list[int], tokenizer: Tokenizer, line: int) -> None:
+    if tokenizer.unk_id in ids:
+        unknown = [ch for ch in dict.fromkeys(text) if not ch.isspace() and tokenizer.unk_id in tokenizer.encode([ch])[0]]
+        shown = "".join(unknown) or text
+        raise SteeringError(f"line {line}: the {kind} {text!r} cannot be written with the model's target vocabulary "
+                            f"({shown!r} would become <unk>)")
+
+
+def check_steering(steering: Steering, cfg: SearchConfig, line: int) -> list[str]:
+    """SteeringError naming the line where the search `cfg` cannot honour the input's constraints:
+    they need beam search, and a beam of k holds at most k - 1 constraints (one bank each, and one
+    for hypotheses that met none yet). Glossary terms beyond what the beam holds are dropped from
+    `steering.terms` (the first ones found stay) and returned, for a warning."""
+    n = len(steering.constraints)
+    if not n and not steering.terms:
+        return []
+    what = "glossary terms" if not n else "constraints"
+    if cfg.strategy != "beam":
+        raise SteeringError(f"line {line}: {what} need beam search (--beam 2 or more), not {cfg.strategy} search")
+    room = cfg.beam - 1
+    if n > room:
+        raise SteeringError(f"line {line}: {n} constraints, but a beam of {cfg.beam} holds at most {room}; "
+                            f"pass --beam {n + 1} or more")
+    dropped = steering.terms[room - n:]
+    steering.terms = steering.terms[: room - n]
+    return dropped

@@ -1,0 +1,128 @@
+"""Language and corpus tags: the reserved source pieces of multilingual and multi-corpus models.
+
+A model is multilingual when its training corpora (`data.corpora`) have more than one target
+language. Every source then starts with its target language's tag, `<2xx>` (Johnson et al. 2017:
+the tag on the source, the decoder unchanged), then the tag of its corpus where that has one (e.g.
+`<BT>` on back-translated pairs; Caswell et al. 2019). Each tag is one reserved SentencePiece piece
+(a user-defined symbol of the source tokenizer, so it is never split), and the config saved in the
+model directory says which languages and tags the model knows:
+
+    language_tag("de")                              -> "<2de>"
+    model_languages(config)                         -> ["de", "fr"]    ([] for a bilingual model)
+    reserved_pieces(config)                         -> ["<2de>", "<2fr>", "<BT>"]
+    target_prefix(config, "fr")                     -> ["<2fr>"]        (checks the language)
+    tag_source("A dog.", "de", ["<BT>"])            -> "<2de> <BT> A dog."
+    split_tags("<2de> <BT> A dog.")                 -> (["<2de>", "<BT>"], "A dog.")
+
+The pipelines put the tags' ids before the source's own ids (training data: `seq2seq.data.cache`;
+decoding: `TextProcessor.with_target_language`), never the tagged text through SentencePiece, which
+would add a word-start piece "▁" before each tag: `tag_source` is the text form, for people and
+files. `config` is the root `Config` or its `DataConfig`. Pure: nothing here reads files or models.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from seq2seq.config.sections import CORPUS_TAG, LANGUAGE_CODE, CorpusConfig, DataConfig, ValidSetConfig
+
+LANGUAGE_TAG = re.compile(r"<2([^\s<>]+)>")
+
+
+class LanguageError(ValueError):
+    """A target language a model cannot translate into (or a language given to a bilingual model);
+    the message lists the model's languages."""
+
+
+def _data(config: Any) -> DataConfig:
+    return getattr(config, "data", config)
+
+
+def language_tag(lang: str) -> str:
+    """"de" -> "<2de>"; LanguageError for a string that is not a language code."""
+    if not isinstance(lang, str) or not LANGUAGE_CODE.fullmatch(lang):
+        raise LanguageError(f"{lang!r} is not a language code (two or three letters, then optional -/_ parts: "
+                            f"de, fra, pt_BR, zh-Hans)")
+    return f"<2{lang}>"
+
+
+def model_languages(config: Any) -> list[str]:
+    """The target languages of a multilingual model, sorted; [] for a bilingual model (its corpora
+    have one target language, or name none)."""
+    data = _data(config)
+    return data.target_languages if data.multilingual else []
+
+
+def reserved_pieces(config: Any) -> list[str]:
+    """Every reserved source piece the model's tokenizer needs: the language tags (multilingual
+    models), then the corpus tags in the order the corpora first name them."""
+    data = _data(config)
+    pieces = [language_tag(lang) for lang in model_languages(data)]
+    for corpus in data.corpora:
+        if corpus.tag is not None and corpus.tag not in pieces:
+            pieces.append(corpus.tag)
+    return pieces
+
+
+def corpus_prefix(config: Any, corpus: CorpusConfig) -> list[str]:
+    """The pieces put before every source of a training corpus: its target language's tag
+    (multilingual models), then its own tag."""
+    data = _data(config)
+    pieces = [language_tag(corpus.tgt_lang)] if data.multilingual and corpus.tgt_lang else []
+    return pieces + ([corpus.tag] if corpus.tag is not None else [])
+
+
+def valid_prefix(config: Any, valid: ValidSetConfig) -> list[str]:
+    """The pieces put before every source of a validation set: its target language's tag
+    (multilingual models; corpus tags are for training data only)."""
+    return [language_tag(valid.tgt_lang)] if _data(config).multilingual and valid.tgt_lang else []
+
+
+def target_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
+    """The pieces a source to translate into `tgt_lang` starts with (then `tags`, e.g. ["<BT>"]).
+
+    LanguageError: a multilingual model without `tgt_lang`, or with one it was not trained for
+    (the message lists its languages); a bilingual model given `tgt_lang`; a tag it was not trained with.
+    """
+    languages = model_languages(config)
+    if languages and tgt_lang is None:
+        raise LanguageError(f"this model is multilingual: choose a target language, one of {', '.join(languages)}")
+    if not languages and tgt_lang is not None:
+        raise LanguageError(f"this model translates into one language only (it was not trained with language tags); "
+                            f"leave out the target language ({tgt_lang!r})")
+    if tgt_lang is not None and tgt_lang not in languages:
+        raise LanguageError(f"unknown target language {tgt_lang!r}; this model's languages: {', '.join(languages)}")
+    known = [c.tag for c in _data(config).corpora if c.tag is not None]
+    for tag in tags:
+        if tag not in known:
+            raise LanguageError(f"unknown corpus tag {tag!r}; this model's tags: {', '.join(known) or 'none'}")
+    return ([language_tag(tgt_lang)] if tgt_lang is not None else []) + list(tags)
+
+
+def tag_source(text: str, tgt_lang: str | None, tags: Iterable[str] = ()) -> str:
+    """The text form of a tagged source: "<2de> <BT> text" (tgt_lang None: the tags alone)."""
+    pieces = ([language_tag(tgt_lang)] if tgt_lang is not None else []) + list(tags)
+    for tag in pieces:
+        if not CORPUS_TAG.fullmatch(tag):
+            raise LanguageError(f"{tag!r} is not a tag (<NAME>, no spaces)")
+    return " ".join([*pieces, text.strip()]) if pieces else text.strip()
+
+
+def split_tags(text: str) -> tuple[list[str], str]:
+    """The leading tags of a tagged source and the text after them: the inverse of `tag_source`."""
+    tags = []
+    rest = text.strip()
+    while True:
+        match = CORPUS_TAG.match(rest)
+        if match is None or (match.end() < len(rest) and not rest[match.end()].isspace()):
+            return tags, rest
+        tags.append(match.group())
+        rest = rest[match.end():].lstrip()
+
+
+def tag_language(piece: str) -> str | None:
+    """"<2de>" -> "de"; None for a piece that is not a language tag."""
+    match = LANGUAGE_TAG.fullmatch(piece)
+    return match.group(1) if match and LANGUAGE_CODE.fullmatch(match.group(1)) else None
