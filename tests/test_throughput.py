@@ -130,3 +130,20 @@ def test_the_recipe_compares_a_machine_with_the_readme_figure_of_the_settings_it
     assert recipe.machine_line(step_budget, {"estimated_steps": None, "overrides": []}).startswith(
         "this run: 8,400 steps (a step budget)")
     assert recipe.machine_line(cfg, {"estimated_steps": None, "overrides": []}) is None  # a resumed run
+
+
+def test_the_quickstart_trains_longer_on_a_slow_machine_up_to_its_cap():
+    from seq2seq.training.quickstart import (
+        DEFAULT_MINUTES, LONGEST_MINUTES, NEEDED_STEPS, budget_note, training_minutes,
+    )
+
+    assert training_minutes(None) == DEFAULT_MINUTES  # not probed: the default
+    assert training_minutes(1300) == DEFAULT_MINUTES  # a fast machine: unchanged
+    assert training_minutes(NEEDED_STEPS) == DEFAULT_MINUTES
+    slower = training_minutes(NEEDED_STEPS * 2 // 3)  # 1.5x slower: the steps' time
+    assert slower == pytest.approx(DEFAULT_MINUTES * 1.5, rel=0.01)
+    assert training_minutes(NEEDED_STEPS // 4) == LONGEST_MINUTES  # capped
+    note = budget_note(NEEDED_STEPS * 2 // 3, slower)
+    assert note.startswith(f"a slow machine (about {NEEDED_STEPS * 2 // 3:,} steps in 3.5 minutes") and "5.3 minutes" in note
+    note = budget_note(NEEDED_STEPS // 4, LONGEST_MINUTES)
+    assert note.startswith("a very slow machine") and note.endswith("expect lower scores")

@@ -30,6 +30,34 @@ from seq2seq.training.throughput import estimate_steps, speed_note
 log = logging.getLogger(__name__)
 # The README's lowest figure ("What to expect on your CPU": 1 core, AVX2 only, seed 1) and its steps.
 REFERENCE = (590, "3.5 minutes on 1 core with AVX2 only, held-out BLEU 95.9")
+# The training budget: DEFAULT_MINUTES, or on a machine the probe finds too slow to train NEEDED_STEPS
+# in it, the time NEEDED_STEPS take there, at most LONGEST_MINUTES (the whole quickstart then stays
+# within 8 minutes). NEEDED_STEPS: where the validation BLEU of the runs in benchmarks/README.md ("The
+# quickstart on slow and fast CPUs") passes 95 with a margin; the steps, not the minutes, decide it.
+DEFAULT_MINUTES = 3.5
+NEEDED_STEPS = 640
+LONGEST_MINUTES = 7.25
+
+
+def training_minutes(steps: int | None, default: float = DEFAULT_MINUTES, needed: int = NEEDED_STEPS,
+                     longest: float = LONGEST_MINUTES) -> float:
+    """The quickstart's training budget on a machine expected to train `steps` steps in `default`
+    minutes (None: not probed): `default`, or the time `needed` steps take there, at most `longest`."""
+    if steps is None or steps <= 0 or steps >= needed:
+        return default
+    return min(longest, default * needed / steps)
+
+
+def budget_note(steps: int, minutes: float, default: float = DEFAULT_MINUTES, needed: int = NEEDED_STEPS) -> str:
+    """What a slow machine's budget means, said at the start (`minutes` from `training_minutes`)."""
+    expected = round(steps * minutes / default)
+    if expected >= needed * 0.98:
+        return (f"a slow machine (about {steps:,} steps in {default:g} minutes; the quickstart's quality needs about "
+                f"{needed:,}): training for {minutes:.1f} minutes instead, the whole quickstart about "
+                f"{minutes + 0.75:.0f} minutes")
+    return (f"a very slow machine (about {steps:,} steps in {default:g} minutes): training for the longest budget, "
+            f"{minutes:.1f} minutes, about {expected:,} steps of the {needed:,} the quickstart's quality needs: "
+            "expect lower scores")
 
 
 def quickstart_config(data: dict[str, tuple[Path, Path]], model_dir: Path, minutes: float, device: str, seed: int) -> Config:
@@ -59,8 +87,9 @@ def quickstart_config(data: dict[str, tuple[Path, Path]], model_dir: Path, minut
     )
 
 
-def run_quickstart(output_dir: str | Path, minutes: float = 3.5, device: str = "auto", seed: int = 1,
+def run_quickstart(output_dir: str | Path, minutes: float | None = None, device: str = "auto", seed: int = 1,
                    overwrite: bool = False) -> dict[str, float]:
+    """Run the quickstart into output_dir; minutes None: the machine's budget (`training_minutes`)."""
     out = Path(output_dir)
     model_dir = out / "model"
     if model_dir.exists():
@@ -72,8 +101,12 @@ def run_quickstart(output_dir: str | Path, minutes: float = 3.5, device: str = "
     files = write_splits(splits, out / "data")
     log.info("generated %s", ", ".join(f"{k}: {len(v):,} pairs" for k, v in splits.items()))
 
-    cfg = quickstart_config(files, model_dir, minutes, device, seed)
-    log.info(speed_note(estimate_steps(cfg), minutes, *REFERENCE))
+    cfg = quickstart_config(files, model_dir, minutes or DEFAULT_MINUTES, device, seed)
+    steps = estimate_steps(cfg)
+    log.info(speed_note(steps, cfg.training.max_time_minutes, *REFERENCE))
+    if minutes is None and training_minutes(steps) != DEFAULT_MINUTES:
+        cfg.training.max_time_minutes = training_minutes(steps)
+        log.info(budget_note(steps, cfg.training.max_time_minutes))
     result = run_training(cfg, config_source="quickstart")
 
     translator = Translator.load(model_dir, device=device)
