@@ -327,11 +327,11 @@ def _broken_copy(opus, tmp_path: Path, case: str) -> tuple[Path, str]:
     if case == "no_target_spm":
         (path / "target.spm").unlink()
         return path, f"{path / 'target.spm'} is missing"
-    if case == "multilingual":
+    if case == "language token":  # a multilingual model's >>xx<< tokens import (below), if language codes
         vocab = dict(opus.vocab)
-        vocab[">>deu<<"] = vocab.pop(MODEL_ONLY)
+        vocab[">>d<<"] = vocab.pop(MODEL_ONLY)
         (path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-        return path, "target-language tokens (>>deu<<"
+        return path, "target-language tokens whose code is not a language code (>>d<<"
     config = json.loads((path / "config.json").read_text())
     if case == "activation":
         config["activation_function"] = "tanh"
@@ -345,7 +345,7 @@ def _broken_copy(opus, tmp_path: Path, case: str) -> tuple[Path, str]:
     return path, message
 
 
-@pytest.mark.parametrize("case", ["bias", "no_target_spm", "multilingual", "start", "activation"])
+@pytest.mark.parametrize("case", ["bias", "no_target_spm", "language token", "start", "activation"])
 def test_what_cannot_be_imported_exactly_is_refused_in_one_line(opus, tmp_path, case):
     path, message = _broken_copy(opus, tmp_path, case)
     result = run(["import-hf", path, tmp_path / "model"])
@@ -486,3 +486,146 @@ def test_a_truncated_download_is_one_line_from_the_real_command(opus, tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {weights} is not a readable safetensors file"), lines
+
+
+# ---- multilingual opus-mt models: >>xx<< target-language tokens -------------------------------------
+
+LANGUAGE_TOKENS = (">>de<<", ">>fra<<", ">>zho_Hans<<")  # two-letter, three-letter and scripted codes
+
+
+def _multilingual_target(text: str, token: str) -> str:
+    """The toy task into each language: the words in upper case, reversed (>>fra<<), or only the first two
+    (>>zho_Hans<<)."""
+    words = text.split()
+    words = words[::-1] if token == ">>fra<<" else words[:2] if token == ">>zho_Hans<<" else words
+    return _target(" ".join(words))
+
+
+@pytest.fixture(scope="module")
+def multilingual(opus, tmp_path_factory) -> SimpleNamespace:
+    """A MarianMTModel (opus-mt-shaped, joint vocab.json) whose vocabulary has target-language tokens,
+    which MarianTokenizer takes from the start of a source, trained for a few seconds on a toy task per
+    language; imported by `seq2seq import-hf`."""
+    from transformers import MarianMTModel
+
+    path = tmp_path_factory.mktemp("multi") / "opus-mt-en-mul"
+    path.mkdir()
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(opus.path / name, path / name)
+    union = [p for p in opus.vocab if p not in ("</s>", "<unk>", "<pad>")]
+    # the language tokens among the pieces (not first), as Marian's vocabulary builder may put them
+    pieces = union[:5] + list(LANGUAGE_TOKENS) + union[5:]
+    vocab = {p: i for i, p in enumerate(["</s>", "<unk>"] + pieces + ["<pad>"])}
+    (path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tok = _save_tokenizer(path)
+    assert sorted(tok.supported_language_codes) == sorted(LANGUAGE_TOKENS)
+    pad = vocab["<pad>"]
+    torch.manual_seed(2)
+    model = MarianMTModel(_marian_config(len(vocab), len(vocab), pad, shared=True))
+    # a few seconds of a toy task per language, so that the tag steers the model and it stops by itself
+    texts = _sentences(300, 3)
+    sources = [f"{token} {t}" for t in texts for token in LANGUAGE_TOKENS]
+    targets = [_multilingual_target(t, token) for t in texts for token in LANGUAGE_TOKENS]
+    batch = tok(sources, text_target=targets, padding=True, return_tensors="pt")
+    labels = batch["labels"].masked_fill(batch["labels"] == pad, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(200):
+        rows = torch.randint(0, len(sources), (32,), generator=generator)
+        loss = model(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
+                     labels=labels[rows]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(str(path))
+    out = tmp_path_factory.mktemp("multi-imported") / "model"
+    result = run(["import-hf", path, out])
+    assert result.exit_code == 0, result.output
+    loaded = load_model_dir(out)
+    src = loaded.tokenizers.src
+    specials = {PAD_ID: pad, UNK_ID: 1, BOS_ID: pad, EOS_ID: 0}
+    tags = {f"<2{t[2:-2]}>": t for t in LANGUAGE_TOKENS}
+    src_map = [specials.get(i, vocab.get(tags.get(src.id_to_piece(i), src.id_to_piece(i)), 1))
+               for i in range(src.vocab_size)]
+    tgt = loaded.tokenizers.tgt
+    tgt_map = [specials[i] if i in specials else vocab[tgt.id_to_piece(i)] for i in range(tgt.vocab_size)]
+    return SimpleNamespace(hf=path, path=out, loaded=loaded, tok=tok, model=model, vocab=vocab, pad=pad,
+                           src_map=src_map, tgt_map=tgt_map)
+
+
+def test_language_tokens_become_language_tags(multilingual):
+    from seq2seq.text.languages import model_languages
+
+    loaded, vocab = multilingual.loaded, multilingual.vocab
+    assert loaded.config.data.languages == ["de", "fra", "zho_Hans"] and loaded.config.data.corpora == []
+    assert model_languages(loaded.config) == ["de", "fra", "zho_Hans"]
+    assert Translator.load(multilingual.path, device="cpu").languages == ["de", "fra", "zho_Hans"]
+    src = loaded.tokenizers.src
+    pieces = [src.id_to_piece(i) for i in range(src.vocab_size)]
+    assert not any(p.startswith(">>") for p in pieces)
+    assert src.user_defined_pieces() == ["<2de>", "<2fra>", "<2zho_Hans>"]
+    for token in LANGUAGE_TOKENS:  # each tag reads the row of its token
+        assert multilingual.src_map[src.piece_id(f"<2{token[2:-2]}>")] == vocab[token]
+    assert src.piece_id("<2de>") in src.encode(["<2de> red"])[0]  # one piece, never split
+    meta = json.loads((multilingual.path / "metadata.json").read_text())["hf_vocabulary"]
+    assert meta["language_tags"] == {">>de<<": "<2de>", ">>fra<<": "<2fra>", ">>zho_Hans<<": "<2zho_Hans>"}
+    config = yaml.safe_load((multilingual.path / "config.yaml").read_text())
+    assert config["data"]["languages"] == ["de", "fra", "zho_Hans"]
+
+
+def test_tagged_sources_are_marian_tokenizer_ids(multilingual):
+    translator = Translator.load(multilingual.path, device="cpu")
+    texts = _sentences(12, 23) + ["cat cat dog"]
+    for token in LANGUAGE_TOKENS:
+        examples = translator.processor_for(token[2:-2]).prepare(texts)
+        ours = [[multilingual.src_map[i] for i in examples[k]] for k in range(len(texts))]
+        assert ours == multilingual.tok([f"{token} {t}" for t in texts]).input_ids
+
+
+def test_translations_into_each_language_are_transformers_translations(multilingual):
+    """Greedy search gives the tokens and text of transformers' `generate` on ">>xx<< " + text, for
+    each language (and the languages give different translations: the tag steers the model)."""
+    texts = _sentences(30, 29) + ["river", "cat dog"]
+    translator = Translator.load(multilingual.path, device="cpu")
+    limit, eos, pad = 40, 0, multilingual.pad
+    outputs = {}
+    for token in LANGUAGE_TOKENS:
+        lang = token[2:-2]
+        ours = translator.translate_nbest(texts, tgt_lang=lang, greedy=True, min_len=1, max_len_a=0,
+                                          max_len_b=limit)
+        batch = multilingual.tok([f"{token} {t}" for t in texts], return_tensors="pt", padding=True)
+        generated = multilingual.model.generate(**batch, num_beams=1, min_new_tokens=1, max_new_tokens=limit + 1,
+                                                bad_words_ids=[[pad]])
+        decoded = multilingual.tok.batch_decode(generated, skip_special_tokens=True)
+        for text, nbest, row, theirs_text in zip(texts, ours, generated.tolist(), decoded):
+            theirs = [t for t in row[1:] if t != pad]
+            assert theirs[-1] == eos and len(theirs) <= limit, "ended by the length limit: not the same search"
+            assert [multilingual.tgt_map[t] for t in nbest[0].token_ids] + [eos] == theirs, (lang, text)
+            if 1 not in theirs:  # MarianTokenizer drops <unk>; both keep or strip a final "▁" differently
+                assert nbest[0].text.rstrip() == theirs_text, (lang, text)
+        outputs[lang] = [n[0].text for n in ours]
+    assert len({str(v) for v in outputs.values()}) == len(LANGUAGE_TOKENS)  # the tag steers the model
+    # and as the toy task says: into zho_Hans, two words (and the full stop) where de has them all
+    words = {lang: sum(len(o.split()) for o in out) / len(out) for lang, out in outputs.items()}
+    assert words["zho_Hans"] < 3.5 < words["de"], words
+
+
+def test_translate_cli_takes_the_language_of_an_imported_model(multilingual):
+    translator = Translator.load(multilingual.path, device="cpu")
+    texts = ["red cat", "big river"]
+    options = ["--greedy", "--device", "cpu"]
+    result = CliRunner().invoke(cli, ["translate", str(multilingual.path), "--tgt-lang", "fra", *options],
+                                input="\n".join(texts) + "\n")
+    assert result.exit_code == 0, result.output
+    expected = translator.translate(texts, tgt_lang="fra", greedy=True)
+    assert result.output.splitlines() == expected
+    for args, message in (([], "choose a target language, one of de, fra, zho_Hans"),
+                          (["--tgt-lang", "fr"], "unknown target language 'fr'; this model's languages: de, fra, "
+                                                 "zho_Hans")):
+        result = CliRunner().invoke(cli, ["translate", str(multilingual.path), *args, *options], input="red cat\n")
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], result.output
+

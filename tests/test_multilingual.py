@@ -114,6 +114,17 @@ ONE = {"train_src": "a.en", "train_tgt": "a.de"}
     ({"corpora": [ONE], "valid_sets": [{"src": "a", "tgt": "b", "name": "x"}, {"src": "c", "tgt": "d", "name": "x"}]},
      "data.valid_sets[1] has the same name as data.valid_sets[0]"),
     ({"corpora": [ONE], "valid_sets": [{"src": "a", "tgt": "b", "nmae": "x"}]}, "unknown config key 'data.valid_sets[0].nmae'"),
+    # data.languages: the languages of a model without training data (import-hf)
+    ({"languages": ["de", "d e"]}, "data.languages[1] 'd e' is not a language code"),
+    ({"languages": ["de", "fr", "de"]}, "data.languages[2] 'de' is listed twice"),
+    ({"languages": "de"}, "config key 'data.languages': expected a list"),
+    ({"languages": ["de", 3]}, "config key 'data.languages[1]': expected a string"),
+    ({"languages": ["de", "fr"], "corpora": [{**ONE, "src_lang": "en", "tgt_lang": "de"}]},
+     "data.languages is for a model without training data (an imported one); a training config names its target "
+     "languages in data.corpora (tgt_lang), not with data.corpora"),
+    ({"languages": ["de", "fr"], "train_src": "a.en", "train_tgt": "a.de"}, "not with data.train_src"),
+    ({"languages": ["de", "fr"], "valid_src": "v.en", "valid_tgt": "v.de"},
+     "data.languages names the target languages (de, fr): validate them per direction with data.valid_sets"),
 ])
 def test_bad_corpora_are_refused_naming_the_key(data, message):
     with pytest.raises(ConfigError) as error:
@@ -158,6 +169,23 @@ def test_languages_of_multilingual_and_bilingual_configs(corpora):
     with pytest.raises(LanguageError, match="translates into one language only"):
         target_prefix(bt, "de")
     assert target_prefix(bt, None) == []
+
+
+def test_declared_languages_of_a_model_without_corpora():
+    """data.languages (what import-hf writes for a multilingual opus-mt model): the same languages, tags
+    and refusals as corpora's, and even one declared language is a tag the model needs."""
+    cfg = from_dict(Config, {"data": {"languages": ["zho_Hans", "de", "fra"]}})
+    assert cfg.data.multilingual and model_languages(cfg) == ["de", "fra", "zho_Hans"]
+    assert reserved_pieces(cfg) == ["<2de>", "<2fra>", "<2zho_Hans>"]
+    assert target_prefix(cfg, "zho_Hans") == ["<2zho_Hans>"]
+    with pytest.raises(LanguageError, match="choose a target language, one of de, fra, zho_Hans"):
+        target_prefix(cfg, None)
+    with pytest.raises(LanguageError, match="unknown target language 'fr'; this model's languages: de, fra, zho_Hans"):
+        target_prefix(cfg, "fr")
+    one = from_dict(Config, {"data": {"languages": ["fr"]}})
+    assert model_languages(one) == ["fr"] and target_prefix(one, "fr") == ["<2fr>"]
+    with pytest.raises(LanguageError, match="choose a target language, one of fr"):
+        target_prefix(one, None)
 
     assert tag_source(" A dog. ", "de", ["<BT>"]) == "<2de> <BT> A dog."
     assert tag_source("A dog.", None) == "A dog."

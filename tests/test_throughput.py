@@ -134,16 +134,19 @@ def test_the_recipe_compares_a_machine_with_the_readme_figure_of_the_settings_it
 
 def test_the_quickstart_trains_longer_on_a_slow_machine_up_to_its_cap():
     from seq2seq.training.quickstart import (
-        DEFAULT_MINUTES, LONGEST_MINUTES, NEEDED_STEPS, budget_note, training_minutes,
+        DEFAULT_MINUTES, LONGEST_MINUTES, NEEDED_SLOW_STEPS, budget_note, training_minutes,
     )
 
-    assert training_minutes(None) == DEFAULT_MINUTES  # not probed: the default
-    assert training_minutes(1300) == DEFAULT_MINUTES  # a fast machine: unchanged
-    assert training_minutes(NEEDED_STEPS) == DEFAULT_MINUTES
-    slower = training_minutes(NEEDED_STEPS * 2 // 3)  # 1.5x slower: the steps' time
+    needed = NEEDED_SLOW_STEPS
+    assert training_minutes(None, needed=needed) == DEFAULT_MINUTES  # not probed: the default
+    assert training_minutes(2 * needed, needed=needed) == DEFAULT_MINUTES  # fast enough: at least the default
+    slower = training_minutes(needed * 2 // 3, needed=needed)  # 1.5x too slow: the steps' time
     assert slower == pytest.approx(DEFAULT_MINUTES * 1.5, rel=0.01)
-    assert training_minutes(NEEDED_STEPS // 4) == LONGEST_MINUTES  # capped
-    note = budget_note(NEEDED_STEPS * 2 // 3, slower)
-    assert note.startswith(f"a slow machine (about {NEEDED_STEPS * 2 // 3:,} steps in 3.5 minutes") and "5.3 minutes" in note
-    note = budget_note(NEEDED_STEPS // 4, LONGEST_MINUTES)
-    assert note.startswith("a very slow machine") and note.endswith("expect lower scores")
+    assert training_minutes(needed // 4, needed=needed) == LONGEST_MINUTES  # capped
+    note = budget_note(needed * 2 // 3, slower)
+    assert note.startswith("a slow machine: training a model of width 128 with batches of 1,000 tokens (more "
+                           "updates a minute) for 5.2 minutes") and "whole quickstart about 6 minutes" in note
+    assert budget_note(needed, DEFAULT_MINUTES, base_steps=300).startswith(
+        "a slow machine (about 300 steps of the usual batches in 3.5 minutes, fewer than the 640 they need)")
+    note = budget_note(needed // 4, LONGEST_MINUTES)
+    assert note.endswith("at the longest budget: expect lower scores")

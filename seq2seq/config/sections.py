@@ -303,6 +303,13 @@ class DataConfig:
         P(segmentation)^alpha (lower: more varied and longer segmentations; 1: the model's own
         distribution); bpe tokenizers: the merge dropout probability of BPE-dropout.
     subword_nbest: unigram only: sample among the n best segmentations (-1: all of them).
+
+    Several corpora (`corpora`, `sampling_temperature`, `valid_sets`): see `CorpusConfig` and
+    docs/training.md. languages: the target languages of a model that has no training corpora to name
+    them (`import-hf` of a multilingual opus-mt model writes it): language codes, each the `<2xx>` tag
+    at the start of a source; any list makes the model multilingual (translation needs one of them).
+    A training config names its languages in `corpora` instead: the two are never set together, and
+    `target_languages` is the one place that reads either.
     """
 
     train_src: str | None = None
@@ -329,6 +336,7 @@ class DataConfig:
     corpora: list[CorpusConfig] = field(default_factory=list)
     sampling_temperature: float = 1.0
     valid_sets: list[ValidSetConfig] = field(default_factory=list)
+    languages: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c
@@ -370,6 +378,7 @@ class DataConfig:
                 i = named.index(False)
                 raise ConfigError(f"data.corpora[{i}] names no languages (src_lang, tgt_lang); either every corpus "
                                   f"names its languages or none does")
+        self._check_languages()
         if self.valid_sets:
             single = [k for k in ("valid_src", "valid_tgt", "valid") if getattr(self, k) is not None]
             if single:
@@ -385,7 +394,9 @@ class DataConfig:
         if self.multilingual:
             languages = ", ".join(self.target_languages)
             if self.valid_src is not None or self.valid is not None:
-                raise ConfigError(f"data.corpora have several target languages ({languages}): validate them per "
+                what = ("data.corpora have several target languages" if self.corpora
+                        else "data.languages names the target languages")
+                raise ConfigError(f"{what} ({languages}): validate them per "
                                   f"direction with data.valid_sets instead of data.valid_src/valid_tgt/valid")
             for i, valid in enumerate(self.valid_sets):
                 if valid.tgt_lang not in self.target_languages:
@@ -393,15 +404,34 @@ class DataConfig:
                     raise ConfigError(f"data.valid_sets[{i}] {what}; a multilingual model's validation sets need one "
                                       f"of its target languages ({languages})")
 
+    def _check_languages(self) -> None:
+        """data.languages: language codes, each once, only in a config without training data."""
+        if not self.languages:
+            return
+        given = [k for k in ("corpora", "train_src", "train", "hf_dataset") if getattr(self, k) not in (None, [])]
+        if given:
+            raise ConfigError(f"data.languages is for a model without training data (an imported one); a training "
+                              f"config names its target languages in data.corpora (tgt_lang), not with data.{given[0]}")
+        for i, lang in enumerate(self.languages):
+            if not LANGUAGE_CODE.fullmatch(lang):
+                raise ConfigError(f"data.languages[{i}] {lang!r} is not a language code (two or three letters, then "
+                                  f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
+            if lang in self.languages[:i]:
+                raise ConfigError(f"data.languages[{i}] {lang!r} is listed twice")
+
     @property
     def target_languages(self) -> list[str]:
-        """The corpora's target languages, sorted ([] without data.corpora or languages)."""
+        """The target languages, sorted: the corpora's, or data.languages (a model without corpora);
+        [] without either."""
+        if self.languages:
+            return sorted(self.languages)
         return sorted({c.tgt_lang for c in self.corpora if c.tgt_lang is not None})
 
     @property
     def multilingual(self) -> bool:
-        """More than one target language among data.corpora: sources carry a <2xx> language tag."""
-        return len(self.target_languages) > 1
+        """Sources carry a <2xx> language tag: data.corpora have more than one target language, or
+        data.languages declares the tagged languages of a model without corpora (even one)."""
+        return bool(self.languages) or len(self.target_languages) > 1
 
     def validate(self) -> None:
         """Raise ConfigError unless some training data is configured."""

@@ -15,7 +15,9 @@ is refused in one line naming the file. Two kinds of vocabulary (`seq2seq.deploy
 * **Re-indexed** (Helsinki-NLP opus-mt and other Marian conversions): each side gets a new
   SentencePiece model with our ids and the embedding / output rows are gathered to match, so the
   logits over corresponding ids are the same (the details, and what is refused or not exact, in
-  `seq2seq.deploy.hf_vocab`).
+  `seq2seq.deploy.hf_vocab`). A multilingual opus-mt model's `>>xx<<` tokens become our `<2xx>`
+  language tags and its config's `data.languages`, so `translate --tgt-lang xx` puts the tag where
+  MarianTokenizer reads `>>xx<<`: at the start of the source.
 
 Marian's default FFN activation, "swish" (SiLU, as in most opus-mt models), is `model.activation:
 swish`; relu and gelu import as themselves, any other activation is refused by the architecture check.
@@ -30,7 +32,7 @@ from typing import Any
 import torch
 
 from seq2seq.config.root import Config
-from seq2seq.config import ModelConfig, from_dict, load_dict
+from seq2seq.config import DataConfig, ModelConfig, from_dict, load_dict
 from seq2seq.deploy.hf import HF_CONFIG, marian_permutation, permuted, tensor_map
 from seq2seq.deploy.hf_vocab import gather_rows, hf_tokenizers, json_file, needs_reindexing, reindex
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
@@ -193,9 +195,10 @@ def _read_weights(hf_dir: Path, files: list[Path], config: Any) -> dict[str, tor
     return state
 
 
-def _default_config(m: ModelConfig, tokenizers: TokenizerPair) -> Config:
-    """Our defaults with the model's sizes: the run config of an import that is not one of our exports."""
-    cfg = Config(model=m)
+def _default_config(m: ModelConfig, tokenizers: TokenizerPair, languages: list[str] = ()) -> Config:
+    """Our defaults with the model's sizes: the run config of an import that is not one of our exports;
+    `languages`: the target languages of a multilingual model (its `>>xx<<` tokens), `data.languages`."""
+    cfg = Config(model=m, data=DataConfig(languages=list(languages)))
     cfg.tokenizer.joint = tokenizers.joint
     cfg.tokenizer.vocab_size = m.tgt_vocab_size
     if not tokenizers.joint:
@@ -278,9 +281,10 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, force: bool = False) -> P
         tokenizers = hf_tokenizers(hf_dir, m.src_vocab_size, m.tgt_vocab_size)
     if m.share_embeddings and not tokenizers.joint:
         m = dataclasses.replace(m, share_embeddings=False)
-    cfg = _restored_config(hf_dir, m)
+    languages = reindexed.languages if reindexed is not None else []
+    cfg = None if languages else _restored_config(hf_dir, m)
     if cfg is None:  # not one of our exports
-        cfg = _default_config(m, tokenizers)
+        cfg = _default_config(m, tokenizers, languages)
     model = _load_model(m, state, hf_dir)
     with Staging(out) as tmp:
         model_dir = ModelDir(tmp)

@@ -23,11 +23,19 @@
     log(1 + p(pad)), p(pad) being the probability transformers gives its (never generated) pad token.
   - share_embeddings only when source and target end up with the very same SentencePiece model;
     otherwise two gathered copies of a shared matrix (the output projection tied to the decoder's).
-  Refused, with the file: multilingual vocabularies with `>>xx<<` target-language tokens (which
-  MarianTokenizer reads at the start of a source), special ids that config.json and vocab.json do not
-  agree on, a decoder start other than pad. Not exact (docs/deployment.md): source characters that
-  source.spm does not know (MarianTokenizer looks their text up in the joint vocab.json), literal
-  `</s>` / `<unk>` / `<pad>` in a source.
+  - target-language tokens (multilingual opus-mt models, `language_tokens`): each `>>xx<<` of
+    vocab.json, which MarianTokenizer takes from the start of a source ("`>>fr<< text`" -> the id of
+    `>>fr<<`, then the SentencePiece pieces of " text"), becomes our reserved source piece `<2xx>`
+    (USER_DEFINED, its embedding their `>>xx<<` row), and `Reindexed.languages` the model's
+    `data.languages`: `target_prefix` then puts that piece's id before each source, as MarianTokenizer
+    does. The code is kept as it is (`>>fra<<` -> `<2fra>`, `>>zho_Hans<<` -> `<2zho_Hans>`); a token
+    whose code is not a language code (`seq2seq.config.sections.LANGUAGE_CODE`) is refused. On the
+    target side they stay UNUSED pieces with their text, like every model piece target.spm lacks.
+    Only tokens at the start of the source are read so (MarianTokenizer's own rule).
+  Refused, with the file: `>>xx<<` tokens whose code is not a language code, special ids that
+  config.json and vocab.json do not agree on, a decoder start other than pad. Not exact
+  (docs/deployment.md): source characters that source.spm does not know (MarianTokenizer looks their
+  text up in the joint vocab.json), literal `</s>` / `<unk>` / `<pad>` in a source.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import Any
 
 import torch
 
+from seq2seq.config.sections import LANGUAGE_CODE
 from seq2seq.deploy.staging import ExportError
 from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
 
@@ -292,13 +301,26 @@ def _check_special_ids(hf_dir: Path, config: Any, v: _MarianVocab) -> None:
                           "have its own id, the same in config.json and the vocabulary)")
 
 
-def _check_one_language_pair(v: _MarianVocab) -> None:
-    """ExportError for what our tokenizer cannot do: target-language tokens, a `<s>` of its own."""
-    codes = [p for p in v.src if p.startswith(">>") and p.endswith("<<")]
-    if codes:
-        raise ExportError(f"{v.src_path} has {len(codes)} target-language tokens ({', '.join(codes[:3])}, ...): "
-                          "a multilingual model, steered by a token that MarianTokenizer takes from the start of "
-                          "the source; seq2seq's tokenizer cannot do that, so it is not imported")
+def is_language_token(piece: str) -> bool:
+    """A MarianTokenizer target-language token: ">>fr<<", ">>zho_Hans<<"."""
+    return len(piece) > 4 and piece.startswith(">>") and piece.endswith("<<")
+
+
+def language_tokens(v: _MarianVocab) -> dict[str, str]:
+    """{">>fr<<": "fr"}: the source vocabulary's target-language tokens and their language codes (kept
+    as they are: `>>fra<<` -> "fra", `>>zho_Hans<<` -> "zho_Hans"); ExportError naming the tokens whose
+    code is not a language code (so not a `<2xx>` tag of ours)."""
+    tokens = {p: p[2:-2] for p in v.src if is_language_token(p)}
+    bad = [p for p, code in tokens.items() if not LANGUAGE_CODE.fullmatch(code)]
+    if bad:
+        raise ExportError(f"{v.src_path} has target-language tokens whose code is not a language code "
+                          f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}; seq2seq's language tags need "
+                          f"two or three letters, then optional -/_ parts: >>de<<, >>fra<<, >>zho_Hans<<)")
+    return tokens
+
+
+def _check_bos(v: _MarianVocab) -> None:
+    """ExportError for a `<s>` with an id of its own, which our tokenizer cannot keep."""
     bos = v.names["bos"]
     for path, vocab in ((v.src_path, v.src), (v.tgt_path, v.tgt)):
         if bos in vocab and bos not in v.specials:
@@ -306,18 +328,23 @@ def _check_one_language_pair(v: _MarianVocab) -> None:
                               f"seq2seq's {bos} and cannot keep both")
 
 
-def _source_side(spm_model: _SpmModel, v: _MarianVocab) -> tuple[Tokenizer, list[int], int]:
+def _source_side(spm_model: _SpmModel, v: _MarianVocab,
+                 languages: dict[str, str]) -> tuple[Tokenizer, list[int], int]:
     """Our source tokenizer, their id of each of our source ids, and how many pieces read the <unk> row.
     Every source.spm piece is kept (the segmentation is MarianTokenizer's); those vocab.json lacks read
-    the <unk> row. Model order first, then the spm's order."""
+    the <unk> row. Each target-language token of `languages` ({">>fr<<": "fr"}) is our reserved piece
+    `<2fr>` (USER_DEFINED, reading its row), numbered right after the special ids as a trained
+    tokenizer numbers its tags. Then model order, then the spm's order."""
     vocab, unk = v.src, v.names["unk"]
     kept = [(p, s, t) for p, s, t in spm_model.pieces if t not in (UNKNOWN, CONTROL) and p not in v.specials
-            and p not in v.names.values()]
-    known = sorted((p for p in kept if p[0] in vocab), key=lambda p: vocab[p[0]])
+            and p not in v.names.values() and p not in languages]
+    tags = sorted(((f"<2{code}>", 0.0, USER_DEFINED, token) for token, code in languages.items()),
+                  key=lambda p: vocab[p[3]])
+    known = tags + sorted(((p, s, t, p) for p, s, t in kept if p in vocab), key=lambda p: vocab[p[3]])
     unknown = [p for p in kept if p[0] not in vocab]
-    tok = spm_model.with_pieces(known + unknown, v.names)
+    tok = spm_model.with_pieces([p[:3] for p in known] + unknown, v.names)
     pad = vocab.get(v.names["pad"], vocab[unk])
-    ids = [pad, vocab[unk], pad, vocab[v.names["eos"]]] + [vocab[p] for p, _, _ in known] + [vocab[unk]] * len(unknown)
+    ids = [pad, vocab[unk], pad, vocab[v.names["eos"]]] + [vocab[p[3]] for p in known] + [vocab[unk]] * len(unknown)
     return tok, ids, len(unknown)
 
 
@@ -353,6 +380,7 @@ class Reindexed:
     src_size: int  # their vocabulary sizes
     tgt_size: int
     info: dict[str, Any]
+    languages: list[str] = dataclasses.field(default_factory=list)  # from >>xx<< tokens: data.languages
 
 
 def reindex(hf_dir: Path, config: Any) -> Reindexed:
@@ -360,8 +388,9 @@ def reindex(hf_dir: Path, config: Any) -> Reindexed:
     (see the module docstring)."""
     v = _marian_vocab(hf_dir)
     _check_special_ids(hf_dir, config, v)
-    _check_one_language_pair(v)
-    src_tok, src_ids, read_as_unk = _source_side(_SpmModel(hf_dir / "source.spm"), v)
+    _check_bos(v)
+    languages = language_tokens(v)
+    src_tok, src_ids, read_as_unk = _source_side(_SpmModel(hf_dir / "source.spm"), v, languages)
     tgt_tok, tgt_ids, unused, dropped = _target_side(_SpmModel(hf_dir / "target.spm"), v)
     joint = src_tok.model_proto == tgt_tok.model_proto and src_ids == tgt_ids
     tokenizers = TokenizerPair(src_tok, src_tok if joint else tgt_tok, joint=joint)
@@ -371,7 +400,9 @@ def reindex(hf_dir: Path, config: Any) -> Reindexed:
         "target_pieces_not_in_target_spm": unused,
         "target_spm_pieces_dropped": dropped,
     }
-    return Reindexed(tokenizers, src_ids, tgt_ids, len(v.src), len(v.tgt), info)
+    if languages:
+        info["language_tags"] = {token: f"<2{code}>" for token, code in languages.items()}
+    return Reindexed(tokenizers, src_ids, tgt_ids, len(v.src), len(v.tgt), info, sorted(languages.values()))
 
 
 def gather_rows(state: dict[str, torch.Tensor], hf_dir: Path, r: Reindexed) -> None:

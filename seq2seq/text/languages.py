@@ -1,8 +1,11 @@
 """Language and corpus tags: the reserved source pieces of multilingual and multi-corpus models.
 
 A model is multilingual when its training corpora (`data.corpora`) have more than one target
-language. Every source then starts with its target language's tag, `<2xx>` (Johnson et al. 2017:
-the tag on the source, the decoder unchanged), then the tag of its corpus where that has one (e.g.
+language, or when its config declares its tagged target languages in `data.languages` (a model
+without training corpora: `import-hf` of a multilingual opus-mt model, whose `>>fr<<` tokens become
+`<2fr>`); `DataConfig.target_languages` reads either, and is the one source of truth. Every source
+then starts with its target language's tag, `<2xx>` (Johnson et al. 2017: the tag on the source,
+the decoder unchanged), then the tag of its corpus where that has one (e.g.
 `<BT>` on back-translated pairs; Caswell et al. 2019). Each tag is one reserved SentencePiece piece
 (a user-defined symbol of the source tokenizer, so it is never split), and the config saved in the
 model directory says which languages and tags the model knows:
@@ -50,7 +53,7 @@ def language_tag(lang: str) -> str:
 
 def model_languages(config: Any) -> list[str]:
     """The target languages of a multilingual model, sorted; [] for a bilingual model (its corpora
-    have one target language, or name none)."""
+    have one target language, or name none, and it has no data.languages)."""
     data = _data(config)
     return data.target_languages if data.multilingual else []
 

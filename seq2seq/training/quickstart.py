@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -30,16 +31,23 @@ from seq2seq.training.throughput import estimate_steps, speed_note
 log = logging.getLogger(__name__)
 # The README's lowest figure ("What to expect on your CPU": 1 core, AVX2 only, seed 1) and its steps.
 REFERENCE = (590, "3.5 minutes on 1 core with AVX2 only, held-out BLEU 95.9")
-# The training budget: DEFAULT_MINUTES, or on a machine the probe finds too slow to train NEEDED_STEPS
-# in it, the time NEEDED_STEPS take there, at most LONGEST_MINUTES (the whole quickstart then stays
-# within 8 minutes). NEEDED_STEPS: where the validation BLEU of the runs in benchmarks/README.md ("The
-# quickstart on slow and fast CPUs") passes 95 with a margin; the steps, not the minutes, decide it.
+# A machine the probe finds too slow to train NEEDED_STEPS steps in DEFAULT_MINUTES trains a narrower
+# model (SLOW_MODEL) with batches of SLOW_MAX_TOKENS tokens instead: a step takes about a quarter of
+# the time, and per minute they learn more (benchmarks/README.md, "The quickstart at half the AVX2
+# stand-in's speed"), for the time NEEDED_SLOW_STEPS of them take there: at least DEFAULT_MINUTES, at
+# most LONGEST_MINUTES (the whole quickstart then stays within 8 minutes). The step counts: where
+# validation BLEU passes 95 with a margin; the steps, not the minutes, decide it. Fast machines keep
+# the settings above, unchanged.
 DEFAULT_MINUTES = 3.5
 NEEDED_STEPS = 640
+SLOW_MAX_TOKENS = 1000
+SLOW_MODEL = {"d_model": 128, "ffn_dim": 512}
+NEEDED_SLOW_STEPS = 1500  # as the probe counts them (it expects more steps of this model than it trains)
+ENOUGH = 0.75  # a machine that gets this share of NEEDED_SLOW_STEPS within LONGEST_MINUTES still passes 95
 LONGEST_MINUTES = 7.25
 
 
-def training_minutes(steps: int | None, default: float = DEFAULT_MINUTES, needed: int = NEEDED_STEPS,
+def training_minutes(steps: int | None, default: float = DEFAULT_MINUTES, needed: int = NEEDED_SLOW_STEPS,
                      longest: float = LONGEST_MINUTES) -> float:
     """The quickstart's training budget on a machine expected to train `steps` steps in `default`
     minutes (None: not probed): `default`, or the time `needed` steps take there, at most `longest`."""
@@ -48,16 +56,18 @@ def training_minutes(steps: int | None, default: float = DEFAULT_MINUTES, needed
     return min(longest, default * needed / steps)
 
 
-def budget_note(steps: int, minutes: float, default: float = DEFAULT_MINUTES, needed: int = NEEDED_STEPS) -> str:
-    """What a slow machine's budget means, said at the start (`minutes` from `training_minutes`)."""
+def budget_note(steps: int, minutes: float, base_steps: int | None = None, default: float = DEFAULT_MINUTES,
+                needed: int = NEEDED_SLOW_STEPS) -> str:
+    """What a slow machine's settings mean, said at the start: `steps` of SLOW_MAX_TOKENS tokens expected in
+    `default` minutes (`base_steps` of the usual batches), `minutes` of training (`training_minutes`)."""
     expected = round(steps * minutes / default)
-    if expected >= needed * 0.98:
-        return (f"a slow machine (about {steps:,} steps in {default:g} minutes; the quickstart's quality needs about "
-                f"{needed:,}): training for {minutes:.1f} minutes instead, the whole quickstart about "
-                f"{minutes + 0.75:.0f} minutes")
-    return (f"a very slow machine (about {steps:,} steps in {default:g} minutes): training for the longest budget, "
-            f"{minutes:.1f} minutes, about {expected:,} steps of the {needed:,} the quickstart's quality needs: "
-            "expect lower scores")
+    why = "" if base_steps is None else (f" (about {base_steps:,} steps of the usual batches in {default:g} minutes, "
+                                         f"fewer than the {NEEDED_STEPS:,} they need)")
+    head = (f"a slow machine{why}: training a model of width {SLOW_MODEL['d_model']} with batches of "
+            f"{SLOW_MAX_TOKENS:,} tokens (more updates a minute) for {minutes:.1f} minutes, about {expected:,} steps")
+    if expected >= needed * ENOUGH:
+        return f"{head} (the quickstart's quality needs about {needed:,}); the whole quickstart about {minutes + 0.75:.0f} minutes"
+    return f"{head} of the {needed:,} the quickstart's quality needs, at the longest budget: expect lower scores"
 
 
 def quickstart_config(data: dict[str, tuple[Path, Path]], model_dir: Path, minutes: float, device: str, seed: int) -> Config:
@@ -103,10 +113,14 @@ def run_quickstart(output_dir: str | Path, minutes: float | None = None, device:
 
     cfg = quickstart_config(files, model_dir, minutes or DEFAULT_MINUTES, device, seed)
     steps = estimate_steps(cfg)
-    log.info(speed_note(steps, cfg.training.max_time_minutes, *REFERENCE))
-    if minutes is None and training_minutes(steps) != DEFAULT_MINUTES:
-        cfg.training.max_time_minutes = training_minutes(steps)
-        log.info(budget_note(steps, cfg.training.max_time_minutes))
+    if minutes is not None or steps is None or steps >= NEEDED_STEPS:
+        log.info(speed_note(steps, cfg.training.max_time_minutes, *REFERENCE))
+    else:  # a slow machine: its own settings, said at the start
+        cfg.training.max_tokens = SLOW_MAX_TOKENS
+        cfg.model = dataclasses.replace(cfg.model, **SLOW_MODEL)
+        slow_steps = estimate_steps(cfg)
+        cfg.training.max_time_minutes = training_minutes(slow_steps, needed=NEEDED_SLOW_STEPS)
+        log.info(budget_note(slow_steps, cfg.training.max_time_minutes, steps))
     result = run_training(cfg, config_source="quickstart")
 
     translator = Translator.load(model_dir, device=device)
