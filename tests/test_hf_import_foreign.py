@@ -18,6 +18,7 @@ import random
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -70,6 +71,22 @@ def _pieces(proto: bytes) -> list[str]:
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
 
 
+def _train_briefly(model: Any, batch: Any, pad: int, steps: int) -> None:
+    """A few seconds of Adam on random rows of `batch` (tokenized sources and targets), then eval mode."""
+    labels = batch["labels"].masked_fill(batch["labels"] == pad, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(0, batch["input_ids"].size(0), (32,), generator=generator)
+        loss = model(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
+                     labels=labels[rows]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
 def _marian_config(src_size: int, tgt_size: int, pad: int, shared: bool) -> "transformers.MarianConfig":
     return transformers.MarianConfig(
         vocab_size=src_size, decoder_vocab_size=tgt_size, d_model=32, encoder_layers=2, decoder_layers=2,
@@ -112,19 +129,7 @@ def opus(tmp_path_factory) -> SimpleNamespace:
 
     torch.manual_seed(0)
     model = MarianMTModel(_marian_config(len(vocab), len(vocab), pad, shared=True))
-    batch = tok(src_texts, text_target=tgt_texts, padding=True, return_tensors="pt")
-    labels = batch["labels"].masked_fill(batch["labels"] == pad, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(160):
-        rows = torch.randint(0, len(src_texts), (32,), generator=generator)
-        loss = model(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
-                     labels=labels[rows]).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    _train_briefly(model, tok(src_texts, text_target=tgt_texts, padding=True, return_tensors="pt"), pad, 160)
     # as in the opus-mt generation configs: the decoder starts with pad, which is never generated
     model.generation_config = transformers.GenerationConfig(
         decoder_start_token_id=pad, eos_token_id=0, pad_token_id=pad, bos_token_id=0, forced_eos_token_id=0,
@@ -526,19 +531,7 @@ def multilingual(opus, tmp_path_factory) -> SimpleNamespace:
     texts = _sentences(300, 3)
     sources = [f"{token} {t}" for t in texts for token in LANGUAGE_TOKENS]
     targets = [_multilingual_target(t, token) for t in texts for token in LANGUAGE_TOKENS]
-    batch = tok(sources, text_target=targets, padding=True, return_tensors="pt")
-    labels = batch["labels"].masked_fill(batch["labels"] == pad, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(200):
-        rows = torch.randint(0, len(sources), (32,), generator=generator)
-        loss = model(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
-                     labels=labels[rows]).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    _train_briefly(model, tok(sources, text_target=targets, padding=True, return_tensors="pt"), pad, 200)
     model.save_pretrained(str(path))
     out = tmp_path_factory.mktemp("multi-imported") / "model"
     result = run(["import-hf", path, out])
