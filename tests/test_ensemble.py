@@ -164,3 +164,11 @@ def test_the_server_serves_an_ensemble(tiny_model_dir):
         status, body = call(port, "POST", "/translate", {"texts": TEXTS[:1], "beam": 3})
     assert status == 200
     assert body["translations"][0]["text"] == Translator.load(tiny_model_dir).translate(TEXTS[:1], beam=3)[0]
+
+
+def test_more_checkpoints_than_the_run_kept_are_refused_naming_the_directory(tiny_model_dir):
+    result = CliRunner().invoke(cli, ["translate", str(tiny_model_dir), "--last-checkpoints", "5"], input="A dog.\n")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"{tiny_model_dir / 'checkpoints'} holds only 2 checkpoint(s), not 5" in result.output
+    with pytest.raises(ValueError, match="an ensemble needs 2 or more models"):
+        Translator.load(tiny_model_dir, last_checkpoints=1)

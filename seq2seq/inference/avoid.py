@@ -24,7 +24,7 @@ class BannedPhrases(Control):
         self.group = group
         self.phrases, self.lengths = phrase_table(banned, device)  # [U, A, L], [U, A]
 
-    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor) -> None:
+    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
         g = self.group
         generated = tokens[:, 1:]  # [B, t]
         for n in self.lengths.unique().tolist():

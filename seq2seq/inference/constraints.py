@@ -90,7 +90,7 @@ class ConstraintTracker(Control):
         -1 for the other rows. None without word pieces (phrases are then met by their tokens)."""
         if self.continuation is None:
             return None
-        pending = ((self.progress == self._row_lengths()) & (self._row_lengths() > 0) & ~self.met).any(dim=1)
+        pending = (self._complete(self.progress, self.met, self._row_lengths()) & ~self.met).any(dim=1)
         best = lprobs.masked_fill(self.continuation[None, :], NEG_INF).argmax(dim=1)
         return torch.where(pending, best, -1)
 
@@ -103,7 +103,7 @@ class ConstraintTracker(Control):
 
     # ---- Control ------------------------------------------------------------------------------
 
-    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor) -> None:
+    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
         eos = self.eos_id
         lprobs[:, eos] = torch.where(self.all_met(), lprobs[:, eos], NEG_INF)
 

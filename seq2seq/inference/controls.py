@@ -55,9 +55,14 @@ class ControlError(ValueError):
 class Control:
     """One kind of control over a search's live units (see the module docstring)."""
 
-    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor) -> None:
+    def reads_raw(self, step: int) -> bool:
+        """Does `mask` read `raw` at this step? (The loop copies the log-probabilities only then.)"""
+        return False
+
+    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
         """Constrain (in place) the next-token log-probabilities lprobs [B, V] of rows whose tokens so
-        far are tokens [B, 1 + t] (BOS first); raw [B, V]: the model's own, before any constraint."""
+        far are tokens [B, 1 + t] (BOS first); raw [B, V]: the model's own, before any constraint
+        (None unless some control `reads_raw` at this step)."""
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
         """After a step: only the units kept_units [U'] remain (None: all), each new row continues the

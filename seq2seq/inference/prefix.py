@@ -26,7 +26,10 @@ class TargetPrefix(Control):
         self.tokens = padded(prefixes).to(device)  # [U, P], -1 after a prefix's end
         self.longest = max(len(p) for p in prefixes)
 
-    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor) -> None:
+    def reads_raw(self, step: int) -> bool:
+        return step < self.longest
+
+    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
         if step >= self.longest:
             return
         forced = self.tokens[:, step].repeat_interleave(self.group)  # [B], -1: free

@@ -89,10 +89,12 @@ class Hypothesis:
 
 
 def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_lengths: Sequence[int],
-                   sources: Sequence[int], eos_id: int, device: torch.device, continuation: Tensor | None = None) -> tuple[list[Control], Control | None]:
+                   sources: Sequence[int], eos_id: int, device: torch.device,
+                   continuation: Tensor | None = None) -> tuple[list[Control], ConstraintTracker | None]:
     """The controls of a batch's units (`per_unit[u]`: unit u's, None for none; `sources[u]`: its source
-    in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`). Returns the masking controls, and the constraint
-    tracker (None without constraints) that the constrained beam strategy reads.
+    in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`). Returns
+    the masking controls, and the constraint tracker (None without constraints) that the constrained
+    beam strategy reads.
 
     ControlError naming the source for a prefix that does not fit the length limit."""
     controls = [c or SourceControls() for c in per_unit]
@@ -190,8 +192,9 @@ class Rows:
 # --------------------------------------------------------------------------------------------
 
 
-def search(model: SearchableModel, src: Any, cfg: SearchConfig, *, controls: Sequence[SourceControls | None] | None = None,
-           continuation: Tensor | None = None, use_cache: bool = True) -> list[list[Hypothesis]]:
+def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
+           controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
+           use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
 
     Each list holds up to `cfg.nbest` distinct hypotheses sorted by score, best first (fewer only
@@ -200,9 +203,10 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *, controls: Seq
     phrases; `seq2seq.inference.controls`), None for none; constraints need beam search, and a
     hypothesis that could not meet them ends at the length limit with `constraints_met=False`,
     ranked after those that did; continuation [V] (bool, optional): the target pieces that continue a
-    word, so that constraints are met only as whole words (`ConstraintTracker`). `use_cache=False` recomputes the whole prefix at every step
-    instead of using the key/value cache (slow; for testing). The model is run in eval mode and
-    restored. ControlError (a ValueError) naming the source for controls that cannot be honoured.
+    word, so that constraints are met only as whole words (`ConstraintTracker`). `use_cache=False`
+    recomputes the whole prefix at every step instead of using the key/value cache (slow; for
+    testing). The model is run in eval mode and restored. ControlError (a ValueError) naming the
+    source for controls that cannot be honoured.
     """
     was_training = model.training
     model.eval()
@@ -409,7 +413,7 @@ class _Search:
         cfg = self.cfg
         eos = cfg.eos_id
         force = step >= min(self.units.max_host)
-        raw = lprobs.clone() if self.controls else None
+        raw = lprobs.clone() if any(c.reads_raw(step) for c in self.controls) else None
         if force:
             raw_eos = lprobs[:, eos].clone()
         if self.blocked.numel():

@@ -54,15 +54,13 @@ __all__ = ["Translation", "Translator", "quantize_int8"]
 
 
 def checkpoint_members(model_dir: str | Path, last: int) -> list[Path]:
-    """The last `last` checkpoints a run kept, as ensemble members; ValueError naming the directory
-    when it kept fewer."""
+    """The last `last` checkpoints a run kept (`training.keep_last`), as ensemble members; ValueError
+    for fewer than 2, CheckpointError (a ValueError) naming the directory when it kept fewer."""
     from seq2seq.storage.model_dir import ModelDir
 
-    kept = ModelDir(model_dir).checkpoints()
-    if last < 2 or len(kept) < last:
-        raise ValueError(f"last_checkpoints {last}: {model_dir} kept {len(kept)} checkpoint(s) "
-                         f"(training.keep_last); an ensemble needs 2 or more")
-    return kept[-last:]
+    if last < 2:
+        raise ValueError(f"last_checkpoints {last}: an ensemble needs 2 or more models")
+    return ModelDir(model_dir).last_checkpoints(last)
 
 
 class Translator:

@@ -185,9 +185,9 @@ class ModelDir:
         found = [(self.checkpoint_step(p), p) for p in self.checkpoint_dir.iterdir()]
         return [p for step, p in sorted((s, p) for s, p in found if s is not None)]
 
-    def average(self, last: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
-        """The mean of the last `last` checkpoints (all when None), and their paths. When config.yaml is
-        there, the result is checked against the model it describes."""
+    def last_checkpoints(self, last: int | None = None) -> list[Path]:
+        """The last `last` checkpoints (all when None), oldest first; CheckpointError when there are none,
+        or fewer than `last` (averaging and checkpoint ensembles take them from here)."""
         paths = self.checkpoints()
         if not paths:
             raise CheckpointError(f"no checkpoints (step_N.safetensors) in {self.checkpoint_dir}")
@@ -195,6 +195,12 @@ class ModelDir:
             if last > len(paths):
                 raise CheckpointError(f"{self.checkpoint_dir} holds only {len(paths)} checkpoint(s), not {last}")
             paths = paths[-last:]
+        return paths
+
+    def average(self, last: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
+        """The mean of the last `last` checkpoints (all when None, see `last_checkpoints`), and their
+        paths. When config.yaml is there, the result is checked against the model it describes."""
+        paths = self.last_checkpoints(last)
         state = average_checkpoints(paths)
         if self.config_path.is_file():  # refuse checkpoints that do not fit the model config
             load_into(Seq2SeqTransformer(self.config().model), state, paths[-1])
