@@ -21,6 +21,20 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_cache(tmp_path_factory):
+    """Prepared data and trained tokenizers go to this session's cache (SEQ2SEQ_CACHE), shared by its
+    tests as runs share the user's, never to the user's ~/.cache."""
+    root = tmp_path_factory.mktemp("seq2seq-cache")
+    before = os.environ.get("SEQ2SEQ_CACHE")
+    os.environ["SEQ2SEQ_CACHE"] = str(root)
+    yield root
+    if before is None:
+        os.environ.pop("SEQ2SEQ_CACHE", None)
+    else:
+        os.environ["SEQ2SEQ_CACHE"] = before
+
+
 def require_data(path: Path) -> None:
     """Skip when the shared data is absent (a fresh clone elsewhere); CI sets
     SEQ2SEQ_REQUIRE_DATA=1 so that missing data fails instead of silently skipping."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from seq2seq.data import (
     CleaningReport, DataConfig, DataError, clean, fingerprint, hf_pairs, prepare, read_lines,
     read_parallel, read_table, truncate,
 )
+from seq2seq.data.cache import default_cache_root
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, JOINT_MODEL
 from seq2seq.config import TokenizerConfig
 
@@ -234,7 +236,8 @@ def test_prepare_from_tsv_lowercased_without_valid(tmp_path: Path) -> None:
     data = prepare(cfg, TokenizerConfig(joint=False, vocab_size=60), tmp_path / "out")
     assert data.valid is None and data.report.kept == 200
     assert data.train["src"][0] == lines[0].split("\t")[0].lower()
-    assert not data.tokenizers.joint and (tmp_path / "out" / "cache").is_dir()
+    assert not data.tokenizers.joint and not (tmp_path / "out" / "cache").exists()
+    assert data.cache_path.parent == default_cache_root() == Path(os.environ["SEQ2SEQ_CACHE"]) / "data"
 
 
 def test_prepare_from_hf_dataset_translation_rows(tmp_path: Path, monkeypatch) -> None:

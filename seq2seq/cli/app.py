@@ -15,6 +15,7 @@ from seq2seq.cli.deploy import export_command, import_hf_command
 from seq2seq.cli.evaluate import evaluate, test_command
 from seq2seq.cli.media import caption, transcribe
 from seq2seq.cli.serve import serve
+from seq2seq.cli.synthetic import back_translate, distill
 from seq2seq.cli.train import config_command, quickstart, train
 from seq2seq.cli.translate import translate
 
@@ -29,7 +30,7 @@ def cli(verbose: bool) -> None:
 
 
 for command in (train, config_command, quickstart, translate, evaluate, test_command, average, caption, transcribe,
-                serve, export_command, import_hf_command):
+                serve, export_command, import_hf_command, back_translate, distill):
     cli.add_command(command)
 
 

@@ -37,11 +37,14 @@ def user_error_types() -> tuple[type[Exception], ...]:
     from seq2seq.storage import CheckpointError
     from seq2seq.config import ConfigError
     from seq2seq.data import DataError
+    from seq2seq.inference.corpus_translation import CorpusRunError
+    from seq2seq.text.languages import LanguageError
     from seq2seq.text.lines import InputError
     from seq2seq.text.tokenizer import TokenizerError
     from seq2seq.training.trainer import TrainingAborted
 
-    return ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted, InputError
+    return (ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted, InputError, CorpusRunError,
+            LanguageError)
 
 
 def user_errors(fn: Callable) -> Callable:

@@ -194,6 +194,14 @@ def _check_languages(item: Any, key: str) -> None:
                               f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
 
 
+def _check_piece(piece: str, key: str) -> None:
+    """A corpus tag or other reserved piece: <NAME>, no spaces, neither a special piece nor a language tag."""
+    if not isinstance(piece, str) or not CORPUS_TAG.fullmatch(piece) or piece in SPECIAL_PIECES:
+        raise ConfigError(f"{key} {piece!r} must look like <NAME> (no spaces, not {', '.join(SPECIAL_PIECES)})")
+    if piece.startswith("<2") and LANGUAGE_CODE.fullmatch(piece[2:-1]):
+        raise ConfigError(f"{key} {piece!r} is a language tag; the language tag comes from tgt_lang")
+
+
 @dataclass
 class CorpusConfig:
     """One training corpus of `data.corpora`: its files, languages, sampling weight and tag.
@@ -227,11 +235,7 @@ class CorpusConfig:
         if not self.weight > 0:
             raise ConfigError(f"{key}.weight must be positive, got {self.weight}")
         if self.tag is not None:
-            if not CORPUS_TAG.fullmatch(self.tag) or self.tag in SPECIAL_PIECES:
-                raise ConfigError(f"{key}.tag {self.tag!r} must look like <NAME> (no spaces, not "
-                                  f"{', '.join(SPECIAL_PIECES)})")
-            if self.tag.startswith("<2") and LANGUAGE_CODE.fullmatch(self.tag[2:-1]):
-                raise ConfigError(f"{key}.tag {self.tag!r} is a language tag; the language tag comes from tgt_lang")
+            _check_piece(self.tag, f"{key}.tag")
 
     def describe(self) -> str:
         """"train.en + train.de (en->de, <BT>)": the files, then the direction and tag where set."""
@@ -285,7 +289,8 @@ class DataConfig:
     max_ratio: training pairs whose longer side has more than max_ratio times the tokens of
         the shorter side are dropped, unless the longer side has at most 5 tokens.
     lowercase: lowercase both sides before training the tokenizer (texts are stored lowercased).
-    cache_dir: where tokenized datasets are cached; overrides the directory given to `prepare`.
+    cache_dir: where tokenized datasets (and trained tokenizers) are cached, shared by every run;
+        null: $SEQ2SEQ_CACHE/data, else ~/.cache/seq2seq/data (`seq2seq.data.cache.default_cache_root`).
     valid_max_sentences: keep only the first N validation pairs.
 
     Image and audio sources (model.encoder.type image/audio): `train` and `valid` are tables of
@@ -310,6 +315,8 @@ class DataConfig:
     at the start of a source; any list makes the model multilingual (translation needs one of them).
     A training config names its languages in `corpora` instead: the two are never set together, and
     `target_languages` is the one place that reads either.
+    reserved: more reserved source pieces (<NAME>) the trained tokenizer keeps whole, besides the language
+    and corpus tags: e.g. "<BLANK>", the filler word of noised back-translation (docs/back-translation.md).
     """
 
     train_src: str | None = None
@@ -337,6 +344,7 @@ class DataConfig:
     sampling_temperature: float = 1.0
     valid_sets: list[ValidSetConfig] = field(default_factory=list)
     languages: list[str] = field(default_factory=list)
+    reserved: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c
@@ -379,6 +387,8 @@ class DataConfig:
                 raise ConfigError(f"data.corpora[{i}] names no languages (src_lang, tgt_lang); either every corpus "
                                   f"names its languages or none does")
         self._check_languages()
+        for i, piece in enumerate(self.reserved):
+            _check_piece(piece, f"data.reserved[{i}]")
         if self.valid_sets:
             single = [k for k in ("valid_src", "valid_tgt", "valid") if getattr(self, k) is not None]
             if single:

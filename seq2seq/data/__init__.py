@@ -1,13 +1,17 @@
 """Parallel text data: reading, tokenizing, cleaning and caching.
 
     readers   two aligned text files, a .tsv/.csv/.jsonl table or a Hugging Face dataset
-              -> a `datasets.Dataset` with string columns "src", "tgt"; `DataError` names the
+              -> chunks of (sources, targets), streamed (`parallel_chunks`, `table_chunks`), or a
+              `datasets.Dataset` with string columns "src", "tgt"; `DataError` names the
               file and the 1-based line or the column
     cleaning  `tokenize` (subword ids and lengths), `clean` (drop empty, over-long and badly
               length-ratioed training pairs, counted), `truncate` (validation: keep every pair)
+    shards    chunks -> tokenized, cleaned, memory-mapped Arrow shards, in parallel processes;
+              `ShardedRows` reads a batch's rows from them
     cache     `prepare(cfg, tok_cfg, out_dir)`: all of the above, plus training or reusing the
-              tokenizer, cached on disk under a key of the data, tokenizer and settings; several
-              corpora (data.corpora) each tagged and cleaned, then concatenated (`CorpusPart`)
+              tokenizer, cached on disk (shared by runs) under a key of the data, tokenizer and
+              settings; several corpora (data.corpora) each tagged and cleaned, then concatenated
+              (`CorpusPart`)
     mixing    temperature sampling over several corpora, epoch by epoch (`CorpusMix`, `MixedBatches`)
 
 Sources (one per split, see `DataConfig`):

@@ -1,9 +1,16 @@
 """`prepare`: a data config -> tokenizers and ready-to-batch datasets, cached on disk.
 
-Loads train/valid (see `readers`), trains or reuses the tokenizer, tokenizes and cleans (see
-`cleaning`), and caches the result in a cache directory under a key made of the data files'
-contents, the tokenizer model bytes and the cleaning settings, so a second run with the same
-inputs only loads memory-mapped Arrow files.
+Streams train/valid (see `readers`), trains or reuses the tokenizer, tokenizes and cleans (see
+`cleaning`) chunk by chunk into memory-mapped Arrow shards (`shards`, in parallel processes for a
+large corpus), and caches the result under a key made of the data files' contents, the tokenizer
+model bytes and the cleaning settings, so a second run with the same inputs, whatever its output
+directory, only maps the Arrow files. Memory stays bounded whatever the corpus's size.
+
+The cache is shared between runs: `data.cache_dir` if set, else `$SEQ2SEQ_CACHE/data`, else
+`$XDG_CACHE_HOME/seq2seq/data` (default `~/.cache/seq2seq/data`) (`default_cache_root`). Each entry
+is built in a temporary directory and renamed into place when complete, so two runs building the
+same entry at once both succeed (the first rename wins) and a killed run leaves no half entry. A
+trained tokenizer is cached there too (`tokenizer-<key>`), keyed by the training data and settings.
 
 Several corpora (`data.corpora`) and validation sets (`data.valid_sets`) are each read, tokenized
 (their sources starting with their tags' ids, `seq2seq.text.languages`) and cleaned on their own,
@@ -14,7 +21,9 @@ as reserved pieces.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -22,7 +31,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import datasets
 
@@ -31,12 +40,14 @@ from seq2seq.text.languages import corpus_prefix, reserved_pieces, valid_prefix
 from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
 from seq2seq.config import TokenizerConfig
 
-from seq2seq.data.cleaning import CleaningReport, clean, tokenize, truncate
-from seq2seq.data.readers import _hash, fingerprint, load_hf, read_parallel, read_table
+from seq2seq.data.cleaning import CleaningReport, nothing_kept
+from seq2seq.data.readers import CHUNK_PAIRS, Chunk, _hash, fingerprint, load_hf, parallel_chunks, table_chunks
+from seq2seq.data.shards import (PARALLEL_BYTES, ShardJob, available_cores, load_shards, sample_sentences,
+                                 write_shards)
 
 logger = logging.getLogger("seq2seq.data")
 
-CACHE_VERSION = 1  # bump when tokenization or cleaning logic changes, to invalidate caches
+CACHE_VERSION = 2  # bump when tokenization or cleaning logic changes, to invalidate caches
 TOKENIZER_META = "tokenizer.meta.json"
 
 
@@ -89,13 +100,13 @@ class PreparedData:
 
 @dataclass
 class _Split:
-    """Where one split comes from, with its content fingerprint and lazy loading."""
+    """Where one split comes from, with its content fingerprint and streamed reading."""
 
     name: str
     cfg: DataConfig
     files: list[str] = field(default_factory=list)
     hf_split: str | None = None
-    _data: datasets.Dataset | None = None
+    _hf: datasets.Dataset | None = None
 
     def describe(self) -> str:
         return " + ".join(self.files) if self.files else f"{self.cfg.hf_dataset} [{self.hf_split}]"
@@ -103,25 +114,41 @@ class _Split:
     def fingerprint(self) -> str:
         if self.files:
             return fingerprint(self.files)
-        return f"hf:{self.cfg.hf_dataset}:{self.cfg.hf_config}:{self.hf_split}:{self.load()._fingerprint}"
+        return f"hf:{self.cfg.hf_dataset}:{self.cfg.hf_config}:{self.hf_split}:{self._dataset()._fingerprint}"
 
-    def load(self) -> datasets.Dataset:
-        """Raw "src"/"tgt" texts (lowercased if configured, validation capped)."""
-        if self._data is None:
+    def size_bytes(self) -> int:
+        if self.files:
+            return sum(Path(f).stat().st_size for f in self.files)
+        return int(self._dataset().data.nbytes)
+
+    def _dataset(self) -> datasets.Dataset:
+        if self._hf is None:
             cfg = self.cfg
-            if len(self.files) == 2:
-                ds = read_parallel(*self.files)
-            elif self.files:
-                ds = read_table(self.files[0], cfg.src_column, cfg.tgt_column)
-            else:
-                ds = load_hf(cfg.hf_dataset or "", cfg.hf_config, self.hf_split or "", cfg.src_column, cfg.tgt_column)
-            if self.name == "valid" and cfg.valid_max_sentences is not None and len(ds) > cfg.valid_max_sentences:
-                ds = ds.select(range(cfg.valid_max_sentences))
+            self._hf = load_hf(cfg.hf_dataset or "", cfg.hf_config, self.hf_split or "", cfg.src_column, cfg.tgt_column)
+        return self._hf
+
+    def chunks(self, size: int | None = None) -> Iterator[Chunk]:
+        """The raw (source, target) texts in chunks of `size` pairs (default CHUNK_PAIRS; lowercased if
+        configured, validation capped at valid_max_sentences)."""
+        cfg, size = self.cfg, size or CHUNK_PAIRS
+        if len(self.files) == 2:
+            chunks = parallel_chunks(*self.files, size=size)
+        elif self.files:
+            chunks = table_chunks(self.files[0], cfg.src_column, cfg.tgt_column, size=size)
+        else:
+            chunks = ((b["src"], b["tgt"]) for b in self._dataset().iter(batch_size=size))
+        cap = cfg.valid_max_sentences if self.name == "valid" else None
+        seen = 0
+        for src, tgt in chunks:
+            if cap is not None:
+                src, tgt = src[:cap - seen], tgt[:cap - seen]
             if cfg.lowercase:
-                ds = ds.map(lambda b: {"src": [s.lower() for s in b["src"]], "tgt": [t.lower() for t in b["tgt"]]},
-                            batched=True, new_fingerprint=f"{ds._fingerprint}-lower", desc="lowercasing")
-            self._data = ds
-        return self._data
+                src, tgt = [s.lower() for s in src], [t.lower() for t in tgt]
+            seen += len(src)
+            if src:
+                yield src, tgt
+            if cap is not None and seen >= cap:
+                return
 
 
 @dataclass
@@ -176,34 +203,117 @@ def _splits(cfg: DataConfig) -> tuple[_Split, _Split | None]:
     return train, valid
 
 
-def _tokenizers(tok_cfg: TokenizerConfig, out_dir: Path, train_fp: str, lowercase: bool,
-                load_train: Callable[[], datasets.Dataset], reserved: list[str] | None = None) -> TokenizerPair:
-    """Reuse the tokenizer in out_dir if it was trained with these settings on this data, else train
-    (with `reserved` pieces: language and corpus tags)."""
+def default_cache_root() -> Path:
+    """Where prepared data and trained tokenizers are cached unless data.cache_dir says otherwise:
+    $SEQ2SEQ_CACHE/data, else $XDG_CACHE_HOME/seq2seq/data, else ~/.cache/seq2seq/data."""
+    root = os.environ.get("SEQ2SEQ_CACHE")
+    if root:
+        return Path(root) / "data"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seq2seq" / "data"
+
+
+def _tokenizers(tok_cfg: TokenizerConfig, out_dir: Path, cache_root: Path, train_fp: str, lowercase: bool,
+                texts: Callable[[int], Iterable[list[str]]], reserved: list[str] | None = None) -> TokenizerPair:
+    """Reuse the tokenizer in out_dir, or in the shared cache, if it was trained with these settings on
+    this data, else train (with `reserved` pieces: language and corpus tags) on `texts(0)` (sources)
+    and `texts(1)` (targets), streamed as lists of sentences, and cache it."""
     meta = {"version": CACHE_VERSION, "tokenizer": to_dict(tok_cfg), "train_data": train_fp, "lowercase": lowercase}
     if reserved:
         meta["reserved"] = list(reserved)
     meta = json.loads(json.dumps(meta))
     meta_path = out_dir / TOKENIZER_META
-    if tok_cfg.src_model is None and meta_path.is_file():
-        try:
-            same = json.loads(meta_path.read_text(encoding="utf-8")) == meta
-            pair = TokenizerPair.load(out_dir) if same else None
-        except (ValueError, TokenizerError):
-            pair = None
-        if pair is not None and pair.joint == tok_cfg.joint:
-            logger.info("reusing tokenizer %s in %s", "/".join(pair.files), out_dir)
-            return pair
-    if tok_cfg.src_model is None:
-        ds = load_train()
-        t0 = time.perf_counter()
-        pair = TokenizerPair.train(tok_cfg, ds["src"][:], ds["tgt"][:], out_dir, reserved=reserved or ())
-        logger.info("trained %s tokenizer (vocab %d/%d) in %.1fs", "joint" if pair.joint else "separate",
-                    pair.src.vocab_size, pair.tgt.vocab_size, time.perf_counter() - t0)
-    else:
+    if tok_cfg.src_model is not None:
         pair = TokenizerPair.train(tok_cfg, [], [], out_dir)
+        meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        return pair
+    shared = cache_root / f"tokenizer-{_hash(meta)[:20]}"
+    for directory in (out_dir, shared):
+        pair = _cached_tokenizer(directory, meta, tok_cfg.joint)
+        if pair is not None:
+            logger.info("reusing tokenizer %s in %s", "/".join(pair.files), directory)
+            if directory != out_dir:
+                pair.save(out_dir)
+                meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            return pair
+    t0 = time.perf_counter()
+    # At most input_sentence_size sentences (of both sides together, for a joint tokenizer) train it, as
+    # SentencePiece would sample them; drawn here, in one pass, so that its retries reuse them.
+    size = tok_cfg.input_sentence_size
+    if tok_cfg.joint:
+        src_texts = sample_sentences(itertools.chain(texts(0), texts(1)), size)
+        tgt_texts: list[str] = []
+    else:
+        src_texts, tgt_texts = sample_sentences(texts(0), size), sample_sentences(texts(1), size)
+    logger.info("training the tokenizer on %s sentences (%.1fs to read them)", f"{len(src_texts) + len(tgt_texts):,}",
+                time.perf_counter() - t0)
+    pair = TokenizerPair.train(tok_cfg, src_texts, tgt_texts, out_dir, reserved=reserved or ())
+    del src_texts, tgt_texts
+    _return_freed_memory()
+    logger.info("trained %s tokenizer (vocab %d/%d) in %.1fs", "joint" if pair.joint else "separate",
+                pair.src.vocab_size, pair.tgt.vocab_size, time.perf_counter() - t0)
     meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    tmp = _temporary(shared)
+    pair.save(tmp)
+    (tmp / TOKENIZER_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    _publish(tmp, shared, TOKENIZER_META)
     return pair
+
+
+def _return_freed_memory() -> None:
+    """Hand the heap that SentencePiece's training (~1.4 GB a million sentences) freed back to the
+    system, which glibc would keep: training's own peak then does not stack on it."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _cached_tokenizer(directory: Path, meta: dict, joint: bool) -> TokenizerPair | None:
+    """The tokenizer saved in `directory` if its meta is `meta`, else None."""
+    meta_path = directory / TOKENIZER_META
+    if not meta_path.is_file():
+        return None
+    try:
+        pair = TokenizerPair.load(directory) if json.loads(meta_path.read_text(encoding="utf-8")) == meta else None
+    except (ValueError, TokenizerError):
+        return None
+    return pair if pair is not None and pair.joint == joint else None
+
+
+def _temporary(entry: Path) -> Path:
+    """A fresh temporary directory beside `entry` for building it (stale ones of dead processes removed)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    for stale in entry.parent.glob(f".tmp-{entry.name}-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = entry.with_name(f".tmp-{entry.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _publish(tmp: Path, entry: Path, complete: str) -> None:
+    """Rename the finished `tmp` to `entry` (whose file `complete` marks it whole). Another process
+    that finished the same entry first wins; an incomplete entry (of an older version) is replaced."""
+    if entry.exists() and not (entry / complete).is_file():
+        shutil.rmtree(entry, ignore_errors=True)
+    try:
+        os.replace(tmp, entry)
+    except OSError:  # another process finished the same entry first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (entry / complete).is_file():
+            raise
 
 
 def _model_hash(tok: Tokenizer) -> str:
@@ -222,7 +332,7 @@ def prepare(
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cache_root = Path(cfg.cache_dir or cache_dir or out_dir / "cache")
+    cache_root = Path(cfg.cache_dir or cache_dir or default_cache_root())
     train_sources, valid_sources = _sources(cfg)
     several = bool(cfg.corpora or cfg.valid_sets)
     train_fps = [s.split.fingerprint() for s in train_sources]
@@ -230,12 +340,12 @@ def prepare(
     train_fp = train_fps[0] if not cfg.corpora else _hash(train_fps)
     valid_fp = (valid_fps[0] if valid_fps else None) if not cfg.valid_sets else _hash(valid_fps)
 
-    def load_train() -> datasets.Dataset:
-        parts = [s.split.load() for s in train_sources]
-        return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    def train_texts(side: int) -> Iterator[list[str]]:
+        for source in train_sources:
+            yield from (chunk[side] for chunk in source.split.chunks())
 
     reserved = reserved_pieces(cfg)
-    tokenizers = _tokenizers(tok_cfg, out_dir, train_fp, cfg.lowercase, load_train, reserved)
+    tokenizers = _tokenizers(tok_cfg, out_dir, cache_root, train_fp, cfg.lowercase, train_texts, reserved)
     for source in train_sources + valid_sources:
         source.prefix_ids = _prefix_ids(tokenizers.src, source.prefix, tok_cfg)
 
@@ -250,10 +360,10 @@ def prepare(
     entry = cache_root / f"prepared-{key}"
     from_cache = (entry / "reports.json").is_file()
     if not from_cache:
-        _build_cache(entry, key, train_sources, valid_sources, tokenizers, cfg)
+        _build_cache(entry, train_sources, valid_sources, tokenizers, cfg)
     reports = json.loads((entry / "reports.json").read_text(encoding="utf-8"))
-    train = datasets.load_from_disk(str(entry / "train"))
-    valid = datasets.load_from_disk(str(entry / "valid")) if reports["valid"] is not None else None
+    train = load_shards(entry, reports["train_shards"])
+    valid = load_shards(entry, reports["valid_shards"]) if reports["valid"] is not None else None
     report = CleaningReport(**reports["train"])
     valid_report = CleaningReport(**reports["valid"]) if reports["valid"] is not None else None
     corpora = _parts(train_sources, reports.get("corpora", [reports["train"]]))
@@ -301,46 +411,45 @@ def _parts(sources: list[_Source], reports: list[dict]) -> list[CorpusPart]:
     return parts
 
 
-def _build_cache(entry: Path, key: str, train_sources: list[_Source], valid_sources: list[_Source],
+def _build_cache(entry: Path, train_sources: list[_Source], valid_sources: list[_Source],
                  tokenizers: TokenizerPair, cfg: DataConfig) -> None:
-    """Tokenize and clean every corpus and validation set and write them under `entry`, each split
-    concatenated in the config's order (atomically, via a temp dir)."""
-    parts, corpus_reports = [], []
-    for i, source in enumerate(train_sources):
-        ids = source.prefix_ids
-        fingerprint = f"{key}-train" if len(train_sources) == 1 else f"{key}-train{i}"
-        ds, report = clean(tokenize(source.split.load(), tokenizers, new_fingerprint=fingerprint, prefix_ids=ids), cfg,
-                           n_prefix=len(ids), name=source.name if cfg.corpora else "")
-        parts.append(ds)
-        corpus_reports.append(report)
-    train = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    report = corpus_reports[0] if len(corpus_reports) == 1 else CleaningReport.combine(corpus_reports)
-    valid, valid_report, valid_reports = None, None, []
-    if valid_sources:
-        parts = []
-        for i, source in enumerate(valid_sources):
-            ids = source.prefix_ids
-            fingerprint = f"{key}-valid" if len(valid_sources) == 1 else f"{key}-valid{i}"
-            ds, part_report = truncate(tokenize(source.split.load(), tokenizers, new_fingerprint=fingerprint,
-                                                prefix_ids=ids), cfg.max_len, n_prefix=len(ids))
-            parts.append(ds)
-            valid_reports.append(part_report)
-        valid = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-        valid_report = valid_reports[0] if len(valid_reports) == 1 else CleaningReport.combine(valid_reports)
-    tmp = entry.with_name(f".tmp-{entry.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if entry.exists():  # an incomplete entry (its reports.json is written last, inside tmp)
-        shutil.rmtree(entry)
-    tmp.mkdir(parents=True)
-    train.save_to_disk(str(tmp / "train"))
-    if valid is not None:
-        valid.save_to_disk(str(tmp / "valid"))
-    reports = {"train": to_dict(report), "valid": to_dict(valid_report) if valid_report else None,
-               "corpora": [to_dict(r) for r in corpus_reports], "valid_sets": [to_dict(r) for r in valid_reports]}
-    (tmp / "reports.json").write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")
+    """Tokenize and clean every corpus and validation set, streamed, into Arrow shards under `entry`,
+    each split in the config's order (built in a temporary directory, renamed when complete)."""
+    tmp = _temporary(entry)
+    src_model, tgt_model = tokenizers.src.model_proto, tokenizers.tgt.model_proto
+    if tokenizers.joint:
+        tgt_model = src_model
+    large = sum(s.split.size_bytes() for s in train_sources) >= PARALLEL_BYTES
+    workers = min(available_cores(), 8) if large else 1
     try:
-        os.replace(tmp, entry)
-    except OSError:  # another process finished the same entry first: keep theirs
+        reports: dict = {"train_shards": [], "valid_shards": [], "corpora": [], "valid_sets": []}
+        for i, source in enumerate(train_sources):
+            job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), False, cfg.max_len, cfg.max_ratio)
+            done = write_shards(source.split.chunks(), job, tmp, f"train{i}", workers)
+            report = _combined([d.report for d in done], cfg.max_len, cfg.max_ratio)
+            if report.kept == 0:
+                raise nothing_kept(report, source.name if cfg.corpora else "")
+            reports["train_shards"] += [d.shard for d in done if d.shard]
+            reports["corpora"].append(to_dict(report))
+        for i, source in enumerate(valid_sources):
+            job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), True, cfg.max_len, cfg.max_ratio)
+            done = write_shards(source.split.chunks(), job, tmp, f"valid{i}")
+            reports["valid_shards"] += [d.shard for d in done if d.shard]
+            reports["valid_sets"].append(to_dict(_combined([d.report for d in done], cfg.max_len, None)))
+        train_reports = [CleaningReport(**r) for r in reports["corpora"]]
+        reports["train"] = to_dict(CleaningReport.combine(train_reports))
+        reports["valid"] = None
+        if valid_sources:
+            reports["valid"] = to_dict(CleaningReport.combine([CleaningReport(**r) for r in reports["valid_sets"]]))
+        (tmp / "reports.json").write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (entry / "reports.json").is_file():
-            raise
+        raise
+    _publish(tmp, entry, "reports.json")
+
+
+def _combined(reports: list[CleaningReport], max_len: int, max_ratio: float | None) -> CleaningReport:
+    """One report of a source's chunks (a source with no row at all: an empty report)."""
+    if not reports:
+        return CleaningReport(total=0, kept=0, max_len=max_len, **({"max_ratio": max_ratio} if max_ratio else {}))
+    return CleaningReport.combine(reports)

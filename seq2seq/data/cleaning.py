@@ -102,6 +102,27 @@ def _token_counts(ds: datasets.Dataset, n_prefix: int = 0) -> tuple[np.ndarray, 
             np.asarray(view["tgt_len"][:], dtype=np.int64) - 1)
 
 
+def keep_mask(src_n: np.ndarray, tgt_n: np.ndarray, max_len: int, max_ratio: float) -> tuple[np.ndarray, CleaningReport]:
+    """Which training pairs cleaning keeps, from their subword counts (tags, BOS/EOS not counted):
+    shapes [N], [N] -> keep [N] (bool) and the report counting each dropped pair once."""
+    longer, shorter = np.maximum(src_n, tgt_n), np.minimum(src_n, tgt_n)
+    empty = shorter == 0
+    too_long = ~empty & (longer > max_len)
+    bad_ratio = ~empty & ~too_long & (longer > RATIO_EXEMPT_LEN) & (longer > max_ratio * shorter)
+    keep = ~(empty | too_long | bad_ratio)
+    return keep, CleaningReport(
+        total=len(keep), kept=int(keep.sum()), empty=int(empty.sum()), too_long=int(too_long.sum()),
+        bad_ratio=int(bad_ratio.sum()), max_len=max_len, max_ratio=max_ratio,
+    )
+
+
+def nothing_kept(report: CleaningReport, name: str = "") -> DataError:
+    """The error for a corpus that cleaning emptied (naming the corpus `name` where given)."""
+    where = f" of {name}" if name else ""
+    return DataError(f"cleaning dropped every training pair{where} ({report.summary()}); check the data and "
+                     f"data.max_len/max_ratio")
+
+
 def clean(ds: datasets.Dataset, cfg: DataConfig, n_prefix: int = 0,
           name: str = "") -> tuple[datasets.Dataset, CleaningReport]:
     """Drop empty, over-long and badly length-ratioed pairs of a `tokenize`d dataset (whose sources
@@ -109,23 +130,24 @@ def clean(ds: datasets.Dataset, cfg: DataConfig, n_prefix: int = 0,
 
     Raises DataError if nothing is left (naming the corpus `name` where given).
     """
-    src_n, tgt_n = _token_counts(ds, n_prefix)
-    longer, shorter = np.maximum(src_n, tgt_n), np.minimum(src_n, tgt_n)
-    empty = shorter == 0
-    too_long = ~empty & (longer > cfg.max_len)
-    bad_ratio = ~empty & ~too_long & (longer > RATIO_EXEMPT_LEN) & (longer > cfg.max_ratio * shorter)
-    keep = ~(empty | too_long | bad_ratio)
-    report = CleaningReport(
-        total=len(ds), kept=int(keep.sum()), empty=int(empty.sum()), too_long=int(too_long.sum()),
-        bad_ratio=int(bad_ratio.sum()), max_len=cfg.max_len, max_ratio=cfg.max_ratio,
-    )
+    keep, report = keep_mask(*_token_counts(ds, n_prefix), cfg.max_len, cfg.max_ratio)
     if report.kept == 0:
-        where = f" of {name}" if name else ""
-        raise DataError(f"cleaning dropped every training pair{where} ({report.summary()}); check the data and "
-                        f"data.max_len/max_ratio")
+        raise nothing_kept(report, name)
     if report.kept < report.total:
         ds = ds.select(np.flatnonzero(keep))
     return ds, report
+
+
+def truncate_ids(src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int,
+                 n_prefix: int = 0) -> tuple[list[list[int]], list[list[int]], CleaningReport]:
+    """Cut sources (which keep their `n_prefix` tags, not counted, and their EOS) and targets to
+    `max_len` tokens; the report counts the pairs cut."""
+    keep = n_prefix + max_len
+    n_long = sum(len(s) > keep + 1 or len(t) > max_len for s, t in zip(src_ids, tgt_ids))
+    if n_long:
+        src_ids = [ids if len(ids) <= keep + 1 else ids[:keep] + [EOS_ID] for ids in src_ids]
+        tgt_ids = [ids[:max_len] for ids in tgt_ids]
+    return src_ids, tgt_ids, CleaningReport(total=len(src_ids), kept=len(src_ids), truncated=n_long, max_len=max_len)
 
 
 def truncate(ds: datasets.Dataset, max_len: int, n_prefix: int = 0) -> tuple[datasets.Dataset, CleaningReport]:
@@ -135,11 +157,8 @@ def truncate(ds: datasets.Dataset, max_len: int, n_prefix: int = 0) -> tuple[dat
     n_long = int(((src_n > max_len) | (tgt_n > max_len)).sum())
     report = CleaningReport(total=len(ds), kept=len(ds), truncated=n_long, max_len=max_len)
     if n_long:
-        keep = n_prefix + max_len
-
         def cut(batch: dict[str, list]) -> dict[str, list]:
-            src_ids = [ids if len(ids) <= keep + 1 else ids[:keep] + [EOS_ID] for ids in batch["src_ids"]]
-            tgt_ids = [ids[:max_len] for ids in batch["tgt_ids"]]
+            src_ids, tgt_ids, _ = truncate_ids(batch["src_ids"], batch["tgt_ids"], max_len, n_prefix)
             return {"src_ids": src_ids, "tgt_ids": tgt_ids,
                     "src_len": [len(x) for x in src_ids], "tgt_len": [len(x) + 1 for x in tgt_ids]}
 

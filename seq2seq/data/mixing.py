@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seq2seq.data.batching import TokenBatchSampler, padding_ratio
+from seq2seq.data.batching import PackedBatches, TokenBatchSampler, padding_ratio
 from seq2seq.data.sampling import SubwordSampler
 
 
@@ -131,9 +131,10 @@ class MixedBatches(TokenBatchSampler):
         src, tgt = self.row_lengths(epoch)
         return src[rows], tgt[rows]
 
-    def _make_batches(self, epoch: int) -> list[list[int]]:
-        rows = self.mix.epoch_rows(epoch)
-        return [[int(rows[p]) for p in batch] for batch in super()._make_batches(epoch)]
+    def _make_batches(self, epoch: int) -> PackedBatches:
+        packed = super()._make_batches(epoch)  # of positions in the epoch's draws
+        rows = self.mix.epoch_rows(epoch)[packed.rows]
+        return PackedBatches(rows.astype(np.int32) if len(self.src_lengths) < 2**31 else rows, packed.starts, packed.ends)
 
     def padding_ratio(self, batches: Sequence[Sequence[int]] | None = None) -> float:
         return padding_ratio(self.batches() if batches is None else batches, *self.row_lengths(self.epoch))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
-import io
+import itertools
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import datasets
 
@@ -26,30 +26,82 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-def read_text(path: str | Path) -> str:
-    """Whole file (gunzipped if .gz) as strictly decoded UTF-8, BOM dropped, line ends -> \\n.
+CHUNK_BYTES = 1 << 22  # bytes read at a time when streaming a file
+CHUNK_PAIRS = 50_000  # pairs per chunk when streaming a corpus (`pair_chunks`)
 
-    A carriage return that is not part of \\r\\n becomes a space, so a stray \\r can never
-    split a line and break the alignment of two parallel files.
-    """
-    path = Path(path)
+
+def _open_binary(path: Path) -> BinaryIO:
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                raw = f.read()
-        else:
-            raw = path.read_bytes()
-    except (OSError, EOFError) as e:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")  # type: ignore[return-value]
+    except OSError as e:
         raise DataError(f"cannot read {path}: {e}") from None
+
+
+def _decode(raw: bytes, path: Path, first_line: int) -> str:
+    """Strict UTF-8 of a run of whole lines that starts at line `first_line`; DataError naming the line."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
+        line = first_line + raw.count(b"\n", 0, e.start)
         column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise DataError(f"{path}, line {line}: invalid UTF-8 at byte {column} of the line ({e.reason})") from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", " ")
+
+
+def _normalise(text: str) -> str:
+    """Line ends -> \\n; a carriage return that is not part of \\r\\n becomes a space, so a stray \\r can
+    never split a line and break the alignment of two parallel files."""
+    return text.replace("\r\n", "\n").replace("\r", " ")
+
+
+def read_text(path: str | Path) -> str:
+    """Whole file (gunzipped if .gz) as strictly decoded UTF-8, BOM dropped, line ends -> \\n (see `_normalise`).
+    For files of any size, `iter_lines` streams the same lines."""
+    path = Path(path)
+    with _open_binary(path) as f:
+        try:
+            raw = f.read()
+        except (OSError, EOFError) as e:
+            raise DataError(f"cannot read {path}: {e}") from None
+    return _normalise(_decode(raw, path, 1)).removeprefix("\ufeff")
+
+
+def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
+    """The lines of a file of any size (gunzipped if .gz), read `CHUNK_BYTES` at a time, as one list
+    per block: the lines `read_text(path)` splits into, unstripped, without their line ends. DataError
+    naming the line for invalid UTF-8, and for a file that cannot be read."""
+    path = Path(path)
+    line_no, rest, first = 1, b"", True
+    with _open_binary(path) as f:
+        while True:
+            try:
+                block = f.read(CHUNK_BYTES)
+            except (OSError, EOFError) as e:
+                raise DataError(f"cannot read {path}: {e}") from None
+            if not block:
+                break
+            block = rest + block
+            end = block.rfind(b"\n") + 1  # whole lines only: a UTF-8 character or \r\n is never cut
+            rest = block[end:]
+            if not end:
+                continue
+            text = _normalise(_decode(block[:end], path, line_no))
+            if first:
+                text, first = text.removeprefix("\ufeff"), False
+            lines = text.split("\n")
+            lines.pop()  # the text ends with \n: the empty string after it is not a line
+            line_no += len(lines)
+            yield lines
+    if rest:
+        text = _normalise(_decode(rest, path, line_no))
+        yield (text.removeprefix("\ufeff") if first else text).split("\n")
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """`iter_line_blocks`, line by line."""
+    for block in iter_line_blocks(path):
+        yield from block
 
 
 def _split_lines(text: str) -> list[str]:
@@ -61,20 +113,63 @@ def _split_lines(text: str) -> list[str]:
 
 def read_lines(path: str | Path) -> list[str]:
     """One stripped sentence per line; DataError if the file is missing, not UTF-8 or empty."""
-    lines = [line.strip() for line in _split_lines(read_text(path))]
+    lines = [line.strip() for line in iter_lines(path)]
     if not lines:
         raise DataError(f"{path} is empty")
     return lines
 
 
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> datasets.Dataset:
-    """Two line-aligned files -> Dataset with columns "src", "tgt"."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
+Chunk = tuple[list[str], list[str]]  # (sources, targets) of consecutive pairs
+
+
+def _chunked(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[Chunk]:
+    while True:
+        chunk = list(itertools.islice(pairs, size))
+        if not chunk:
+            return
+        src, tgt = zip(*chunk)
+        yield list(src), list(tgt)
+
+
+def parallel_chunks(src_path: str | Path, tgt_path: str | Path, size: int = CHUNK_PAIRS) -> Iterator[Chunk]:
+    """Two line-aligned files, streamed `size` stripped pairs at a time. DataError when a file is
+    empty, or (once the shorter one ends) when they differ in length, naming both counts."""
+    src_blocks, tgt_blocks = iter_line_blocks(src_path), iter_line_blocks(tgt_path)
+    src: list[str] = []
+    tgt: list[str] = []
+    n = 0
+    while True:  # whole blocks of each file, cut where the shorter buffer ends
+        while len(src) < size and (block := next(src_blocks, None)) is not None:
+            src += block
+        while len(tgt) < size and (block := next(tgt_blocks, None)) is not None:
+            tgt += block
+        m = min(len(src), len(tgt), size)
+        if not m:
+            break
+        yield [x.strip() for x in src[:m]], [x.strip() for x in tgt[:m]]
+        n += m
+        del src[:m], tgt[:m]
+    extra_src = len(src) + sum(len(b) for b in src_blocks)
+    extra_tgt = len(tgt) + sum(len(b) for b in tgt_blocks)
+    if not n:
+        raise DataError(f"{tgt_path if extra_src else src_path} is empty")
+    if extra_src or extra_tgt:
         raise DataError(
-            f"parallel files differ in length: {src_path} has {len(src):,} lines but "
-            f"{tgt_path} has {len(tgt):,} lines; they must be aligned line by line"
-        )
+            f"parallel files differ in length: {src_path} has {n + extra_src:,} lines but "
+            f"{tgt_path} has {n + extra_tgt:,} lines; they must be aligned line by line")
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> datasets.Dataset:
+    """Two line-aligned files -> Dataset with columns "src", "tgt" (in memory: `parallel_chunks` streams)."""
+    return _dataset(parallel_chunks(src_path, tgt_path))
+
+
+def _dataset(chunks: Iterable[Chunk]) -> datasets.Dataset:
+    src: list[str] = []
+    tgt: list[str] = []
+    for s, t in chunks:
+        src += s
+        tgt += t
     return datasets.Dataset.from_dict({"src": src, "tgt": tgt})
 
 
@@ -92,39 +187,40 @@ def _missing_column(path: Path, column: str, available: list[str]) -> DataError:
     return DataError(f"{path}: column '{column}' not found; available columns: {', '.join(available)}")
 
 
-def _read_delimited(path: Path, text: str, delimiter: str, src_column: str, tgt_column: str) -> tuple[list[str], list[str]]:
-    """TSV (split on tabs, no quoting) or CSV (RFC 4180 quoting) -> source and target texts.
+def _delimited_pairs(path: Path, delimiter: str, src_column: str, tgt_column: str) -> Iterator[tuple[str, str]]:
+    """TSV (split on tabs, no quoting) or CSV (RFC 4180 quoting) -> (source, target) texts, streamed.
 
     The first row is a header when it contains both column names. Otherwise, with the default
     names "src"/"tgt", the file is headerless and columns 0/1 are used; with other names it is
     a header that lacks a column, which is an error listing the columns it has.
     """
     if delimiter == "\t":
-        rows = [(i + 1, line.split("\t")) for i, line in enumerate(_split_lines(text))]
+        rows: Iterator[tuple[int, list[str]]] = ((i, line.split("\t")) for i, line in enumerate(iter_lines(path), 1))
     else:
-        reader = csv.reader(io.StringIO(text, newline=""))
-        rows = [(reader.line_num, fields) for fields in reader]  # line_num: where the row ends
-    if not rows:
+        reader = csv.reader((line + "\n" for line in iter_lines(path)))
+        rows = ((reader.line_num, fields) for fields in reader)  # line_num: where the row ends
+    first = next(rows, None)
+    if first is None:
         raise DataError(f"{path} is empty")
-    header = [h.strip() for h in rows[0][1]]
+    header = [h.strip() for h in first[1]]
     if src_column in header and tgt_column in header:
-        si, ti, rows = header.index(src_column), header.index(tgt_column), rows[1:]
+        si, ti = header.index(src_column), header.index(tgt_column)
     elif (src_column, tgt_column) == ("src", "tgt") and not ({"src", "tgt"} & set(header)):
         si, ti = 0, 1
+        rows = itertools.chain([first], rows)
     else:
         raise _missing_column(path, src_column if src_column not in header else tgt_column, header)
     need = max(si, ti) + 1
-    src, tgt = [], []
+    n = 0
     for line_no, fields in rows:
         if fields in ([], [""]):  # blank line: an empty pair, counted (and dropped) by cleaning
             fields = [""] * need
         if len(fields) < need:
             raise DataError(f"{path}, line {line_no}: expected at least {need} columns, found {len(fields)}")
-        src.append(fields[si].strip())
-        tgt.append(fields[ti].strip())
-    if not src:
+        n += 1
+        yield fields[si].strip(), fields[ti].strip()
+    if not n:
         raise DataError(f"{path} has a header but no data rows")
-    return src, tgt
 
 
 def _pair_from_row(row: dict[str, Any], src_column: str, tgt_column: str, where: str) -> tuple[Any, Any]:
@@ -147,10 +243,10 @@ def _as_text(value: Any, where: str) -> str:
     return value.strip()
 
 
-def jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, object) for each non-blank line of a JSONL text; DataError naming the line for
+def jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, object) for each non-blank line of a JSONL file's lines; DataError naming the line for
     invalid JSON or a line that is not an object."""
-    for i, line in enumerate(_split_lines(text), start=1):
+    for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}, line {i}"
@@ -170,7 +266,7 @@ def read_jsonl(path: Path, text: str, src_column: str, tgt_column: str,
     and the source must be a path string; otherwise missing values read as "". DataError naming the
     line for a missing column or a value of the wrong type, or an empty file."""
     srcs, tgts, wheres = [], [], []
-    for where, row in jsonl_rows(path, text):
+    for where, row in jsonl_rows(path, _split_lines(text)):
         src, tgt = _pair_from_row(row, src_column, tgt_column, where)
         if several_targets:
             values = tgt if isinstance(tgt, list) else [tgt]
@@ -188,16 +284,29 @@ def read_jsonl(path: Path, text: str, src_column: str, tgt_column: str,
     return srcs, tgts, wheres
 
 
-def read_table(path: str | Path, src_column: str = "src", tgt_column: str = "tgt") -> datasets.Dataset:
-    """A .tsv/.csv/.jsonl file (optionally .gz) -> Dataset with columns "src", "tgt"."""
+def table_chunks(path: str | Path, src_column: str = "src", tgt_column: str = "tgt",
+                 size: int = CHUNK_PAIRS) -> Iterator[Chunk]:
+    """A .tsv/.csv/.jsonl file (optionally .gz), streamed `size` (source, target) pairs at a time."""
     path = Path(path)
     kind = _table_kind(path)
-    text = read_text(path)
     if kind == ".jsonl":
-        src, tgt, _ = read_jsonl(path, text, src_column, tgt_column)
+        def pairs() -> Iterator[tuple[str, str]]:
+            n = 0
+            for where, row in jsonl_rows(path, iter_lines(path)):
+                src, tgt = _pair_from_row(row, src_column, tgt_column, where)
+                n += 1
+                yield _as_text(src, where), _as_text(tgt, where)
+            if not n:
+                raise DataError(f"{path} is empty")
+        yield from _chunked(pairs(), size)
     else:
-        src, tgt = _read_delimited(path, text, "\t" if kind == ".tsv" else ",", src_column, tgt_column)
-    return datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+        yield from _chunked(_delimited_pairs(path, "\t" if kind == ".tsv" else ",", src_column, tgt_column), size)
+
+
+def read_table(path: str | Path, src_column: str = "src", tgt_column: str = "tgt") -> datasets.Dataset:
+    """A .tsv/.csv/.jsonl file (optionally .gz) -> Dataset with columns "src", "tgt" (in memory:
+    `table_chunks` streams)."""
+    return _dataset(table_chunks(path, src_column, tgt_column))
 
 
 def hf_pairs(ds: datasets.Dataset, src_column: str, tgt_column: str, source: str = "dataset") -> datasets.Dataset:

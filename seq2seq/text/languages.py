@@ -12,7 +12,7 @@ model directory says which languages and tags the model knows:
 
     language_tag("de")                              -> "<2de>"
     model_languages(config)                         -> ["de", "fr"]    ([] for a bilingual model)
-    reserved_pieces(config)                         -> ["<2de>", "<2fr>", "<BT>"]
+    reserved_pieces(config)                         -> ["<2de>", "<2fr>", "<BT>"]  (+ data.reserved)
     target_prefix(config, "fr")                     -> ["<2fr>"]        (checks the language)
     tag_source("A dog.", "de", ["<BT>"])            -> "<2de> <BT> A dog."
     split_tags("<2de> <BT> A dog.")                 -> (["<2de>", "<BT>"], "A dog.")
@@ -58,14 +58,31 @@ def model_languages(config: Any) -> list[str]:
     return data.target_languages if data.multilingual else []
 
 
+def source_languages(config: Any) -> list[str]:
+    """The source languages a model was trained or validated on, sorted: the `src_lang` of its
+    data.corpora and data.valid_sets; [] where none names one (the model does not say)."""
+    data = _data(config)
+    return sorted({x.src_lang for x in [*data.corpora, *data.valid_sets] if x.src_lang is not None})
+
+
+def check_source_language(config: Any, lang: str, model: str, flag: str) -> None:
+    """LanguageError when a model that knows its source languages (`source_languages`) does not
+    translate from `lang` (given as `flag`, e.g. "--mono-lang"); nothing when it does not say."""
+    known = source_languages(config)
+    if known and lang not in known:
+        raise LanguageError(f"{model} translates from {', '.join(known)}, not from {lang} ({flag} {lang}): "
+                            f"give a model whose source language is {lang}")
+
+
 def reserved_pieces(config: Any) -> list[str]:
     """Every reserved source piece the model's tokenizer needs: the language tags (multilingual
-    models), then the corpus tags in the order the corpora first name them."""
+    models), then the corpus tags in the order the corpora first name them, then `data.reserved`
+    (e.g. "<BLANK>", the filler of noised back-translation)."""
     data = _data(config)
     pieces = [language_tag(lang) for lang in model_languages(data)]
-    for corpus in data.corpora:
-        if corpus.tag is not None and corpus.tag not in pieces:
-            pieces.append(corpus.tag)
+    for piece in [c.tag for c in data.corpora] + list(data.reserved):
+        if piece is not None and piece not in pieces:
+            pieces.append(piece)
     return pieces
 
 

@@ -17,9 +17,11 @@ corpus give the same model on any machine.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Union
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,15 +138,20 @@ class Tokenizer:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size})"
 
 
+Texts = Union[Sequence[str], Callable[[], Iterable[str]]]  # sentences, or a function streaming them anew
+
+
 def train_tokenizer(
-    texts: list[str],
+    texts: Texts,
     vocab_size: int,
     cfg: TokenizerConfig,
     num_threads: int = TRAIN_THREADS,
     seed: int = TRAIN_SEED,
     user_symbols: Sequence[str] = (),
 ) -> Tokenizer:
-    """Train one SentencePiece model in memory on `texts`.
+    """Train one SentencePiece model in memory on `texts` (a list, or a function returning a fresh
+    iterator over them: a corpus of any size is streamed, SentencePiece sampling at most
+    cfg.input_sentence_size sentences of it).
 
     user_symbols: reserved pieces (language and corpus tags, `seq2seq.text.languages`), each kept as
     one piece with its own id, right after the special ids; they count towards `vocab_size`.
@@ -154,7 +161,8 @@ def train_tokenizer(
     `vocab_size` is smaller than the corpus's characters (those `character_coverage` keeps) and the
     special pieces, retrains with just enough and logs a warning.
     """
-    if not any(t.strip() for t in texts):
+    stream = texts if callable(texts) else lambda: texts
+    if not any(t.strip() for t in stream()):
         raise TokenizerError("cannot train a tokenizer: the training text is empty")
     options = dict(
         model_type=cfg.model_type,
@@ -173,7 +181,7 @@ def train_tokenizer(
         spm.set_random_generator_seed(seed)
         writer = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=writer, vocab_size=size, **options, **extra
+            sentence_iterator=iter(stream()), model_writer=writer, vocab_size=size, **options, **extra
         )
         return writer.getvalue()
 
@@ -217,7 +225,7 @@ class TokenizerPair:
 
     @classmethod
     def train(
-        cls, cfg: TokenizerConfig, src_texts: list[str], tgt_texts: list[str], out_dir: str | Path,
+        cls, cfg: TokenizerConfig, src_texts: Texts, tgt_texts: Texts, out_dir: str | Path,
         reserved: Sequence[str] = (),
     ) -> TokenizerPair:
         """Train (or, when cfg.src_model/tgt_model are set, load) and save into `out_dir`.
@@ -229,10 +237,13 @@ class TokenizerPair:
             tgt = src if cfg.joint else Tokenizer.load(cfg.tgt_model or cfg.src_model)
             logger.info("loaded tokenizer model(s) %s", cfg.src_model if cfg.joint else (cfg.src_model, cfg.tgt_model))
         elif cfg.joint:
-            src = tgt = train_tokenizer(list(src_texts) + list(tgt_texts), cfg.vocab_size, cfg, user_symbols=reserved)
+            def both() -> Iterable[str]:
+                return itertools.chain(src_texts() if callable(src_texts) else src_texts,
+                                       tgt_texts() if callable(tgt_texts) else tgt_texts)
+            src = tgt = train_tokenizer(both, cfg.vocab_size, cfg, user_symbols=reserved)
         else:
-            src = train_tokenizer(list(src_texts), cfg.src_vocab_size or cfg.vocab_size, cfg, user_symbols=reserved)
-            tgt = train_tokenizer(list(tgt_texts), cfg.tgt_vocab_size or cfg.vocab_size, cfg)
+            src = train_tokenizer(src_texts, cfg.src_vocab_size or cfg.vocab_size, cfg, user_symbols=reserved)
+            tgt = train_tokenizer(tgt_texts, cfg.tgt_vocab_size or cfg.vocab_size, cfg)
         pair = cls(src, tgt, joint=cfg.joint)
         pair.save(out_dir)
         return pair

@@ -27,6 +27,7 @@ from seq2seq.config import ConfigError
 from seq2seq.config.sections import check_fits_in_memory
 from seq2seq.data import prepare
 from seq2seq.data.mixing import CorpusMix, MixedBatches
+from seq2seq.data.shards import ShardedRows, pair_lengths
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
 from seq2seq.accel.device import choose_device
 from seq2seq.model.encoders import Encoder, get_modality
@@ -67,35 +68,30 @@ def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
 def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`; several corpora
     (data.corpora) sampled by temperature each epoch (`seq2seq.data.mixing`)."""
-    prepared = prepare(cfg.data, cfg.tokenizer, out_dir, Path(cfg.data.cache_dir or out_dir / "cache"))
+    prepared = prepare(cfg.data, cfg.tokenizer, out_dir)
     tok, train = prepared.tokenizers, prepared.train
-    columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()  # in memory: collation is per step
-    src_col, tgt_col = columns["src_ids"], columns["tgt_ids"]
+    src_lengths, tgt_lengths = pair_lengths(train)  # from the memory-mapped shards, like every batch's rows
     max_tokens, seed = cfg.training.max_tokens, cfg.training.seed
     segmenter = None
-    if cfg.data.subword_alpha is not None:  # subword regularization: every epoch segmented anew
+    if cfg.data.subword_alpha is not None:  # subword regularization: every epoch segmented anew (in memory)
         prefixes = None
         if any(part.prefix_ids for part in prepared.corpora):
             prefixes = [part.prefix_ids for part in prepared.corpora for _ in part.rows]
-        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], src_col, tgt_col, cfg.data.subword_alpha,
-                                   cfg.data.subword_nbest, cfg.data.max_len, seed=seed, prefixes=prefixes)
+        columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()
+        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], columns["src_ids"], columns["tgt_ids"],
+                                   cfg.data.subword_alpha, cfg.data.subword_nbest, cfg.data.max_len, seed=seed,
+                                   prefixes=prefixes)
     mix = None
     if cfg.data.corpora:
         mix = CorpusMix([part.size for part in prepared.corpora], [part.weight for part in prepared.corpora],
                         cfg.data.sampling_temperature, seed=seed)
-        sampler: TokenBatchSampler = MixedBatches(mix, list(train["src_len"]), list(train["tgt_len"]),
-                                                  max_tokens=max_tokens, seed=seed, segmenter=segmenter)
+        sampler: TokenBatchSampler = MixedBatches(mix, src_lengths, tgt_lengths, max_tokens=max_tokens, seed=seed,
+                                                  segmenter=segmenter)
     elif segmenter is None:
-        sampler = TokenBatchSampler(list(train["src_len"]), list(train["tgt_len"]), max_tokens=max_tokens,
-                                    shuffle=True, seed=seed)
+        sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens=max_tokens, shuffle=True, seed=seed)
     else:  # and batched by the epoch's sampled lengths
         sampler = ResegmentedBatches(segmenter, max_tokens=max_tokens, seed=seed)
-
-    if segmenter is None:
-        def rows(indices: list[int]) -> tuple[list[list[int]], list[list[int]]]:
-            return [src_col[i] for i in indices], [tgt_col[i] for i in indices]
-    else:
-        rows = sampler.rows  # type: ignore[attr-defined]
+    rows = ShardedRows(train) if segmenter is None else sampler.rows  # type: ignore[attr-defined]
 
     def collate(indices: list[int]) -> Batch:
         src_ids, tgt_ids = rows(indices)
