@@ -130,11 +130,15 @@ def test_a_failed_build_leaves_no_entry(tmp_path: Path, monkeypatch) -> None:
     assert not again.from_cache and again.report.total == 300
 
 
-def test_rows_are_read_from_the_mapped_shards(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_rows_are_read_from_the_shards(tmp_path: Path, monkeypatch, in_memory: bool) -> None:
+    """Both ways: a small corpus's id arrays read once into memory, a large one's rows read one by one."""
     src, tgt = corpus(tmp_path, 400)
     monkeypatch.setattr(cache_module, "CHUNK_PAIRS", 30)
     data = prepare(DataConfig(train_src=str(src), train_tgt=str(tgt)), TokenizerConfig(vocab_size=60), tmp_path / "o")
+    monkeypatch.setattr(ShardedRows, "IN_MEMORY_BYTES", 1 << 30 if in_memory else 0)
     rows = ShardedRows(data.train)
+    assert bool(rows.loaded) == in_memory
     assert len(rows) == len(data.train)
     picks = [len(data.train) - 1, 0, 31, 29, 30, 150, 31]
     src_ids, tgt_ids = rows(picks)
@@ -177,3 +181,14 @@ def test_packed_batches_are_the_epoch_and_its_padding() -> None:
     assert sorted(i for b in lists for i in b) == list(range(500)) and packed == lists and lists[3] == packed[3]
     assert list(sampler) == lists
     assert packed.padding_ratio(src, tgt) == pytest.approx(padding_ratio(lists, src, tgt))
+
+
+def test_unequal_files_are_refused_before_the_tokenizer_trains(tmp_path: Path, monkeypatch) -> None:
+    src, tgt = corpus(tmp_path, 300)
+    tgt.write_text("".join(f"{i}\n" for i in range(299)) + "no final newline", encoding="utf-8")  # 300 lines
+    cfg = DataConfig(train_src=str(src), train_tgt=str(tgt))
+    prepare(cfg, TokenizerConfig(vocab_size=60), tmp_path / "ok", tmp_path / "cache")  # equal counts: fine
+    tgt.write_text("".join(f"{i}\n" for i in range(301)), encoding="utf-8")
+    monkeypatch.setattr(cache_module.TokenizerPair, "train", lambda *a, **k: pytest.fail("trained first"))
+    with pytest.raises(DataError, match=r"c.en has 300 lines but .*c.de has 301 lines"):
+        prepare(cfg, TokenizerConfig(vocab_size=60), tmp_path / "out", tmp_path / "cache")

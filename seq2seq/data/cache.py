@@ -41,7 +41,8 @@ from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
 from seq2seq.config import TokenizerConfig
 
 from seq2seq.data.cleaning import CleaningReport, nothing_kept
-from seq2seq.data.readers import CHUNK_PAIRS, Chunk, _hash, fingerprint, load_hf, parallel_chunks, table_chunks
+from seq2seq.data.readers import (CHUNK_PAIRS, Chunk, _hash, check_aligned, fingerprint, iter_line_blocks, load_hf,
+                                  parallel_chunks, table_chunks)
 from seq2seq.data.shards import (PARALLEL_BYTES, ShardJob, available_cores, load_shards, sample_sentences,
                                  write_shards)
 
@@ -126,6 +127,20 @@ class _Split:
             cfg = self.cfg
             self._hf = load_hf(cfg.hf_dataset or "", cfg.hf_config, self.hf_split or "", cfg.src_column, cfg.tgt_column)
         return self._hf
+
+    def check(self) -> None:
+        """DataError now, not after the tokenizer's training, for two plain files of unequal length."""
+        if len(self.files) == 2:
+            check_aligned(*self.files)
+
+    def side(self, side: int) -> Iterator[list[str]]:
+        """One side's texts (0: sources, 1: targets), stripped (and lowercased if configured), in blocks:
+        of a pair of text files only that side's file is read (`chunks` checks that the two align)."""
+        if len(self.files) != 2:
+            yield from (chunk[side] for chunk in self.chunks())
+            return
+        for block in iter_line_blocks(self.files[side]):
+            yield [line.strip().lower() for line in block] if self.cfg.lowercase else [line.strip() for line in block]
 
     def chunks(self, size: int | None = None) -> Iterator[Chunk]:
         """The raw (source, target) texts in chunks of `size` pairs (default CHUNK_PAIRS; lowercased if
@@ -323,10 +338,10 @@ def _model_hash(tok: Tokenizer) -> str:
 def prepare(
     cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: str | Path, cache_dir: str | Path | None = None
 ) -> PreparedData:
-    """Load train/valid, train or reuse the tokenizer (saved in out_dir), tokenize, clean, cache.
+    """Stream train/valid, train or reuse the tokenizer (saved in out_dir), tokenize, clean, cache.
 
-    The cache lives in cfg.cache_dir if set, else `cache_dir`, else out_dir/"cache"; each
-    distinct (data, tokenizer, settings) key gets its own subdirectory.
+    The cache lives in cfg.cache_dir if set, else `cache_dir`, else `default_cache_root()`; each
+    distinct (data, tokenizer, settings) key gets its own subdirectory (`prepared-<key>`).
     """
     cfg.validate()
     t0 = time.perf_counter()
@@ -335,6 +350,8 @@ def prepare(
     cache_root = Path(cfg.cache_dir or cache_dir or default_cache_root())
     train_sources, valid_sources = _sources(cfg)
     several = bool(cfg.corpora or cfg.valid_sets)
+    for source in train_sources + valid_sources:
+        source.split.check()
     train_fps = [s.split.fingerprint() for s in train_sources]
     valid_fps = [s.split.fingerprint() for s in valid_sources]
     train_fp = train_fps[0] if not cfg.corpora else _hash(train_fps)
@@ -342,7 +359,7 @@ def prepare(
 
     def train_texts(side: int) -> Iterator[list[str]]:
         for source in train_sources:
-            yield from (chunk[side] for chunk in source.split.chunks())
+            yield from source.split.side(side)
 
     reserved = reserved_pieces(cfg)
     tokenizers = _tokenizers(tok_cfg, out_dir, cache_root, train_fp, cfg.lowercase, train_texts, reserved)

@@ -154,9 +154,32 @@ def parallel_chunks(src_path: str | Path, tgt_path: str | Path, size: int = CHUN
     if not n:
         raise DataError(f"{tgt_path if extra_src else src_path} is empty")
     if extra_src or extra_tgt:
-        raise DataError(
-            f"parallel files differ in length: {src_path} has {n + extra_src:,} lines but "
-            f"{tgt_path} has {n + extra_tgt:,} lines; they must be aligned line by line")
+        raise _mismatch(src_path, tgt_path, n + extra_src, n + extra_tgt)
+
+
+def _mismatch(src_path: str | Path, tgt_path: str | Path, n_src: int, n_tgt: int) -> DataError:
+    return DataError(f"parallel files differ in length: {src_path} has {n_src:,} lines but {tgt_path} has "
+                     f"{n_tgt:,} lines; they must be aligned line by line")
+
+
+def check_aligned(src_path: str | Path, tgt_path: str | Path) -> None:
+    """DataError, before any reading, when two plain (not gzipped) parallel files differ in their
+    number of lines (counted on the bytes: a second a few GB), or, then, when one is not UTF-8 text;
+    `parallel_chunks` checks every pair of files."""
+    counts = []
+    for path in map(Path, (src_path, tgt_path)):
+        if path.suffix == ".gz" or not path.is_file():
+            return
+        n, last = 0, b"\n"
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(CHUNK_BYTES), b""):
+                n, last = n + block.count(b"\n"), block[-1:]
+        counts.append(n + (last != b"\n"))
+    if counts[0] != counts[1] and min(counts) > 0:
+        for path in (src_path, tgt_path):  # a file that is not text at all: say that first, naming the line
+            for _ in iter_line_blocks(path):
+                pass
+        raise _mismatch(src_path, tgt_path, *counts)
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> datasets.Dataset:
