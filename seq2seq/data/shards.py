@@ -1,10 +1,11 @@
-"""A corpus of any size -> tokenized, cleaned, memory-mapped Arrow shards, built in parallel processes.
+"""A corpus of any size -> tokenized, cleaned Arrow shards, built in parallel processes.
 
 `prepare` (`seq2seq.data.cache`) streams each corpus in chunks of pairs (`seq2seq.data.readers`);
 each chunk is tokenized and cleaned (or, for validation, truncated) by `ShardJob.run` and written as
 one Arrow file, so memory holds a few chunks whatever the corpus's size, and a corpus larger than RAM
-trains: the shards are memory-mapped (`load_shards`), and training reads each batch's rows from them
-(`ShardedRows`) instead of holding every row in Python lists.
+trains: `load_shards` gives the memory-mapped `datasets.Dataset` of the shards, and training reads
+the lengths and each batch's rows from the files with positioned reads (`ShardedRows`, `pair_lengths`)
+instead of holding every row in Python lists or mapping the files into the process.
 
     job = ShardJob(src_model, tgt_model, prefix_ids=(), truncate=False, max_len=256, max_ratio=3.0)
     reports = write_shards(chunks, job, directory, "train", workers=2)   # one CleaningReport per chunk
