@@ -9,12 +9,13 @@ import random
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 
 from seq2seq.config import ConfigError, from_dict
 from seq2seq.data import (
-    CleaningReport, DataConfig, DataError, clean, fingerprint, hf_pairs, prepare, read_lines,
-    read_parallel, read_table, truncate,
+    CleaningReport, DataConfig, DataError, fingerprint, hf_pairs, keep_mask, prepare, read_lines,
+    read_parallel, read_table, truncate_ids,
 )
 from seq2seq.data.cache import default_cache_root
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, JOINT_MODEL
@@ -141,14 +142,9 @@ def test_config_validation() -> None:
 # ---------------------------------------------------------------------------- cleaning
 
 
-def tokenized(pairs: list[tuple[int, int]]) -> datasets.Dataset:
-    """A dataset shaped like `tokenize` output with the given (src, tgt) token counts."""
-    src_ids = [list(range(4, 4 + s)) + [EOS_ID] for s, _ in pairs]
-    tgt_ids = [list(range(4, 4 + t)) for _, t in pairs]
-    return datasets.Dataset.from_dict({
-        "src": ["s"] * len(pairs), "tgt": ["t"] * len(pairs), "src_ids": src_ids, "tgt_ids": tgt_ids,
-        "src_len": [len(x) for x in src_ids], "tgt_len": [len(x) + 1 for x in tgt_ids],
-    })
+def counts(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The (src, tgt) subword counts of the pairs as keep_mask takes them: shapes [N], [N]."""
+    return np.array([s for s, _ in pairs]), np.array([t for _, t in pairs])
 
 
 def test_clean_counts_are_exact() -> None:
@@ -161,24 +157,30 @@ def test_clean_counts_are_exact() -> None:
         (1, 5), (5, 1),          # ratio 5 but short: exempt
         (3, 9),                  # ratio exactly 3: kept
     ]
-    ds, report = clean(tokenized(pairs), DataConfig(max_len=10, max_ratio=3.0))
+    keep, report = keep_mask(*counts(pairs), max_len=10, max_ratio=3.0)
     assert (report.total, report.kept, report.empty, report.too_long, report.bad_ratio) == (13, 5, 3, 3, 2)
-    assert [len(x) - 1 for x in ds["src_ids"][:]] == [3, 10, 1, 5, 3]
+    assert [pairs[i][0] for i in np.flatnonzero(keep)] == [3, 10, 1, 5, 3]
     assert report.summary() == "kept 5 of 13 pairs; dropped 3 empty, 3 over 10 tokens, 2 with length ratio > 3.0"
     assert CleaningReport(total=29000, kept=29000).summary() == "kept 29,000 of 29,000 pairs"
 
 
-def test_clean_dropping_everything_is_an_error() -> None:
+def test_clean_dropping_everything_is_an_error(tmp_path: Path) -> None:
+    train_src = write(tmp_path / "t.en", "a\n" + "b " * 40 + "\n")
+    train_tgt = write(tmp_path / "t.de", "\n" + "c " * 40 + "\n")
+    cfg = DataConfig(train_src=str(train_src), train_tgt=str(train_tgt), max_len=10, cache_dir=str(tmp_path / "c"))
     with pytest.raises(DataError, match="dropped every training pair"):
-        clean(tokenized([(0, 3), (20, 20)]), DataConfig(max_len=10))
+        prepare(cfg, TokenizerConfig(vocab_size=30, model_type="char"), tmp_path / "out")
 
 
 def test_truncate_keeps_every_pair_and_the_source_eos() -> None:
-    ds, report = truncate(tokenized([(3, 3), (12, 15)]), max_len=10)
+    src = [[4, 5, 6, EOS_ID], list(range(4, 16)) + [EOS_ID]]
+    tgt = [[4, 5, 6], list(range(4, 19))]
+    cut_src, cut_tgt, report = truncate_ids(src, tgt, max_len=10)
     assert (report.total, report.kept, report.truncated) == (2, 2, 1)
-    assert ds["src_ids"][1] == list(range(4, 14)) + [EOS_ID] and ds["src_len"][1] == 11
-    assert ds["tgt_ids"][1] == list(range(4, 14)) and ds["tgt_len"][1] == 11
-    assert ds["src_ids"][0] == [4, 5, 6, EOS_ID]
+    assert cut_src == [[4, 5, 6, EOS_ID], list(range(4, 14)) + [EOS_ID]]
+    assert cut_tgt == [[4, 5, 6], list(range(4, 14))]
+    tagged, _, report = truncate_ids([[1] + s for s in src], tgt, max_len=10, n_prefix=1)  # a tag is never cut
+    assert tagged[1] == [1] + list(range(4, 14)) + [EOS_ID] and report.truncated == 1
 
 
 # ---------------------------------------------------------------------------- prepare
@@ -282,7 +284,7 @@ def test_package_re_exports_what_its_users_import() -> None:
     assert data.DataError is readers.DataError and issubclass(data.DataError, ValueError)
     assert (data.read_table, data.read_lines, data.fingerprint, data.read_text) == (
         readers.read_table, readers.read_lines, readers.fingerprint, readers.read_text)
-    assert (data.clean, data.truncate, data.tokenize, data.CleaningReport) == (
-        cleaning.clean, cleaning.truncate, cleaning.tokenize, cleaning.CleaningReport)
+    assert (data.keep_mask, data.truncate_ids, data.CleaningReport) == (
+        cleaning.keep_mask, cleaning.truncate_ids, cleaning.CleaningReport)
     assert (data.prepare, data.PreparedData) == (cache.prepare, cache.PreparedData)
     assert all(hasattr(data, name) for name in data.__all__)

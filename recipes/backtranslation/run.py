@@ -24,32 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "recipes"))
+
+from jobs import budget, training_arguments  # noqa: E402
+from jobs import command as seq2seq  # noqa: E402
+from jobs import score as test  # noqa: E402
+
 log = logging.getLogger("recipe")
-
-
-def seq2seq(*args: object) -> str:
-    """Run one `seq2seq` command (its log on stderr); its stdout. Stops the recipe if it fails."""
-    command = [sys.executable, "-m", "seq2seq", *map(str, args)]
-    log.info("$ seq2seq %s", shlex.join(command[3:]))
-    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    if result.returncode != 0:
-        sys.exit(f"recipe stopped: `seq2seq {args[0]}` failed (exit {result.returncode}); fix what it said and run "
-                 "the recipe again to continue")
-    return result.stdout
-
-
-def budget(args: argparse.Namespace) -> list[str]:
-    """The --set overrides of one training run's budget."""
-    if args.steps is not None:
-        return ["training.max_steps=" + str(args.steps), "training.max_time_minutes=null"]
-    return [f"training.max_time_minutes={args.minutes}"]
 
 
 def train(args: argparse.Namespace, out: Path, data: list[str]) -> float:
@@ -68,30 +54,12 @@ def train(args: argparse.Namespace, out: Path, data: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def test(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *search: str) -> dict[str, float]:
-    """`seq2seq test` of a model (several: an ensemble) with these search options: {"bleu", "chrf"}."""
-    models = model if isinstance(model, list) else [model]
-    scores = json.loads(seq2seq("test", *models, "--src", src, "--ref", ref, "-o", hyp, "--metrics", "bleu,chrf",
-                                "--json", *search))
-    return {name: round(s["score"], 2) for name, s in scores.items()}
-
-
 def single_corpus(src: Path, tgt: Path) -> list[str]:
     return [f"data.train_src={src.resolve()}", f"data.train_tgt={tgt.resolve()}"]
 
 
 def valid(src: Path, tgt: Path) -> list[str]:
     return [f"data.valid_src={src.resolve()}", f"data.valid_tgt={tgt.resolve()}"]
-
-
-def training_arguments(p: argparse.ArgumentParser, minutes: float, trained: str, flag: str, command: str,
-                       example: str) -> None:
-    """--minutes, --steps and --set of the trainings, and `flag` passing options on to `seq2seq command`."""
-    p.add_argument("--minutes", type=float, default=minutes, help=f"time budget of {trained}")
-    p.add_argument("--steps", type=int, default=None, help="a step budget instead of --minutes")
-    p.add_argument("--set", dest="overrides", action="append", default=[], help=f"config override of {trained}")
-    p.add_argument(flag, dest="command_options", action="append", default=[],
-                   help=f"an option for `seq2seq {command}`, e.g. {flag}={example} (repeatable)")
 
 
 def main(argv: list[str] | None = None) -> None:

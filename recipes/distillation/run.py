@@ -19,7 +19,6 @@ stopped distillation or training continues where it stopped when the script is r
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import shlex
@@ -29,10 +28,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-_spec = importlib.util.spec_from_file_location("backtranslation_recipe", ROOT / "recipes" / "backtranslation" / "run.py")
-steps = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(steps)  # the back-translation recipe's steps: budget, seq2seq, test
-budget, seq2seq, test = steps.budget, steps.seq2seq, steps.test
+sys.path.insert(0, str(ROOT / "recipes"))
+
+from jobs import budget, training_arguments  # noqa: E402
+from jobs import command as seq2seq  # noqa: E402
+from jobs import score as test  # noqa: E402
 
 log = logging.getLogger("recipe")
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--test", nargs=2, type=Path, required=True, metavar=("SRC", "TGT"))
     p.add_argument("--output-dir", type=Path, default=Path("runs/distillation"))
     p.add_argument("--student-config", type=Path, default=ROOT / "configs" / "student_fast.yaml")
-    steps.training_arguments(p, 60.0, "the student's training", "--distill-option", "distill", "--beam=4")
+    training_arguments(p, 60.0, "the student's training", "--distill-option", "distill", "--beam=4")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     out = args.output_dir.resolve()

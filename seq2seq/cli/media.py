@@ -9,7 +9,6 @@ one path per line from `-i FILE` or stdin. Exactly one output line per source, i
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any, Iterator
 
@@ -57,7 +56,7 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
          **kw: Any) -> None:
     from seq2seq.model.encoders.base import SourceError
     from seq2seq.inference import generator as generators
-    from seq2seq.inference.formats import file_formatter
+    from seq2seq.inference.formats import decode_stream, file_formatter
 
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
@@ -99,19 +98,12 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                 generator.plot_attention(results[0][0], show_attention, view)
                 click.echo(f"attention plot: {show_attention}", err=True)
                 return
-            done = 0
-            while True:
-                chunk = list(itertools.islice(sources, chunk_lines))
-                if not chunk:
-                    if steer is not None:
-                        steer.close()
-                    break
-                chunk, steering = steer(chunk) if steer is not None else (chunk, {})
-                results = generator.generate(chunk, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn,
-                                             first_line=done + 1, **windows, **steering, **search)
-                out.write("".join(emit(p, r) for p, r in zip(chunk, results)).encode("utf-8"))
-                out.flush()
-                done += len(chunk)
+
+            def decode(paths: list[str], first_line: int, steering: dict[str, Any]) -> list:
+                return generator.generate(paths, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn,
+                                          first_line=first_line, **windows, **steering, **search)
+
+            decode_stream(sources, out, decode, lambda _, path, r: emit(path, r), chunk_lines, steer=steer)
     except SourceError as e:
         raise click.ClickException(f"{e} (--skip-bad writes an empty line for such a file and goes on)") from None
 

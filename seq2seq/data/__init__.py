@@ -4,8 +4,8 @@
               -> chunks of (sources, targets), streamed (`parallel_chunks`, `table_chunks`), or a
               `datasets.Dataset` with string columns "src", "tgt"; `DataError` names the
               file and the 1-based line or the column
-    cleaning  `tokenize` (subword ids and lengths), `clean` (drop empty, over-long and badly
-              length-ratioed training pairs, counted), `truncate` (validation: keep every pair)
+    cleaning  `keep_mask` (drop empty, over-long and badly length-ratioed training pairs,
+              counted), `truncate_ids` (validation: keep every pair, cut to max_len)
     shards    chunks -> tokenized, cleaned, memory-mapped Arrow shards, in parallel processes;
               `ShardedRows` reads a batch's rows from them
     cache     `prepare(cfg, tok_cfg, out_dir)`: all of the above, plus training or reusing the
@@ -29,7 +29,7 @@ src, tgt (the optionally lowercased texts).
 from seq2seq.config import DataConfig
 
 from seq2seq.data.cache import CACHE_VERSION, TOKENIZER_META, CorpusPart, PreparedData, prepare
-from seq2seq.data.cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, clean, tokenize, truncate
+from seq2seq.data.cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, keep_mask, truncate_ids
 from seq2seq.data.readers import (
     DataError, fingerprint,
     hf_pairs, load_hf, read_lines, read_parallel, read_table, read_text,
@@ -38,6 +38,6 @@ from seq2seq.data.readers import (
 __all__ = [
     "CACHE_VERSION", "FEATURES", "RATIO_EXEMPT_LEN", "TOKENIZER_META", "CleaningReport", "CorpusPart", "DataConfig",
     "DataError",
-    "PreparedData", "clean", "fingerprint", "hf_pairs", "load_hf", "prepare", "read_lines", "read_parallel",
-    "read_table", "read_text", "tokenize", "truncate",
+    "PreparedData", "fingerprint", "hf_pairs", "keep_mask", "load_hf", "prepare", "read_lines", "read_parallel",
+    "read_table", "read_text", "truncate_ids",
 ]

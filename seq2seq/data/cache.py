@@ -140,7 +140,11 @@ class _Split:
             yield from (chunk[side] for chunk in self.chunks())
             return
         for block in iter_line_blocks(self.files[side]):
-            yield [line.strip().lower() for line in block] if self.cfg.lowercase else [line.strip() for line in block]
+            yield self._cased([line.strip() for line in block])
+
+    def _cased(self, texts: list[str]) -> list[str]:
+        """The texts, lowercased if data.lowercase."""
+        return [t.lower() for t in texts] if self.cfg.lowercase else texts
 
     def chunks(self, size: int | None = None) -> Iterator[Chunk]:
         """The raw (source, target) texts in chunks of `size` pairs (default CHUNK_PAIRS; lowercased if
@@ -157,8 +161,7 @@ class _Split:
         for src, tgt in chunks:
             if cap is not None:
                 src, tgt = src[:cap - seen], tgt[:cap - seen]
-            if cfg.lowercase:
-                src, tgt = [s.lower() for s in src], [t.lower() for t in tgt]
+            src, tgt = self._cased(src), self._cased(tgt)
             seen += len(src)
             if src:
                 yield src, tgt

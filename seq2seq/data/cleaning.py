@@ -1,18 +1,17 @@
-"""Tokenizing and cleaning: subword ids and lengths, dropping bad training pairs, truncating validation.
+"""Cleaning: which tokenized training pairs are dropped, and how validation pairs are cut.
 
-`tokenize` adds the columns
+A tokenized pair (`seq2seq.data.shards.ShardJob`) has the columns (`FEATURES`)
 
     src_ids: list[int]  source subword ids followed by EOS (the encoder input)
     tgt_ids: list[int]  target subword ids, no BOS/EOS (the collator adds them)
     src_len: int        len(src_ids)
     tgt_len: int        len(tgt_ids) + 1, the length of the decoder input/output
 
-`clean` drops empty, over-long and badly length-ratioed training pairs and counts each reason;
-`truncate` keeps every validation pair, cut to `max_len`, so scores cover every reference.
-
-Tagged sources (`seq2seq.text.languages`): `tokenize(..., prefix_ids=[...])` puts the tags' ids
-first, src_ids = prefix + ids + [EOS]; `clean` and `truncate` given `n_prefix` judge and cut the
-sentence's own tokens only, so a tag never counts towards max_len or the length ratio, and is never cut.
+`keep_mask` says which training pairs to drop (empty, over-long, badly length-ratioed) and counts
+each reason; `truncate_ids` keeps every validation pair, cut to `max_len`, so scores cover every
+reference. Tagged sources (`seq2seq.text.languages`) start with `n_prefix` tag ids: the counts
+given to `keep_mask` leave them out, and `truncate_ids` never cuts them, so a tag never counts
+towards max_len or the length ratio.
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ from dataclasses import dataclass
 import datasets
 import numpy as np
 
-from seq2seq.config import DataConfig
-from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
+from seq2seq.text.tokenizer import EOS_ID
 
-from seq2seq.data.readers import DataError, _hash
+from seq2seq.data.readers import DataError
 
 RATIO_EXEMPT_LEN = 5  # pairs whose longer side has at most this many tokens skip the ratio check
 
@@ -40,22 +38,6 @@ FEATURES = datasets.Features(
         "tgt_len": datasets.Value("int32"),
     }
 )
-
-
-def tokenize(ds: datasets.Dataset, tokenizers: TokenizerPair, new_fingerprint: str | None = None,
-             prefix_ids: Sequence[int] = ()) -> datasets.Dataset:
-    """Add src_ids (prefix_ids + ids + EOS), tgt_ids (ids only), src_len, tgt_len (see the module docstring)."""
-    src_tok, tgt_tok = tokenizers.src, tokenizers.tgt
-    prefix = [int(i) for i in prefix_ids]
-
-    def encode(batch: dict[str, list[str]]) -> dict[str, list]:
-        src_ids = [prefix + ids + [EOS_ID] for ids in src_tok.encode(batch["src"])]
-        tgt_ids = tgt_tok.encode(batch["tgt"])
-        return {"src": batch["src"], "tgt": batch["tgt"], "src_ids": src_ids, "tgt_ids": tgt_ids,
-                "src_len": [len(x) for x in src_ids], "tgt_len": [len(x) + 1 for x in tgt_ids]}
-
-    return ds.map(encode, batched=True, batch_size=10_000, features=FEATURES, new_fingerprint=new_fingerprint,
-                  remove_columns=[c for c in ds.column_names if c not in FEATURES], desc="tokenizing")
 
 
 @dataclass
@@ -95,13 +77,6 @@ class CleaningReport:
         return cls(**counts, max_len=reports[0].max_len, max_ratio=reports[0].max_ratio)
 
 
-def _token_counts(ds: datasets.Dataset, n_prefix: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Subword tokens per side, BOS/EOS and the source's `n_prefix` tags not counted: shapes [N], [N]."""
-    view = ds.with_format("numpy", columns=["src_len", "tgt_len"])
-    return (np.asarray(view["src_len"][:], dtype=np.int64) - 1 - n_prefix,
-            np.asarray(view["tgt_len"][:], dtype=np.int64) - 1)
-
-
 def keep_mask(src_n: np.ndarray, tgt_n: np.ndarray, max_len: int, max_ratio: float) -> tuple[np.ndarray, CleaningReport]:
     """Which training pairs cleaning keeps, from their subword counts (tags, BOS/EOS not counted):
     shapes [N], [N] -> keep [N] (bool) and the report counting each dropped pair once."""
@@ -123,21 +98,6 @@ def nothing_kept(report: CleaningReport, name: str = "") -> DataError:
                      f"data.max_len/max_ratio")
 
 
-def clean(ds: datasets.Dataset, cfg: DataConfig, n_prefix: int = 0,
-          name: str = "") -> tuple[datasets.Dataset, CleaningReport]:
-    """Drop empty, over-long and badly length-ratioed pairs of a `tokenize`d dataset (whose sources
-    start with `n_prefix` tags, not counted).
-
-    Raises DataError if nothing is left (naming the corpus `name` where given).
-    """
-    keep, report = keep_mask(*_token_counts(ds, n_prefix), cfg.max_len, cfg.max_ratio)
-    if report.kept == 0:
-        raise nothing_kept(report, name)
-    if report.kept < report.total:
-        ds = ds.select(np.flatnonzero(keep))
-    return ds, report
-
-
 def truncate_ids(src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int,
                  n_prefix: int = 0) -> tuple[list[list[int]], list[list[int]], CleaningReport]:
     """Cut sources (which keep their `n_prefix` tags, not counted, and their EOS) and targets to
@@ -148,20 +108,3 @@ def truncate_ids(src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: in
         src_ids = [ids if len(ids) <= keep + 1 else ids[:keep] + [EOS_ID] for ids in src_ids]
         tgt_ids = [ids[:max_len] for ids in tgt_ids]
     return src_ids, tgt_ids, CleaningReport(total=len(src_ids), kept=len(src_ids), truncated=n_long, max_len=max_len)
-
-
-def truncate(ds: datasets.Dataset, max_len: int, n_prefix: int = 0) -> tuple[datasets.Dataset, CleaningReport]:
-    """Cut both sides of a `tokenize`d dataset to `max_len` tokens (the source keeps its `n_prefix`
-    tags, not counted, and its EOS)."""
-    src_n, tgt_n = _token_counts(ds, n_prefix)
-    n_long = int(((src_n > max_len) | (tgt_n > max_len)).sum())
-    report = CleaningReport(total=len(ds), kept=len(ds), truncated=n_long, max_len=max_len)
-    if n_long:
-        def cut(batch: dict[str, list]) -> dict[str, list]:
-            src_ids, tgt_ids, _ = truncate_ids(batch["src_ids"], batch["tgt_ids"], max_len, n_prefix)
-            return {"src_ids": src_ids, "tgt_ids": tgt_ids,
-                    "src_len": [len(x) for x in src_ids], "tgt_len": [len(x) + 1 for x in tgt_ids]}
-
-        ds = ds.map(cut, batched=True, features=FEATURES, desc="truncating",
-                    new_fingerprint=_hash([ds._fingerprint, "truncate", max_len] + ([n_prefix] if n_prefix else []))[:32])
-    return ds, report

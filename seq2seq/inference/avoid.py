@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from seq2seq.inference.controls import Control, phrase_table
+from seq2seq.inference.controls import Control, RowPhrases
 from seq2seq.inference.strategies import NEG_INF
 
 
@@ -21,17 +21,15 @@ class BannedPhrases(Control):
     """banned[u]: unit u's banned phrases; `group` rows per unit."""
 
     def __init__(self, banned: Sequence[Sequence[Sequence[int]]], group: int, device: torch.device) -> None:
-        self.group = group
-        self.phrases, self.lengths = phrase_table(banned, device)  # [U, A, L], [U, A]
+        self.table = RowPhrases(banned, group, device)  # phrases [B, A, L], lengths [B, A]
 
     def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
-        g = self.group
         generated = tokens[:, 1:]  # [B, t]
-        for n in self.lengths.unique().tolist():
+        for n in self.table.lengths.unique().tolist():
             if n == 0 or n - 1 > step:
                 continue
-            phrases = self.phrases[:, :, :n].repeat_interleave(g, 0)  # [B, A, n]
-            of_length = (self.lengths == n).repeat_interleave(g, 0)  # [B, A]
+            phrases = self.table.phrases[:, :, :n]  # [B, A, n]
+            of_length = self.table.lengths == n  # [B, A]
             if n > 1:
                 suffix = generated[:, step - (n - 1):]  # [B, n - 1]
                 of_length = of_length & (phrases[:, :, :-1] == suffix[:, None, :]).all(dim=-1)
@@ -40,5 +38,4 @@ class BannedPhrases(Control):
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
         if kept_units is not None:
-            self.phrases = self.phrases.index_select(0, kept_units)
-            self.lengths = self.lengths.index_select(0, kept_units)
+            self.table.keep(kept_units)

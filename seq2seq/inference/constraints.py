@@ -37,7 +37,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from seq2seq.inference.controls import Control, phrase_table
+from seq2seq.inference.controls import Control, RowPhrases
 from seq2seq.inference.strategies import NEG_INF, Candidates, Strategy
 
 
@@ -54,12 +54,11 @@ class ConstraintTracker(Control):
 
     def __init__(self, constraints: Sequence[Sequence[Sequence[int]]], group: int, eos_id: int,
                  device: torch.device, continuation: Tensor | None = None) -> None:
-        self.group, self.eos_id = group, eos_id
+        self.eos_id = eos_id
         self.continuation = None if continuation is None else continuation.to(device)
-        self.phrases, self.lengths = phrase_table(constraints, device)  # [U, C, L], [U, C]
-        b, c = self.lengths.size(0) * group, self.lengths.size(1)
-        self.progress = torch.zeros(b, c, dtype=torch.long, device=device)
-        self.met = (self.lengths == 0).repeat_interleave(group, 0)  # [B, C]
+        self.table = RowPhrases(constraints, group, device)  # phrases [B, C, L], lengths [B, C]
+        self.progress = torch.zeros_like(self.table.lengths)
+        self.met = self.table.lengths == 0  # [B, C]
 
     # ---- what the search reads --------------------------------------------------------------
 
@@ -68,8 +67,7 @@ class ConstraintTracker(Control):
         return met | ((progress == lengths) & (lengths > 0))
 
     def _row_lengths(self, rows: Tensor | None = None) -> Tensor:
-        lengths = self.lengths.repeat_interleave(self.group, 0)
-        return lengths if rows is None else lengths.index_select(0, rows)
+        return self.table.lengths if rows is None else self.table.lengths.index_select(0, rows)
 
     def all_met(self, rows: Tensor | None = None) -> Tensor:
         """[B] (or [len(rows)]): would the row meet every constraint if it ended now?"""
@@ -79,7 +77,7 @@ class ConstraintTracker(Control):
 
     def next_tokens(self) -> Tensor:
         """[B, C]: the token that advances each incomplete constraint of each row (-1 for the others)."""
-        phrases = self.phrases.repeat_interleave(self.group, 0)  # [B, C, L]
+        phrases = self.table.phrases  # [B, C, L]
         position = self.progress.clamp(max=phrases.size(2) - 1)
         want = phrases.gather(2, position[..., None]).squeeze(2)
         return want.masked_fill(self._complete(self.progress, self.met, self._row_lengths()), -1)
@@ -111,16 +109,14 @@ class ConstraintTracker(Control):
         rows = parents if parents is not None else torch.arange(new_tokens.numel(), device=new_tokens.device)
         self.progress, self.met = self._advanced(rows, new_tokens)  # (rows number the units before the step)
         if kept_units is not None:
-            self.phrases = self.phrases.index_select(0, kept_units)
-            self.lengths = self.lengths.index_select(0, kept_units)
+            self.table.keep(kept_units)
 
     # ---- the progress rule ----------------------------------------------------------------------
 
     def _advanced(self, rows: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """(progress, met) [N, C] of rows [N] extended by tokens [N] (rows index the current state)."""
-        unit = torch.div(rows, self.group, rounding_mode="floor")
-        phrases = self.phrases.index_select(0, unit)  # [N, C, L]
-        lengths = self.lengths.index_select(0, unit)  # [N, C]
+        phrases = self.table.phrases.index_select(0, rows)  # [N, C, L]
+        lengths = self._row_lengths(rows)  # [N, C]
         progress, met = self.progress.index_select(0, rows), self.met.index_select(0, rows)
         token = tokens.view(-1, 1)
         if self.continuation is not None:  # a complete phrase is met when the token ends its word

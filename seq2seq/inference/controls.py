@@ -78,14 +78,25 @@ def padded(seqs: Sequence[Sequence[int]], width: int | None = None, fill: int = 
     return out
 
 
-def phrase_table(per_unit: Sequence[Sequence[Sequence[int]]], device: torch.device) -> tuple[Tensor, Tensor]:
-    """Each unit's phrases -> phrases [U, P, L] (padded with -1) and their lengths [U, P] (0 for padding)."""
-    n_phrases = max([len(p) for p in per_unit] + [1])
-    width = max([len(s) for p in per_unit for s in p] + [1])
-    phrases = torch.full((len(per_unit), n_phrases, width), -1, dtype=torch.long)
-    lengths = torch.zeros(len(per_unit), n_phrases, dtype=torch.long)
-    for u, unit in enumerate(per_unit):
-        if unit:
-            phrases[u, : len(unit)] = padded(unit, width)
-            lengths[u, : len(unit)] = torch.tensor([len(s) for s in unit])
-    return phrases.to(device), lengths.to(device)
+class RowPhrases:
+    """Each unit's phrases, expanded to the unit's `group` rows once (not at every step):
+    phrases [B, P, L] (padded with -1) and lengths [B, P] (0 for padding), B = units * group."""
+
+    def __init__(self, per_unit: Sequence[Sequence[Sequence[int]]], group: int, device: torch.device) -> None:
+        self.group = group
+        n_phrases = max([len(p) for p in per_unit] + [1])
+        width = max([len(s) for p in per_unit for s in p] + [1])
+        phrases = torch.full((len(per_unit), n_phrases, width), -1, dtype=torch.long)
+        lengths = torch.zeros(len(per_unit), n_phrases, dtype=torch.long)
+        for u, unit in enumerate(per_unit):
+            if unit:
+                phrases[u, : len(unit)] = padded(unit, width)
+                lengths[u, : len(unit)] = torch.tensor([len(s) for s in unit])
+        self.phrases = phrases.repeat_interleave(group, 0).to(device)
+        self.lengths = lengths.repeat_interleave(group, 0).to(device)
+
+    def keep(self, kept_units: Tensor) -> None:
+        """Only the rows of the units kept_units [U'] remain."""
+        offsets = torch.arange(self.group, device=kept_units.device)
+        rows = (kept_units[:, None] * self.group + offsets).flatten()
+        self.phrases, self.lengths = self.phrases.index_select(0, rows), self.lengths.index_select(0, rows)

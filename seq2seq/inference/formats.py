@@ -100,10 +100,31 @@ def translate_stream(
     total: int | None = None,
     steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
 ) -> int:
-    """Translate `lines` chunk by chunk (each chunk sorted into token-bounded batches by the
-    translator), writing and flushing each chunk's output before reading the next. Returns the
-    number of lines. `progress`: a progress bar on stderr (lines done, of `total` if known).
-    steer: turns a chunk's lines into the texts and the steering arguments of `translate_nbest`
+    """Translate `lines` with `translator.translate_nbest` (`decode_stream`; each chunk sorted into
+    token-bounded batches by the translator). Returns the number of lines."""
+
+    def decode(texts: list[str], first_line: int, steering: dict[str, Any]) -> list:
+        return translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=first_line, warn=warn,
+                                          **steering, **search)
+
+    return decode_stream(lines, out, decode, lambda i, _, r: emit(i, r), chunk_lines, progress, total, steer)
+
+
+def decode_stream(
+    lines: Iterator[str],
+    out: BinaryIO,
+    decode: Callable[[list[str], int, dict[str, Any]], list],
+    emit: Callable[[int, str, list], str],
+    chunk_lines: int,
+    progress: bool = False,
+    total: int | None = None,
+    steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
+) -> int:
+    """Decode `lines` (texts, or media file paths) chunk by chunk, writing and flushing each chunk's
+    output before reading the next: one `emit(index, line, n-best list)` per line, in order. Returns
+    the number of lines. decode(lines, first_line, steering arguments) -> one n-best list per line.
+    `progress`: a progress bar on stderr (lines done, of `total` if known). steer: turns a chunk's
+    lines into the lines and the steering arguments to decode them with
     (`seq2seq.cli.steering.Steerer`; its `close()` is called at the end of the input)."""
     from tqdm import tqdm
 
@@ -115,10 +136,10 @@ def translate_stream(
                 if steer is not None and hasattr(steer, "close"):
                     steer.close()
                 return done
-            texts, steering = steer(chunk) if steer is not None else (chunk, {})
-            results = translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=done + 1, warn=warn,
-                                                 **steering, **search)
-            out.write("".join(emit(done + i, r) for i, r in enumerate(results)).encode("utf-8"))
+            chunk, steering = steer(chunk) if steer is not None else (chunk, {})
+            results = decode(chunk, done + 1, steering)
+            text = "".join(emit(done + i, line, r) for i, (line, r) in enumerate(zip(chunk, results)))
+            out.write(text.encode("utf-8"))
             out.flush()
             done += len(chunk)
             bar.update(len(chunk))
