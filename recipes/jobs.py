@@ -108,8 +108,8 @@ class Trainer:
     threads: int | None = None
 
     def train(self, name: str, steps: int, sets: list[str]) -> Path:
-        """OUT/NAME trained for `steps` steps (skipped when it holds a finished model, continued with
-        --resume when it holds a stopped run)."""
+        """OUT/NAME trained for `steps` steps (continued with --resume when it holds a run's train state:
+        a stopped run goes on, a finished one stops at once)."""
         from seq2seq.storage.model_dir import ModelDir
 
         model_dir = ModelDir(self.out / name)

@@ -31,6 +31,7 @@ import logging
 import random
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
@@ -83,14 +84,16 @@ def main(argv: list[str] | None = None) -> None:
     files = split_corpus(data, out / "data", args.pairs, args.seed, args.mono_lines)
     val = (find(data, "val", "en"), find(data, "val", "de"))
     test = (find(data, "test_2016_flickr", "en"), find(data, "test_2016_flickr", "de"))
+    reverse = lambda pair: pair[::-1]  # noqa: E731 - de -> en
     trainer = Trainer(args.config.resolve(), out, [*SETTINGS, f"training.seed={args.seed}", *args.overrides],
                       args.threads)
 
-    def train(name: str, steps: int, data_sets: list[str], valid: tuple[Path, Path]) -> None:
-        sets = [*data_sets, f"data.valid_src={valid[0]}", f"data.valid_tgt={valid[1]}"]
+    def train(name: str, steps: int, data_sets: list[str], direction: Callable = lambda pair: pair) -> None:
+        """Train OUT/NAME and score it on val and test (en -> de; direction=reverse: de -> en)."""
+        sets = [*data_sets, f"data.valid_src={direction(val)[0]}", f"data.valid_tgt={direction(val)[1]}"]
         model = trainer.train(name, steps, sets)
-        scores = {split: trainer.score(model, src, ref, model / f"{split}.hyp.de")
-                  for split, (src, ref) in (("val", val), ("test", test))}
+        scores = {split: trainer.score(model, *direction(pair), model / f"{split}.hyp")
+                  for split, pair in (("val", val), ("test", test))}
         (model / "scores.json").write_text(json.dumps(scores) + "\n", encoding="utf-8")
 
     def plain(src: Path, tgt: Path) -> list[str]:
@@ -107,17 +110,17 @@ def main(argv: list[str] | None = None) -> None:
         real = {"train_src": str(files["par.en"]), "train_tgt": str(files["par.de"])}
         reserved = ['data.reserved=["<BLANK>"]'] if method == "noised-beam" else []
         sets = ["data.train_src=null", "data.train_tgt=null", f"data.corpora={json.dumps([real, corpus])}", *reserved]
-        train(f"fwd_{method}{'+tag' if tagged else ''}", args.steps, sets, val)
+        train(f"fwd_{method}{'+tag' if tagged else ''}", args.steps, sets)
 
     en, de = find(data, "train", "en"), find(data, "train", "de")
     jobs = [
-        Job("5k", lambda: train("5k", args.small_steps, plain(files["par.en"], files["par.de"]), val),
+        Job("5k", lambda: train("5k", args.small_steps, plain(files["par.en"], files["par.de"])),
             out / "5k" / "scores.json"),
-        Job("reverse", lambda: train("reverse", args.small_steps, plain(files["par.de"], files["par.en"]), val[::-1]),
+        Job("reverse", lambda: train("reverse", args.small_steps, plain(files["par.de"], files["par.en"]), reverse),
             out / "reverse" / "scores.json"),
         *(Job(f"bt_{m}", lambda m=m: back_translate(m), out / f"bt_{m}" / "summary.json", after=("reverse",))
           for m in ("beam", "sample")),
-        Job("29k", lambda: train("29k", args.steps, plain(en, de), val), out / "29k" / "scores.json"),
+        Job("29k", lambda: train("29k", args.steps, plain(en, de)), out / "29k" / "scores.json"),
         Job("bt_noised-beam", lambda: back_translate("noised-beam"), out / "bt_noised-beam" / "summary.json",
             after=("reverse",)),
     ]
@@ -157,7 +160,8 @@ def report(out: Path, jobs: list[Job], seconds: dict[str, float]) -> None:
         results["gap_closed"] = round((bt[best]["test"]["bleu"] - low) / (high - low), 3) if high != low else None
     path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     rows = [[name, r["val"]["bleu"], r["val"]["chrf"], r["test"]["bleu"], r["test"]["chrf"],
-             round(r.get("train_and_score_seconds", 0) / 60, 1)] for name, r in runs.items()]
+             round(r["train_and_score_seconds"] / 60, 1) if "train_and_score_seconds" in r else "?"]
+            for name, r in runs.items()]
     lines = [markdown_table(["run", "val BLEU", "val chrF", "test BLEU", "test chrF", "minutes"], rows)]
     if results.get("gap_closed") is not None:
         lines.append(f"\nChosen on val: {results['chosen_on_val']}; it closes {results['gap_closed']:.0%} of the "
