@@ -97,6 +97,27 @@ def training_arguments(p: argparse.ArgumentParser, minutes: float, trained: str,
                    help=f"an option for `seq2seq {command}`, e.g. {flag}={example} (repeatable)")
 
 
+def train_model(config: Path, out: Path, sets: list[str], threads: int | None = None,
+                run: Callable[..., str] | None = None) -> float:
+    """`seq2seq train CONFIG -o OUT` with these --set overrides (budget included), on `threads` CPU threads:
+    skipped when OUT holds a finished model (its weights and no train state), continued with --resume
+    when it holds a stopped run. Returns the wall seconds it trained (0 when skipped). `run` runs the
+    command (default `seq2seq`, which raises RuntimeError when it fails; `command` stops the recipe)."""
+    from seq2seq.storage.model_dir import ModelDir
+
+    model_dir = ModelDir(out)
+    stopped = model_dir.train_state() is not None
+    if model_dir.weights_path.is_file() and not stopped:
+        log.info("%s is trained; skipping", out)
+        return 0.0
+    if threads:
+        sets = [*sets, f"training.threads={threads}"]
+    start = time.perf_counter()
+    (run or (lambda *a: seq2seq(*a, threads=threads)))(
+        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *(["--resume"] if stopped else []))
+    return time.perf_counter() - start
+
+
 @dataclass
 class Trainer:
     """Trains model directories under `out` from `config` with `settings` (--set overrides), each on
@@ -108,19 +129,10 @@ class Trainer:
     threads: int | None = None
 
     def train(self, name: str, steps: int, sets: list[str]) -> Path:
-        """OUT/NAME trained for `steps` steps (continued with --resume when it holds a run's train state:
-        a stopped run goes on, a finished one stops at once)."""
-        from seq2seq.storage.model_dir import ModelDir
-
-        model_dir = ModelDir(self.out / name)
-        stopped = model_dir.train_state() is not None
-        if not model_dir.weights_path.is_file() or stopped:
-            overrides = [*sets, *self.settings, f"training.max_steps={steps}", "training.max_time_minutes=null"]
-            if self.threads:
-                overrides.append(f"training.threads={self.threads}")
-            self.run("train", self.config, "-o", model_dir.path, *(x for s in overrides for x in ("--set", s)),
-                     *(["--resume"] if stopped else []))
-        return model_dir.path
+        """OUT/NAME trained for `steps` steps (`train_model`: a finished run is kept, a stopped one goes on)."""
+        budget = [f"training.max_steps={steps}", "training.max_time_minutes=null"]
+        train_model(self.config, self.out / name, [*sets, *self.settings, *budget], threads=self.threads)
+        return self.out / name
 
     def score(self, model: Path, src: Path, ref: Path, hyp: Path, *options: object) -> dict[str, float]:
         """`seq2seq test` of `model` (beam 5 unless options say otherwise): {"bleu", "chrf"}."""

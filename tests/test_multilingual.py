@@ -396,9 +396,13 @@ def test_group_metrics_score_each_direction_and_average_them():
 @pytest.fixture(scope="module")
 def multilingual_model(tmp_path_factory, corpora) -> Path:
     """en->de and en->fr in one model of d_model 32 (160 steps)."""
-    tmp_path = tmp_path_factory.mktemp("multilingual")
+    return train_tiny(tmp_path_factory.mktemp("multilingual"), data_section(corpora))
+
+
+def train_tiny(tmp_path: Path, data: dict) -> Path:
+    """`seq2seq train` of a d_model 32 model on `data` for 160 steps: TMP_PATH/model."""
     out = tmp_path / "model"
-    config = {"data": data_section(corpora),
+    config = {"data": data,
               "tokenizer": {"vocab_size": 60},
               "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "layers": 1, "share_embeddings": True,
                         "max_positions": 64},

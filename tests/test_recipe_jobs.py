@@ -67,3 +67,27 @@ def test_a_failure_stops_the_recipe_with_its_message_and_nothing_after_it_runs(t
 def test_markdown_table_formats_floats_with_two_decimals() -> None:
     assert markdown_table(["run", "BLEU"], [["5k", 12.345], ["29k", 30]]) == (
         "| run | BLEU |\n|---|---:|\n| 5k | 12.35 |\n| 29k | 30 |\n")
+
+
+def test_train_model_trains_a_new_run_resumes_a_stopped_one_and_keeps_a_finished_one(tmp_path: Path) -> None:
+    from jobs import train_model
+
+    calls: list[tuple[str, ...]] = []
+    out = tmp_path / "model"
+
+    def record(*args: object) -> str:
+        calls.append(tuple(map(str, args)))
+        return ""
+
+    train_model(Path("c.yaml"), out, ["training.max_steps=10"], threads=1, run=record)
+    assert calls[-1] == ("train", "c.yaml", "-o", str(out), "--set", "training.max_steps=10",
+                         "--set", "training.threads=1")
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"w")
+    (out / "train_state").mkdir()  # stopped: its complete train state is still there
+    (out / "train_state" / "COMPLETE").write_text("")
+    train_model(Path("c.yaml"), out, ["training.max_steps=10"], run=record)
+    assert calls[-1][-1] == "--resume" and len(calls) == 2
+    (out / "train_state" / "COMPLETE").unlink()  # finished: weights and no train state
+    assert train_model(Path("c.yaml"), out, ["training.max_steps=10"], run=record) == 0.0
+    assert len(calls) == 2

@@ -371,8 +371,9 @@ def test_validation_scores_bleu_chrf_wer_cer_of_greedy_decoding_against_every_re
     decoded = {}
     real_search = evaluation.search
 
-    def recording_search(model, src, cfg):
-        results = real_search(model, src, cfg)
+    def recording_search(model, src, cfg, **controls):
+        assert controls == {"controls": None}  # nothing is forced in a bilingual model's validation
+        results = real_search(model, src, cfg, **controls)
         decoded[len(decoded)] = [nbest[0].tokens for nbest in results]
         return results
 

@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], help="a config override of every training")
     p.add_argument("--only", action="append", default=None,
                    help="run only these forward models (e.g. --only beam --only beam+tag); repeatable")
+    p.add_argument("--real-weight", dest="real_weights", action="append", type=int, default=None,
+                   help="the 5k real pairs' corpus weight in the mixed corpus (repetitions; default 1); repeatable: "
+                        "each weight is one more forward model per variant, named +realW for W > 1")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     out, data = args.output_dir.resolve(), args.data.resolve()
@@ -104,13 +107,13 @@ def main(argv: list[str] | None = None) -> None:
         trainer.run("back-translate", out / "reverse", "-i", files["mono.de"], "-o", out / f"bt_{method}",
                     "--method", method, *search, "--no-progress")
 
-    def forward(method: str, tagged: bool) -> None:
+    def forward(name: str, method: str, tagged: bool, real_weight: int) -> None:
         corpus = json.loads((out / f"bt_{method}" / "summary.json").read_text(encoding="utf-8"))["corpus"]
         corpus = {**corpus, "tag": "<BT>" if tagged else None}
-        real = {"train_src": str(files["par.en"]), "train_tgt": str(files["par.de"])}
+        real = {"train_src": str(files["par.en"]), "train_tgt": str(files["par.de"]), "weight": real_weight}
         reserved = ['data.reserved=["<BLANK>"]'] if method == "noised-beam" else []
         sets = ["data.train_src=null", "data.train_tgt=null", f"data.corpora={json.dumps([real, corpus])}", *reserved]
-        train(f"fwd_{method}{'+tag' if tagged else ''}", args.steps, sets)
+        train(name, args.steps, sets)
 
     en, de = find(data, "train", "en"), find(data, "train", "de")
     jobs = [
@@ -129,10 +132,11 @@ def main(argv: list[str] | None = None) -> None:
                 ("noised-beam", True)]
     if args.only:
         variants = [(m, t) for m, t in variants if f"{m}{'+tag' if t else ''}" in args.only]
-    for method, tagged in variants:
-        name = f"fwd_{method}{'+tag' if tagged else ''}"
-        jobs.append(Job(name, lambda m=method, t=tagged: forward(m, t), out / name / "scores.json",
-                        after=(f"bt_{method}",)))
+    for weight in args.real_weights or [1]:
+        for method, tagged in variants:
+            name = f"fwd_{method}{'+tag' if tagged else ''}{f'+real{weight}' if weight != 1 else ''}"
+            jobs.append(Job(name, lambda n=name, m=method, t=tagged, w=weight: forward(n, m, t, w),
+                            out / name / "scores.json", after=(f"bt_{method}",)))
 
     seconds = schedule(jobs, args.jobs)
     report(out, jobs, seconds)

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from jobs import budget, training_arguments  # noqa: E402
+from jobs import budget, train_model, training_arguments  # noqa: E402
 from jobs import command as seq2seq  # noqa: E402
 from jobs import score as test  # noqa: E402
 
@@ -39,19 +39,9 @@ log = logging.getLogger("recipe")
 
 
 def train(args: argparse.Namespace, out: Path, data: list[str]) -> float:
-    """Train --config into `out` with these data overrides (skipped when `out` holds a finished model;
-    continued when it holds a stopped run); returns the wall time in seconds."""
-    from seq2seq.storage.model_dir import ModelDir
-
-    model_dir = ModelDir(out)
-    if model_dir.weights_path.is_file() and model_dir.train_state() is None:
-        log.info("%s is trained; skipping", out)
-        return 0.0
-    sets = [*data, *budget(args), *args.overrides]
-    start = time.perf_counter()
-    seq2seq("train", args.config, "-o", out, *(x for s in sets for x in ("--set", s)),
-            *(["--resume"] if model_dir.train_state() is not None else []))
-    return time.perf_counter() - start
+    """Train --config into `out` with these data overrides and the budget (`jobs.train_model`: a finished
+    model is kept, a stopped run goes on); returns the wall time in seconds."""
+    return train_model(args.config, out, [*data, *budget(args), *args.overrides], run=seq2seq)
 
 
 def single_corpus(src: Path, tgt: Path) -> list[str]:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from jobs import budget, training_arguments  # noqa: E402
+from jobs import budget, train_model, training_arguments  # noqa: E402
 from jobs import command as seq2seq  # noqa: E402
 from jobs import score as test  # noqa: E402
 
@@ -73,25 +73,20 @@ def main(argv: list[str] | None = None) -> None:
 
     from seq2seq.cli.synthetic import student_command
     from seq2seq.config import load_config
-    from seq2seq.storage.model_dir import ModelDir
 
     command = shlex.split(student_command(load_config(student_config), str(student_config), str(teachers[0]),
                                           str(out / "distilled")))
     sets = [command[i + 1] for i, word in enumerate(command) if word == "--set"]
     if args.valid is not None:
         sets += [f"data.valid_src={args.valid[0].resolve()}", f"data.valid_tgt={args.valid[1].resolve()}"]
-    student = ModelDir(out / "student")
-    if not (student.weights_path.is_file() and student.train_state() is None):
-        sets += [*budget(args), *args.overrides]
-        start = time.perf_counter()
-        seq2seq("train", student_config, "-o", student.path, *(x for s in sets for x in ("--set", s)),
-                *(["--resume"] if student.train_state() is not None else []))
-        seconds["student_training"] = round(time.perf_counter() - start, 1)
+    student = out / "student"
+    seconds["student_training"] = round(train_model(student_config, student, [*sets, *budget(args), *args.overrides],
+                                                    run=seq2seq), 1)
 
     results = {
         "teacher beam 5": timed_test(teachers, tsrc, ttgt, out / "test.teacher.hyp", "--beam", "5"),
-        "student beam 5": timed_test([student.path], tsrc, ttgt, out / "test.student.hyp", "--beam", "5"),
-        "student greedy": timed_test([student.path], tsrc, ttgt, out / "test.student_greedy.hyp", "--greedy"),
+        "student beam 5": timed_test([student], tsrc, ttgt, out / "test.student.hyp", "--beam", "5"),
+        "student greedy": timed_test([student], tsrc, ttgt, out / "test.student_greedy.hyp", "--greedy"),
     }
     speedup = results["student beam 5"]["sentences_per_second"] / results["teacher beam 5"]["sentences_per_second"]
     report = {"test": results, "student_speedup_beam5": round(speedup, 2), "seconds": seconds,

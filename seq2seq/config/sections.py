@@ -317,6 +317,11 @@ class DataConfig:
     `target_languages` is the one place that reads either.
     reserved: more reserved source pieces (<NAME>) the trained tokenizer keeps whole, besides the language
     and corpus tags: e.g. "<BLANK>", the filler word of noised back-translation (docs/back-translation.md).
+    language_tag: where a multilingual model is given its `<2xx>` target-language tag: "source" (the
+        first source piece, Johnson et al. 2017; the encoder knows the target language) or "decoder"
+        (the decoder's first target token, forced at decoding and left out of the output, as M2M-100
+        and NLLB do; the encoder's output is the same for every target language). docs/training.md
+        compares them.
     """
 
     train_src: str | None = None
@@ -345,6 +350,7 @@ class DataConfig:
     valid_sets: list[ValidSetConfig] = field(default_factory=list)
     languages: list[str] = field(default_factory=list)
     reserved: list[str] = field(default_factory=list)
+    language_tag: Literal["source", "decoder"] = "source"
 
     def __post_init__(self) -> None:
         self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c
@@ -401,6 +407,9 @@ class DataConfig:
                     first = labels.index(label)
                     raise ConfigError(f"data.valid_sets[{i}] has the same name as data.valid_sets[{first}] ({label!r}); "
                                       f"give one a name")
+        if self.language_tag == "decoder" and not self.multilingual:
+            raise ConfigError("data.language_tag: decoder is for multilingual models (data.corpora with several "
+                              "target languages); this config has none to tag")
         if self.multilingual:
             languages = ", ".join(self.target_languages)
             if self.valid_src is not None or self.valid is not None:

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator
 import datasets
 
 from seq2seq.config import ConfigError, DataConfig, to_dict
-from seq2seq.text.languages import corpus_prefix, reserved_pieces, valid_prefix
+from seq2seq.text.languages import corpus_prefix, decoder_prefix, reserved_pieces, target_reserved_pieces, valid_prefix
 from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
 from seq2seq.config import TokenizerConfig
 
@@ -60,7 +60,8 @@ class CorpusPart:
     name: the corpus's files and direction (`CorpusConfig.describe`), or the validation set's label
     ("en-de", `ValidSetConfig.label`). prefix / prefix_ids: the reserved pieces every source starts
     with, and their ids. weight: the corpus's sampling weight (1 for validation sets).
-    src_lang / tgt_lang / tag: as configured (None where not named).
+    src_lang / tgt_lang / tag: as configured (None where not named). tgt_prefix / tgt_prefix_ids: the
+    pieces every target starts with (the language tag on the decoder, `decoder_prefix`), and their ids.
     """
 
     name: str
@@ -73,6 +74,8 @@ class CorpusPart:
     src_lang: str | None = None
     tgt_lang: str | None = None
     tag: str | None = None
+    tgt_prefix: list[str] = field(default_factory=list)
+    tgt_prefix_ids: list[int] = field(default_factory=list)
 
     @property
     def rows(self) -> range:
@@ -180,7 +183,9 @@ class _Source:
     src_lang: str | None = None
     tgt_lang: str | None = None
     tag: str | None = None
+    tgt_prefix: list[str] = field(default_factory=list)  # the language tag on the decoder (`decoder_prefix`)
     prefix_ids: list[int] = field(default_factory=list)  # set once the tokenizer is known
+    tgt_prefix_ids: list[int] = field(default_factory=list)
 
 
 def _sources(cfg: DataConfig) -> tuple[list[_Source], list[_Source]]:
@@ -192,12 +197,13 @@ def _sources(cfg: DataConfig) -> tuple[list[_Source], list[_Source]]:
         for c in cfg.corpora:
             files = [c.train] if c.train is not None else [c.train_src or "", c.train_tgt or ""]
             train.append(_Source(_Split("train", cfg, files=files), c.describe(), corpus_prefix(cfg, c), c.weight,
-                                 c.src_lang, c.tgt_lang, c.tag))
+                                 c.src_lang, c.tgt_lang, c.tag, decoder_prefix(cfg, c.tgt_lang)))
     else:
         train = [_Source(train_split, train_split.describe())]
     if cfg.valid_sets:
         valid = [_Source(_Split("valid", cfg, files=[v.src or "", v.tgt or ""]), v.label(i), valid_prefix(cfg, v),
-                         src_lang=v.src_lang, tgt_lang=v.tgt_lang) for i, v in enumerate(cfg.valid_sets)]
+                         src_lang=v.src_lang, tgt_lang=v.tgt_lang, tgt_prefix=decoder_prefix(cfg, v.tgt_lang))
+                 for i, v in enumerate(cfg.valid_sets)]
     else:
         valid = [_Source(valid_split, "valid")] if valid_split is not None else []
     return train, valid
@@ -231,13 +237,17 @@ def default_cache_root() -> Path:
 
 
 def _tokenizers(tok_cfg: TokenizerConfig, out_dir: Path, cache_root: Path, train_fp: str, lowercase: bool,
-                texts: Callable[[int], Iterable[list[str]]], reserved: list[str] | None = None) -> TokenizerPair:
+                texts: Callable[[int], Iterable[list[str]]], reserved: list[str] | None = None,
+                tgt_reserved: list[str] | None = None) -> TokenizerPair:
     """Reuse the tokenizer in out_dir, or in the shared cache, if it was trained with these settings on
-    this data, else train (with `reserved` pieces: language and corpus tags) on `texts(0)` (sources)
-    and `texts(1)` (targets), streamed as lists of sentences, and cache it."""
+    this data, else train (with `reserved` source pieces: language and corpus tags; `tgt_reserved`
+    target pieces: language tags on the decoder) on `texts(0)` (sources) and `texts(1)` (targets),
+    streamed as lists of sentences, and cache it."""
     meta = {"version": CACHE_VERSION, "tokenizer": to_dict(tok_cfg), "train_data": train_fp, "lowercase": lowercase}
     if reserved:
         meta["reserved"] = list(reserved)
+    if tgt_reserved:
+        meta["tgt_reserved"] = list(tgt_reserved)
     meta = json.loads(json.dumps(meta))
     meta_path = out_dir / TOKENIZER_META
     if tok_cfg.src_model is not None:
@@ -264,7 +274,8 @@ def _tokenizers(tok_cfg: TokenizerConfig, out_dir: Path, cache_root: Path, train
         src_texts, tgt_texts = sample_sentences(texts(0), size), sample_sentences(texts(1), size)
     logger.info("training the tokenizer on %s sentences (%.1fs to read them)", f"{len(src_texts) + len(tgt_texts):,}",
                 time.perf_counter() - t0)
-    pair = TokenizerPair.train(tok_cfg, src_texts, tgt_texts, out_dir, reserved=reserved or ())
+    pair = TokenizerPair.train(tok_cfg, src_texts, tgt_texts, out_dir, reserved=reserved or (),
+                               tgt_reserved=tgt_reserved or ())
     del src_texts, tgt_texts
     _return_freed_memory()
     logger.info("trained %s tokenizer (vocab %d/%d) in %.1fs", "joint" if pair.joint else "separate",
@@ -365,17 +376,21 @@ def prepare(
             yield from source.split.side(side)
 
     reserved = reserved_pieces(cfg)
-    tokenizers = _tokenizers(tok_cfg, out_dir, cache_root, train_fp, cfg.lowercase, train_texts, reserved)
+    tokenizers = _tokenizers(tok_cfg, out_dir, cache_root, train_fp, cfg.lowercase, train_texts, reserved,
+                             target_reserved_pieces(cfg))
     for source in train_sources + valid_sources:
         source.prefix_ids = _prefix_ids(tokenizers.src, source.prefix, tok_cfg)
+        source.tgt_prefix_ids = _prefix_ids(tokenizers.tgt, source.tgt_prefix, tok_cfg, "target")
 
     settings = {k: v for k, v in to_dict(cfg).items() if k in
                 ("src_column", "tgt_column", "max_len", "max_ratio", "lowercase", "valid_max_sentences")}
     fields = {"version": CACHE_VERSION, "train": train_fp, "valid": valid_fp, "settings": settings,
               "src_model": _model_hash(tokenizers.src), "tgt_model": _model_hash(tokenizers.tgt)}
     if several:
-        fields["corpora"] = [[fp, s.prefix_ids] for fp, s in zip(train_fps, train_sources)]
-        fields["valid_sets"] = [[s.name, fp, s.prefix_ids] for fp, s in zip(valid_fps, valid_sources)]
+        fields["corpora"] = [[fp, s.prefix_ids] + ([s.tgt_prefix_ids] if s.tgt_prefix_ids else [])
+                             for fp, s in zip(train_fps, train_sources)]
+        fields["valid_sets"] = [[s.name, fp, s.prefix_ids] + ([s.tgt_prefix_ids] if s.tgt_prefix_ids else [])
+                                for fp, s in zip(valid_fps, valid_sources)]
     key = _hash(fields)[:20]
     entry = cache_root / f"prepared-{key}"
     from_cache = (entry / "reports.json").is_file()
@@ -406,16 +421,17 @@ def prepare(
     return PreparedData(tokenizers, train, valid, report, valid_report, key, from_cache, entry, corpora, valid_sets)
 
 
-def _prefix_ids(tokenizer: Tokenizer, pieces: list[str], tok_cfg: TokenizerConfig) -> list[int]:
-    """The ids of a source's tag pieces; ConfigError for a tag the (loaded) tokenizer lacks."""
+def _prefix_ids(tokenizer: Tokenizer, pieces: list[str], tok_cfg: TokenizerConfig, side: str = "source") -> list[int]:
+    """The ids of a source's (or target's) tag pieces; ConfigError for a tag the (loaded) tokenizer lacks."""
     ids = []
     for piece in pieces:
         token_id = tokenizer.piece_id(piece)
         if token_id is None:
+            model = (tok_cfg.src_model if side == "source" or tok_cfg.joint else tok_cfg.tgt_model) or tokenizer.name
             raise ConfigError(
-                f"the source tokenizer {tok_cfg.src_model or tokenizer.name} has no piece {piece!r}, which "
-                f"data.corpora puts on the sources; train it with user_defined_symbols={piece} (or leave "
-                f"tokenizer.src_model unset so that training trains one)")
+                f"the {side} tokenizer {model} has no piece {piece!r}, which data.corpora puts on the {side}s; "
+                f"train it with user_defined_symbols={piece} (or leave tokenizer.src_model unset so that "
+                f"training trains one)")
         ids.append(token_id)
     return ids
 
@@ -426,7 +442,8 @@ def _parts(sources: list[_Source], reports: list[dict]) -> list[CorpusPart]:
     for source, data in zip(sources, reports):
         report = CleaningReport(**data)
         parts.append(CorpusPart(source.name, start, report.kept, report, list(source.prefix), list(source.prefix_ids),
-                                source.weight, source.src_lang, source.tgt_lang, source.tag))
+                                source.weight, source.src_lang, source.tgt_lang, source.tag, list(source.tgt_prefix),
+                                list(source.tgt_prefix_ids)))
         start += report.kept
     return parts
 
@@ -444,7 +461,8 @@ def _build_cache(entry: Path, train_sources: list[_Source], valid_sources: list[
     try:
         reports: dict = {"train_shards": [], "valid_shards": [], "corpora": [], "valid_sets": []}
         for i, source in enumerate(train_sources):
-            job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), False, cfg.max_len, cfg.max_ratio)
+            job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), False, cfg.max_len, cfg.max_ratio,
+                           tuple(source.tgt_prefix_ids))
             done = write_shards(source.split.chunks(), job, tmp, f"train{i}", workers)
             report = _combined([d.report for d in done], cfg.max_len, cfg.max_ratio)
             if report.kept == 0:
@@ -452,7 +470,8 @@ def _build_cache(entry: Path, train_sources: list[_Source], valid_sources: list[
             reports["train_shards"] += [d.shard for d in done if d.shard]
             reports["corpora"].append(to_dict(report))
         for i, source in enumerate(valid_sources):
-            job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), True, cfg.max_len, cfg.max_ratio)
+            job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), True, cfg.max_len, cfg.max_ratio,
+                           tuple(source.tgt_prefix_ids))
             done = write_shards(source.split.chunks(), job, tmp, f"valid{i}")
             reports["valid_shards"] += [d.shard for d in done if d.shard]
             reports["valid_sets"].append(to_dict(_combined([d.report for d in done], cfg.max_len, None)))

@@ -42,17 +42,19 @@ class SubwordSampler:
     sampled side longer than `max_len` pieces (the cleaning limit) falls back to it.
     prefixes: per row, the tag ids its source starts with (`seq2seq.text.languages`; as in its
     best_src_ids), kept before every sampled segmentation and not counted towards max_len; None: no tags.
+    tgt_prefixes: likewise the tag ids its target starts with (a language tag on the decoder).
     """
 
     def __init__(self, tokenizers: TokenizerPair, src_texts: Sequence[str], tgt_texts: Sequence[str],
                  best_src_ids: Sequence[list[int]], best_tgt_ids: Sequence[list[int]],
                  alpha: float, nbest: int = -1, max_len: int = 256, seed: int = 0,
-                 prefixes: Sequence[Sequence[int]] | None = None) -> None:
+                 prefixes: Sequence[Sequence[int]] | None = None,
+                 tgt_prefixes: Sequence[Sequence[int]] | None = None) -> None:
         self.tokenizers = tokenizers
         self.src_texts, self.tgt_texts = src_texts, tgt_texts
         self.best_src_ids, self.best_tgt_ids = best_src_ids, best_tgt_ids
         self.alpha, self.nbest, self.max_len, self.seed = alpha, nbest, max_len, seed
-        self.prefixes = prefixes
+        self.prefixes, self.tgt_prefixes = prefixes, tgt_prefixes
         self._cache: tuple[int, list[list[int]], list[list[int]]] | None = None
 
     def epoch(self, epoch: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -66,7 +68,8 @@ class SubwordSampler:
                 tgt = tgt_tok.sample(tgt_text, self.alpha, self.nbest)
                 prefix = list(self.prefixes[i]) if self.prefixes is not None else []
                 src_ids.append(prefix + src + [EOS_ID] if len(src) <= self.max_len else self.best_src_ids[i])
-                tgt_ids.append(tgt if len(tgt) <= self.max_len else self.best_tgt_ids[i])
+                tgt_prefix = list(self.tgt_prefixes[i]) if self.tgt_prefixes is not None else []
+                tgt_ids.append(tgt_prefix + tgt if len(tgt) <= self.max_len else self.best_tgt_ids[i])
             self._cache = (epoch, src_ids, tgt_ids)
         return self._cache[1], self._cache[2]
 

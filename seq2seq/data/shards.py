@@ -48,7 +48,9 @@ class ShardJob:
     """How every chunk of one corpus or validation set is tokenized and cleaned.
 
     src_model / tgt_model: the SentencePiece model bytes (the same object for a joint tokenizer).
-    prefix_ids: the tag ids every source starts with (`seq2seq.text.languages`).
+    prefix_ids: the tag ids every source starts with (`seq2seq.text.languages`); tgt_prefix_ids: those
+    every target starts with (the language tag of a model that puts it on the decoder), not counted
+    by the length limits.
     truncate: validation (cut to max_len, keep every pair) instead of training (drop empty,
     over-long and badly ratioed pairs, `seq2seq.data.cleaning`).
     """
@@ -59,6 +61,7 @@ class ShardJob:
     truncate: bool = False
     max_len: int = 256
     max_ratio: float = 3.0
+    tgt_prefix_ids: tuple[int, ...] = ()
 
     def run(self, src: list[str], tgt: list[str]) -> tuple[pa.Table, CleaningReport]:
         """One chunk's texts -> its table (FEATURES' columns, the kept rows) and its cleaning report."""
@@ -68,11 +71,14 @@ class ShardJob:
         tgt_ids = tgt_sp.encode(tgt, out_type=int, num_threads=1)
         if self.truncate:
             src_ids, tgt_ids, report = truncate_ids(src_ids, tgt_ids, self.max_len, n_prefix)
+        n_tgt_prefix = len(self.tgt_prefix_ids)
+        if n_tgt_prefix:
+            tgt_ids = [[*self.tgt_prefix_ids, *ids] for ids in tgt_ids]
         src_len = np.fromiter(map(len, src_ids), np.int32, len(src_ids))
         tgt_len = np.fromiter(map(len, tgt_ids), np.int32, len(tgt_ids)) + 1  # the decoder's BOS/EOS position
         keep = None
         if not self.truncate:
-            keep, report = keep_mask(src_len - 1 - n_prefix, tgt_len - 1, self.max_len, self.max_ratio)
+            keep, report = keep_mask(src_len - 1 - n_prefix, tgt_len - 1 - n_tgt_prefix, self.max_len, self.max_ratio)
         table = pa.table({"src": pa.array(src, pa.string()), "tgt": pa.array(tgt, pa.string()),
                           "src_ids": _list_array(src_ids), "tgt_ids": _list_array(tgt_ids),
                           "src_len": pa.array(src_len), "tgt_len": pa.array(tgt_len)})

@@ -31,6 +31,7 @@ from seq2seq.config import to_dict
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require, weights_digest, write_export_info
 from seq2seq.deploy.tensors import check_text_model, model_tensors, vocabulary
 from seq2seq.storage.model_dir import LoadedModel, ModelDir, load_model_dir
+from seq2seq.text.languages import model_languages
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
@@ -150,6 +151,11 @@ def export_ctranslate2(
     model_dir = Path(model_dir)
     out = prepare_output(out_dir, force, [model_dir])
     loaded = load_model_dir(model_dir, device="cpu", weights=weights)
+    languages = model_languages(loaded.config)
+    if languages:
+        raise ExportError(f"{model_dir} is multilingual ({', '.join(languages)}): the CTranslate2 engine has no "
+                          f"language tags, so it could not choose the target language; translate it with the torch "
+                          f"engine (--tgt-lang)")
     spec = ctranslate2_spec(loaded)
     weights_path = Path(weights) if weights else ModelDir(model_dir).weights_path
 

@@ -28,6 +28,7 @@ from seq2seq.config import ModelConfig
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
 from seq2seq.deploy.tensors import check_text_model, model_tensors, vocabulary
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
+from seq2seq.text.languages import tags_on_decoder
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerPair
 
 HF_CONFIG = "seq2seq_config.yaml"  # written into a transformers export directory
@@ -231,6 +232,10 @@ def export_hf(
     model_dir = Path(model_dir)
     out = prepare_output(out_dir, force, [model_dir])
     loaded = load_model_dir(model_dir, device="cpu", weights=weights)
+    if tags_on_decoder(loaded.config):
+        raise ExportError(f"{model_dir} starts its translations with a forced language tag (data.language_tag: "
+                          f"decoder), which a transformers MarianMTModel does not do; export a model with the tag on "
+                          f"the source, or translate this one with seq2seq (--tgt-lang)")
     model = hf_model(loaded)
     model.generation_config = generation_config(loaded)
     with Staging(out) as tmp:

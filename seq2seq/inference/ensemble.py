@@ -190,8 +190,10 @@ class EnsembleProcessor(SourceProcessor):
 
 def check_members(loaded: Sequence[Any]) -> None:
     """ValueError naming the first difference that keeps `loaded` (LoadedModels) from decoding as one
-    ensemble: the target tokenizer, the target vocabulary size, the special ids, the kind of source."""
+    ensemble: the target tokenizer, the target vocabulary size, the special ids, the kind of source, where the
+    language tag goes."""
     from seq2seq.model.encoders.base import source_kind
+    from seq2seq.text.languages import tags_on_decoder
 
     first = loaded[0]
     for other in loaded[1:]:
@@ -208,3 +210,7 @@ def check_members(loaded: Sequence[Any]) -> None:
         ka, kb = source_kind(other.config.model.encoder), source_kind(first.config.model.encoder)
         if ka != kb:
             raise ValueError(f"{where} read different kinds of source ({ka.name} and {kb.name})")
+        ta, tb = tags_on_decoder(other.config), tags_on_decoder(first.config)
+        if ta != tb:
+            raise ValueError(f"{where} put the language tag in different places (data.language_tag "
+                             f"{'decoder' if ta else 'source'} and {'decoder' if tb else 'source'})")

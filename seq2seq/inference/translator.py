@@ -46,7 +46,7 @@ from seq2seq.inference.steering import (
 )
 from seq2seq.model.encoders.base import Encoder, SourceError, SourceKind, source_kind, source_processor
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
-from seq2seq.text.languages import model_languages, target_prefix
+from seq2seq.text.languages import LanguageError, decoder_prefix, model_languages, target_prefix
 
 log = logging.getLogger(__name__)
 
@@ -208,14 +208,20 @@ class Translator:
         check_batch_tokens(batch_tokens)
         steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, glossary, warn)
         processor = self.processor_for(tgt_lang)
+        forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
         about = processor.describe
         controls = None
-        if steering is not None:
-            tokenizer = self.tokenizers.tgt
-            controls = {i: encode_steering(steering[i], tokenizer, first_line + i) for i in examples if steering[i]}
+        if steering is not None or forced:
+            controls = {}
+            for i in examples:
+                steer = steering[i] if steering is not None else None
+                c = encode_steering(steer, self.tokenizers.tgt, first_line + i) if steer else SourceControls()
+                if c or forced:
+                    controls[i] = dataclasses.replace(c, prefix=[*forced, *c.prefix])
         done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,
-                            line=lambda i: first_line + i, warn=warn or log.warning, processor=processor)
+                            line=lambda i: first_line + i, warn=warn or log.warning, processor=processor,
+                            given=len(forced))
         return [done.get(i, []) for i in range(len(texts))]
 
     def _steering(self, texts: list[str], first_line: int, cfg: SearchConfig, prefix: Any, constraints: Any,
@@ -247,9 +253,24 @@ class Translator:
         if not self.languages and tgt_lang is None:
             return self.processor
         members = [target_prefix(m.config, tgt_lang) for m in self.members]
+        if not any(members):  # the language tag goes on the decoder (`decoder_prefix_ids`)
+            return self.processor
         if isinstance(self.processor, EnsembleProcessor):
             return EnsembleProcessor([p.with_prefix(pieces) for p, pieces in zip(self.processor.processors, members)])
         return self.processor.with_prefix(members[0])
+
+    def decoder_prefix_ids(self, tgt_lang: str | None) -> list[int]:
+        """The target ids a translation into `tgt_lang` starts with: the language tag of a model that puts
+        it on the decoder (`seq2seq.text.languages.decoder_prefix`; the members agree, `check_members`),
+        forced at decoding and left out of the output; [] for every other model."""
+        ids = []
+        for piece in decoder_prefix(self.loaded.config, tgt_lang):
+            token_id = self.tokenizers.tgt.piece_id(piece)
+            if token_id is None:
+                raise LanguageError(f"{self.loaded.path}: its target tokenizer has no piece {piece!r}, which its "
+                                    f"config (data.language_tag: decoder) starts every translation with")
+            ids.append(token_id)
+        return ids
 
     def _prepare(self, sources: list[str], first_line: int, warn: Callable[[str], None] | None, skip_bad: bool,
                  skipped: dict[int, str] | None, processor: Any = None) -> dict[int, Any]:
@@ -263,12 +284,14 @@ class Translator:
                 about: Callable[[Any], dict[str, Any]],
                 on_batch: Callable[[int], Any] | None = None, controls: dict[Any, SourceControls] | None = None,
                 line: Callable[[Any], Any] = str, warn: Callable[[str], None] = log.warning,
-                processor: Any = None) -> dict[Any, list[Translation]]:
+                processor: Any = None, given: int = 0) -> dict[Any, list[Translation]]:
         """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
         length; about(key): the fields telling about its source; on_batch(rows) after each batch.
         controls: {key: its decoding controls}; a source whose constraints cannot all be met within
         its length limit is searched again without them (keeping its prefix and banned phrases),
-        with a warning naming line(key). processor: the call's (default: the model's)."""
+        with a warning naming line(key). processor: the call's (default: the model's). given: each
+        hypothesis's first `given` tokens are a forced language tag (`decoder_prefix_ids`), left out of
+        its Translation."""
         processor = processor or self.processor
         lengths = {k: processor.length(x) for k, x in examples.items()}
         autocast = "bf16" if self.precision == "bf16" else "fp32"
@@ -285,7 +308,7 @@ class Translator:
             except ControlError as e:
                 raise SteeringError(f"line {line(batch[e.index])}: {e}") from None
             for k, nbest in zip(batch, hyps):
-                results[k] = [self._translation(h, about(k)) for h in nbest]
+                results[k] = [self._translation(h, about(k), given) for h in nbest]
                 if nbest and not nbest[0].constraints_met:
                     unmet.append(k)
             if on_batch is not None:
@@ -296,7 +319,7 @@ class Translator:
                      "translated without them")
             relaxed = {k: dataclasses.replace(controls[k], constraints=[]) for k in unmet}
             results.update(self._search({k: examples[k] for k in unmet}, cfg, batch_tokens, about,
-                                        controls=relaxed, line=line, warn=warn, processor=processor))
+                                        controls=relaxed, line=line, warn=warn, processor=processor, given=given))
         return results
 
     def _continuation(self) -> torch.Tensor:
@@ -305,16 +328,19 @@ class Translator:
             self._continues = continuation_pieces(self.tokenizers.tgt, self.loaded.config.model.tgt_vocab_size)
         return self._continues
 
-    def _translation(self, h: Hypothesis, about: dict[str, Any]) -> Translation:
+    def _translation(self, h: Hypothesis, about: dict[str, Any], given: int = 0) -> Translation:
+        """The Translation of hypothesis `h` without its first `given` tokens (a forced language tag):
+        its logprob and token_logprobs are those of the output; `score` ranks as the search did."""
         tgt_tok = self.tokenizers.tgt
+        tokens, token_logprobs = list(h.tokens)[given:], [float(x) for x in h.token_logprobs]
         return Translation(
-            text=tgt_tok.decode([h.tokens])[0],
+            text=tgt_tok.decode([tokens])[0],
             score=float(h.score),
-            logprob=float(h.logprob),
-            token_ids=list(h.tokens),
-            pieces=[tgt_tok.id_to_piece(t) for t in h.tokens],
-            token_logprobs=[float(x) for x in h.token_logprobs],
-            attention=None if h.attention is None else h.attention.float().tolist(),
+            logprob=float(h.logprob) - sum(token_logprobs[:given]),
+            token_ids=tokens,
+            pieces=[tgt_tok.id_to_piece(t) for t in tokens],
+            token_logprobs=token_logprobs[given:],
+            attention=None if h.attention is None else h.attention[given:].float().tolist(),
             **about,
         )
 

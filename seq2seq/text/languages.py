@@ -6,14 +6,18 @@ without training corpora: `import-hf` of a multilingual opus-mt model, whose `>>
 `<2fr>`); `DataConfig.target_languages` reads either, and is the one source of truth. Every source
 then starts with its target language's tag, `<2xx>` (Johnson et al. 2017: the tag on the source,
 the decoder unchanged), then the tag of its corpus where that has one (e.g.
-`<BT>` on back-translated pairs; Caswell et al. 2019). Each tag is one reserved SentencePiece piece
-(a user-defined symbol of the source tokenizer, so it is never split), and the config saved in the
-model directory says which languages and tags the model knows:
+`<BT>` on back-translated pairs; Caswell et al. 2019). With `data.language_tag: decoder` the
+language tag is the target's first token instead (M2M-100, NLLB): training targets start with it,
+decoding forces it (`decoder_prefix`) and leaves it out of the output; corpus tags stay on the
+source. Each tag is one reserved SentencePiece piece (a user-defined symbol of the tokenizer, so it
+is never split), and the config saved in the model directory says which languages and tags the
+model knows:
 
     language_tag("de")                              -> "<2de>"
     model_languages(config)                         -> ["de", "fr"]    ([] for a bilingual model)
     reserved_pieces(config)                         -> ["<2de>", "<2fr>", "<BT>"]  (+ data.reserved)
-    target_prefix(config, "fr")                     -> ["<2fr>"]        (checks the language)
+    target_prefix(config, "fr")                     -> ["<2fr>"]        (checks the language; [] on the decoder)
+    decoder_prefix(config, "fr")                    -> ["<2fr>"] with language_tag: decoder, else []
     tag_source("A dog.", "de", ["<BT>"])            -> "<2de> <BT> A dog."
     split_tags("<2de> <BT> A dog.")                 -> (["<2de>", "<BT>"], "A dog.")
 
@@ -74,12 +78,24 @@ def check_source_language(config: Any, lang: str, model: str, flag: str) -> None
                             f"give a model whose source language is {lang}")
 
 
+def tags_on_decoder(config: Any) -> bool:
+    """A multilingual model whose language tag is the decoder's first token (`data.language_tag`)."""
+    data = _data(config)
+    return data.multilingual and data.language_tag == "decoder"
+
+
+def target_reserved_pieces(config: Any) -> list[str]:
+    """The reserved pieces the target tokenizer needs: the language tags of a model that puts them on
+    the decoder (`tags_on_decoder`), else none."""
+    return [language_tag(lang) for lang in model_languages(config)] if tags_on_decoder(config) else []
+
+
 def reserved_pieces(config: Any) -> list[str]:
     """Every reserved source piece the model's tokenizer needs: the language tags (multilingual
-    models), then the corpus tags in the order the corpora first name them, then `data.reserved`
-    (e.g. "<BLANK>", the filler of noised back-translation)."""
+    models with the tag on the source), then the corpus tags in the order the corpora first name
+    them, then `data.reserved` (e.g. "<BLANK>", the filler of noised back-translation)."""
     data = _data(config)
-    pieces = [language_tag(lang) for lang in model_languages(data)]
+    pieces = [] if tags_on_decoder(data) else [language_tag(lang) for lang in model_languages(data)]
     for piece in [c.tag for c in data.corpora] + list(data.reserved):
         if piece is not None and piece not in pieces:
             pieces.append(piece)
@@ -89,19 +105,26 @@ def reserved_pieces(config: Any) -> list[str]:
 def corpus_prefix(config: Any, corpus: CorpusConfig) -> list[str]:
     """The pieces put before every source of a training corpus: its target language's tag
     (multilingual models), then its own tag."""
-    data = _data(config)
-    pieces = [language_tag(corpus.tgt_lang)] if data.multilingual and corpus.tgt_lang else []
-    return pieces + ([corpus.tag] if corpus.tag is not None else [])
+    on_source = _data(config).multilingual and not tags_on_decoder(config) and corpus.tgt_lang
+    return ([language_tag(corpus.tgt_lang)] if on_source else []) + ([corpus.tag] if corpus.tag is not None else [])
 
 
 def valid_prefix(config: Any, valid: ValidSetConfig) -> list[str]:
     """The pieces put before every source of a validation set: its target language's tag
-    (multilingual models; corpus tags are for training data only)."""
-    return [language_tag(valid.tgt_lang)] if _data(config).multilingual and valid.tgt_lang else []
+    (multilingual models with the tag on the source; corpus tags are for training data only)."""
+    on_source = _data(config).multilingual and not tags_on_decoder(config)
+    return [language_tag(valid.tgt_lang)] if on_source and valid.tgt_lang else []
+
+
+def decoder_prefix(config: Any, tgt_lang: str | None) -> list[str]:
+    """The pieces every target into `tgt_lang` starts with: its language tag when the model puts it on
+    the decoder (`tags_on_decoder`; training targets start with it, decoding forces it), else []."""
+    return [language_tag(tgt_lang)] if tgt_lang is not None and tags_on_decoder(config) else []
 
 
 def target_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
-    """The pieces a source to translate into `tgt_lang` starts with (then `tags`, e.g. ["<BT>"]).
+    """The pieces a source to translate into `tgt_lang` starts with: its language tag (unless the
+    model puts it on the decoder, `decoder_prefix`), then `tags` (e.g. ["<BT>"]).
 
     LanguageError: a multilingual model without `tgt_lang`, or with one it was not trained for
     (the message lists its languages); a bilingual model given `tgt_lang`; a tag it was not trained with.
@@ -118,7 +141,8 @@ def target_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -
     for tag in tags:
         if tag not in known:
             raise LanguageError(f"unknown corpus tag {tag!r}; this model's tags: {', '.join(known) or 'none'}")
-    return ([language_tag(tgt_lang)] if tgt_lang is not None else []) + list(tags)
+    on_source = tgt_lang is not None and not tags_on_decoder(config)
+    return ([language_tag(tgt_lang)] if on_source else []) + list(tags)
 
 
 def tag_source(text: str, tgt_lang: str | None, tags: Iterable[str] = ()) -> str:

@@ -227,11 +227,13 @@ class TokenizerPair:
     def train(
         cls, cfg: TokenizerConfig, src_texts: Texts, tgt_texts: Texts, out_dir: str | Path,
         reserved: Sequence[str] = (),
+        tgt_reserved: Sequence[str] = (),
     ) -> TokenizerPair:
         """Train (or, when cfg.src_model/tgt_model are set, load) and save into `out_dir`.
 
-        reserved: pieces the source tokenizer keeps whole (language and corpus tags; with separate
-        tokenizers the target's has none). Loaded models are taken as they are: the caller checks them."""
+        reserved / tgt_reserved: pieces the source / target tokenizer keeps whole (language and corpus
+        tags on the source; language tags on the decoder); a joint tokenizer keeps both. Loaded models
+        are taken as they are: the caller checks them."""
         if cfg.src_model is not None:
             src = Tokenizer.load(cfg.src_model)
             tgt = src if cfg.joint else Tokenizer.load(cfg.tgt_model or cfg.src_model)
@@ -240,10 +242,11 @@ class TokenizerPair:
             def both() -> Iterable[str]:
                 return itertools.chain(src_texts() if callable(src_texts) else src_texts,
                                        tgt_texts() if callable(tgt_texts) else tgt_texts)
-            src = tgt = train_tokenizer(both, cfg.vocab_size, cfg, user_symbols=reserved)
+            symbols = [*reserved, *(p for p in tgt_reserved if p not in reserved)]
+            src = tgt = train_tokenizer(both, cfg.vocab_size, cfg, user_symbols=symbols)
         else:
             src = train_tokenizer(src_texts, cfg.src_vocab_size or cfg.vocab_size, cfg, user_symbols=reserved)
-            tgt = train_tokenizer(tgt_texts, cfg.tgt_vocab_size or cfg.vocab_size, cfg)
+            tgt = train_tokenizer(tgt_texts, cfg.tgt_vocab_size or cfg.vocab_size, cfg, user_symbols=tgt_reserved)
         pair = cls(src, tgt, joint=cfg.joint)
         pair.save(out_dir)
         return pair

@@ -35,7 +35,7 @@ from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
-from seq2seq.text.languages import model_languages, reserved_pieces
+from seq2seq.text.languages import decoder_prefix, model_languages, reserved_pieces
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
 
@@ -74,13 +74,15 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     max_tokens, seed = cfg.training.max_tokens, cfg.training.seed
     segmenter = None
     if cfg.data.subword_alpha is not None:  # subword regularization: every epoch segmented anew (in memory)
-        prefixes = None
+        prefixes = tgt_prefixes = None
         if any(part.prefix_ids for part in prepared.corpora):
             prefixes = [part.prefix_ids for part in prepared.corpora for _ in part.rows]
+        if any(part.tgt_prefix_ids for part in prepared.corpora):
+            tgt_prefixes = [part.tgt_prefix_ids for part in prepared.corpora for _ in part.rows]
         columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()
         segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], columns["src_ids"], columns["tgt_ids"],
                                    cfg.data.subword_alpha, cfg.data.subword_nbest, cfg.data.max_len, seed=seed,
-                                   prefixes=prefixes)
+                                   prefixes=prefixes, tgt_prefixes=tgt_prefixes)
     mix = None
     if cfg.data.corpora:
         mix = CorpusMix([part.size for part in prepared.corpora], [part.weight for part in prepared.corpora],
@@ -104,6 +106,7 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
             references=[[t] for t in prepared.valid["tgt"]],
             detokenize=tok.tgt.decode,
             groups={part.name: part.rows for part in prepared.valid_sets} or None,
+            forced=len(decoder_prefix(cfg, cfg.data.valid_sets[0].tgt_lang)) if cfg.data.valid_sets else 0,
         )
     n_valid = 0 if prepared.valid is None else len(prepared.valid)
     corpora = []
@@ -111,12 +114,14 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
         counts = mix.counts(0)
         for i, part in enumerate(prepared.corpora):
             corpora.append({"name": part.name, "src_lang": part.src_lang, "tgt_lang": part.tgt_lang,
-                            "tag": part.tag, "prefix": part.prefix, "weight": part.weight, "pairs": part.size,
+                            "tag": part.tag, "prefix": part.prefix, "tgt_prefix": part.tgt_prefix,
+                            "weight": part.weight, "pairs": part.size,
                             "probability": round(float(mix.probabilities[i]), 6), "rows_per_epoch": int(counts[i])})
             log.info("corpus %d (%s): %s pairs, weight %g, sampled with p=%.3f at temperature %g: %s rows an "
-                     "epoch (%.2fx its size)%s", i, part.name, f"{part.size:,}", part.weight, mix.probabilities[i],
+                     "epoch (%.2fx its size)%s%s", i, part.name, f"{part.size:,}", part.weight, mix.probabilities[i],
                      mix.temperature, f"{int(counts[i]):,}", counts[i] / part.size,
-                     f"; sources start with {' '.join(part.prefix)}" if part.prefix else "")
+                     f"; sources start with {' '.join(part.prefix)}" if part.prefix else "",
+                     f"; targets start with {' '.join(part.tgt_prefix)}" if part.tgt_prefix else "")
     return TrainingData(tok, sampler, collate, valid, prepared.fingerprint, prepared.report.summary(), len(train),
                         n_valid, corpora=corpora)
 

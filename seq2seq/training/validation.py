@@ -30,6 +30,7 @@ from seq2seq.accel.device import autocast_context
 from seq2seq.training.loss import sequence_loss
 from seq2seq.text.metrics import cer, reference_streams, score, wer
 from seq2seq.config.search import SearchConfig
+from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.search import search
 
 METRIC_KEYS = {"bleu": "valid_bleu", "chrf": "valid_chrf", "wer": "valid_wer", "cer": "valid_cer",
@@ -44,12 +45,15 @@ class ValidData:
     references[i] lists the reference texts of row i (Batch.indices index it): one or more.
     detokenize: target id lists -> texts.
     groups: {name: rows} of several validation sets, each scored on its own (None: one set).
+    forced: each row's first `forced` target ids are given, not predicted (the language tag of a model
+        that puts it on the decoder): decoding is forced to start with them and they are left out.
     """
 
     batches: list[Batch]
     references: list[list[str]]
     detokenize: Callable[[list[list[int]]], list[str]]
     groups: dict[str, Sequence[int]] | None = None
+    forced: int = 0
 
 
 def corpus_metrics(hyps: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -71,10 +75,10 @@ def validate(model: nn.Module, valid: ValidData, device: torch.device, precision
         batch = batch.to(device)
         with autocast_context(device, precision):
             nll += sequence_loss(model, batch.src, batch.tgt_in, batch.tgt_out, pad_id).item()
-            results = search(model, batch.src, search_cfg) if decode else []
+            results = search(model, batch.src, search_cfg, controls=_forced(batch, valid.forced)) if decode else []
         tokens += batch.n_tgt_tokens
         for i, nbest in zip(batch.indices, results):
-            hyps[i] = nbest[0].tokens
+            hyps[i] = nbest[0].tokens[valid.forced:]
     loss = nll / max(tokens, 1)
     metrics = {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50))}
     if hyps:
@@ -85,6 +89,13 @@ def validate(model: nn.Module, valid: ValidData, device: torch.device, precision
         else:
             metrics.update(corpus_metrics(texts, [valid.references[i] for i in order]))
     return metrics
+
+
+def _forced(batch: Batch, forced: int) -> list[SourceControls] | None:
+    """Each row's controls forcing its first `forced` reference tokens (None: nothing forced)."""
+    if not forced:
+        return None
+    return [SourceControls(prefix=row) for row in batch.tgt_in[:, 1:1 + forced].tolist()]
 
 
 def group_metrics(hyps: dict[int, str], references: Sequence[Sequence[str]],
