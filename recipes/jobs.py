@@ -100,21 +100,25 @@ def training_arguments(p: argparse.ArgumentParser, minutes: float, trained: str,
 def train_model(config: Path, out: Path, sets: list[str], threads: int | None = None,
                 run: Callable[..., str] | None = None) -> float:
     """`seq2seq train CONFIG -o OUT` with these --set overrides (budget included), on `threads` CPU threads:
-    skipped when OUT holds a finished model (its weights and no train state), continued with --resume
-    when it holds a stopped run. Returns the wall seconds it trained (0 when skipped). `run` runs the
-    command (default `seq2seq`, which raises RuntimeError when it fails; `command` stops the recipe)."""
+    skipped when OUT holds a finished model (its weights and no train state, or a train state already at
+    the `training.max_steps` of `sets`), continued with --resume when it holds a stopped run. Returns the
+    wall seconds it trained (0 when skipped). `run` runs the command (default `seq2seq`, which raises
+    RuntimeError when it fails; `command` stops the recipe)."""
     from seq2seq.storage.model_dir import ModelDir
 
     model_dir = ModelDir(out)
-    stopped = model_dir.train_state() is not None
-    if model_dir.weights_path.is_file() and not stopped:
+    state = model_dir.train_state()
+    steps = [int(v) for k, _, v in (s.partition("=") for s in sets) if k == "training.max_steps" and v.isdigit()]
+    done = state is not None and bool(steps) and \
+        json.loads((state / "state.json").read_text(encoding="utf-8"))["step"] >= steps[-1]
+    if model_dir.weights_path.is_file() and (state is None or done):
         log.info("%s is trained; skipping", out)
         return 0.0
     if threads:
         sets = [*sets, f"training.threads={threads}"]
     start = time.perf_counter()
     (run or (lambda *a: seq2seq(*a, threads=threads)))(
-        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *(["--resume"] if stopped else []))
+        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *(["--resume"] if state else []))
     return time.perf_counter() - start
 
 

@@ -84,10 +84,15 @@ def test_train_model_trains_a_new_run_resumes_a_stopped_one_and_keeps_a_finished
                          "--set", "training.threads=1")
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"w")
-    (out / "train_state").mkdir()  # stopped: its complete train state is still there
+    (out / "train_state").mkdir()  # stopped at step 4: its complete train state is still there
     (out / "train_state" / "COMPLETE").write_text("")
+    (out / "train_state" / "state.json").write_text('{"step": 4}')
     train_model(Path("c.yaml"), out, ["training.max_steps=10"], run=record)
     assert calls[-1][-1] == "--resume" and len(calls) == 2
-    (out / "train_state" / "COMPLETE").unlink()  # finished: weights and no train state
+    (out / "train_state" / "state.json").write_text('{"step": 10}')  # finished: at its budget (train state kept)
     assert train_model(Path("c.yaml"), out, ["training.max_steps=10"], run=record) == 0.0
-    assert len(calls) == 2
+    train_model(Path("c.yaml"), out, ["training.max_steps=20"], run=record)  # a larger budget goes on
+    assert len(calls) == 3 and calls[-1][-1] == "--resume"
+    (out / "train_state" / "COMPLETE").unlink()  # finished without a train state to resume
+    assert train_model(Path("c.yaml"), out, ["training.max_steps=20"], run=record) == 0.0
+    assert len(calls) == 3

@@ -104,7 +104,7 @@ def reserved_pieces(config: Any) -> list[str]:
 
 def corpus_prefix(config: Any, corpus: CorpusConfig) -> list[str]:
     """The pieces put before every source of a training corpus: its target language's tag
-    (multilingual models), then its own tag."""
+    (multilingual models with the tag on the source), then its own tag."""
     on_source = _data(config).multilingual and not tags_on_decoder(config) and corpus.tgt_lang
     return ([language_tag(corpus.tgt_lang)] if on_source else []) + ([corpus.tag] if corpus.tag is not None else [])
 

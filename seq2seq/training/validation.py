@@ -45,8 +45,8 @@ class ValidData:
     references[i] lists the reference texts of row i (Batch.indices index it): one or more.
     detokenize: target id lists -> texts.
     groups: {name: rows} of several validation sets, each scored on its own (None: one set).
-    forced: each row's first `forced` target ids are given, not predicted (the language tag of a model
-        that puts it on the decoder): decoding is forced to start with them and they are left out.
+    forced: each row's first `forced` target ids are the language tag of a model that puts it on the
+        decoder: decoding is forced to start with them, and they are left out of the scored output.
     """
 
     batches: list[Batch]
