@@ -105,15 +105,20 @@ def reserved_pieces(config: Any) -> list[str]:
 def corpus_prefix(config: Any, corpus: CorpusConfig) -> list[str]:
     """The pieces put before every source of a training corpus: its target language's tag
     (multilingual models with the tag on the source), then its own tag."""
-    on_source = _data(config).multilingual and not tags_on_decoder(config) and corpus.tgt_lang
-    return ([language_tag(corpus.tgt_lang)] if on_source else []) + ([corpus.tag] if corpus.tag is not None else [])
+    return source_tag(config, corpus.tgt_lang) + ([corpus.tag] if corpus.tag is not None else [])
 
 
 def valid_prefix(config: Any, valid: ValidSetConfig) -> list[str]:
     """The pieces put before every source of a validation set: its target language's tag
     (multilingual models with the tag on the source; corpus tags are for training data only)."""
-    on_source = _data(config).multilingual and not tags_on_decoder(config)
-    return [language_tag(valid.tgt_lang)] if on_source and valid.tgt_lang else []
+    return source_tag(config, valid.tgt_lang)
+
+
+def source_tag(config: Any, tgt_lang: str | None) -> list[str]:
+    """The language tag a source into `tgt_lang` starts with: [<2xx>] for a multilingual model that puts
+    it on the source, else [] (a bilingual model, no language, or the tag on the decoder)."""
+    on_source = tgt_lang is not None and _data(config).multilingual and not tags_on_decoder(config)
+    return [language_tag(tgt_lang)] if on_source else []
 
 
 def decoder_prefix(config: Any, tgt_lang: str | None) -> list[str]:
@@ -141,8 +146,7 @@ def target_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -
     for tag in tags:
         if tag not in known:
             raise LanguageError(f"unknown corpus tag {tag!r}; this model's tags: {', '.join(known) or 'none'}")
-    on_source = tgt_lang is not None and not tags_on_decoder(config)
-    return ([language_tag(tgt_lang)] if on_source else []) + list(tags)
+    return source_tag(config, tgt_lang) + list(tags)
 
 
 def tag_source(text: str, tgt_lang: str | None, tags: Iterable[str] = ()) -> str:

@@ -35,7 +35,7 @@ from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
-from seq2seq.text.languages import decoder_prefix, model_languages, reserved_pieces
+from seq2seq.text.languages import model_languages, reserved_pieces
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
 
@@ -106,7 +106,7 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
             references=[[t] for t in prepared.valid["tgt"]],
             detokenize=tok.tgt.decode,
             groups={part.name: part.rows for part in prepared.valid_sets} or None,
-            forced=len(decoder_prefix(cfg, cfg.data.valid_sets[0].tgt_lang)) if cfg.data.valid_sets else 0,
+            forced=len(prepared.valid_sets[0].tgt_prefix_ids) if prepared.valid_sets else 0,  # one tag per set
         )
     n_valid = 0 if prepared.valid is None else len(prepared.valid)
     corpora = []
