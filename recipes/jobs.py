@@ -107,18 +107,17 @@ def train_model(config: Path, out: Path, sets: list[str], threads: int | None = 
     from seq2seq.storage.model_dir import ModelDir
 
     model_dir = ModelDir(out)
-    state = model_dir.train_state()
+    state_step = model_dir.train_state_step()
     steps = [int(v) for k, _, v in (s.partition("=") for s in sets) if k == "training.max_steps" and v.isdigit()]
-    done = state is not None and bool(steps) and \
-        json.loads((state / "state.json").read_text(encoding="utf-8"))["step"] >= steps[-1]
-    if model_dir.weights_path.is_file() and (state is None or done):
+    done = state_step is not None and bool(steps) and state_step >= steps[-1]
+    if model_dir.weights_path.is_file() and (state_step is None or done):
         log.info("%s is trained; skipping", out)
         return 0.0
     if threads:
         sets = [*sets, f"training.threads={threads}"]
     start = time.perf_counter()
     (run or (lambda *a: seq2seq(*a, threads=threads)))(
-        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *(["--resume"] if state else []))
+        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *(["--resume"] if state_step is not None else []))
     return time.perf_counter() - start
 
 

@@ -115,23 +115,27 @@ def main(argv: list[str] | None = None) -> None:
         sets = ["data.train_src=null", "data.train_tgt=null", f"data.corpora={json.dumps([real, corpus])}", *reserved]
         train(name, args.steps, sets)
 
+    # Edunov et al.'s three methods untagged and Caswell et al.'s tagged beam first, the other tagged ones last
+    variants = [("beam", False), ("beam", True), ("sample", False), ("noised-beam", False), ("sample", True),
+                ("noised-beam", True)]
+    if args.only:
+        variants = [(m, t) for m, t in variants if f"{m}{'+tag' if t else ''}" in args.only]
+    methods = [m for m in ("beam", "sample", "noised-beam") if any(m == v for v, _ in variants)]  # those needed
+
+    def back_translation(method: str) -> Job:
+        return Job(f"bt_{method}", lambda: back_translate(method), out / f"bt_{method}" / "summary.json",
+                   after=("reverse",))
+
     en, de = find(data, "train", "en"), find(data, "train", "de")
     jobs = [
         Job("5k", lambda: train("5k", args.small_steps, plain(files["par.en"], files["par.de"])),
             out / "5k" / "scores.json"),
         Job("reverse", lambda: train("reverse", args.small_steps, plain(files["par.de"], files["par.en"]), reverse),
             out / "reverse" / "scores.json"),
-        *(Job(f"bt_{m}", lambda m=m: back_translate(m), out / f"bt_{m}" / "summary.json", after=("reverse",))
-          for m in ("beam", "sample")),
+        *(back_translation(m) for m in methods[:2]),
         Job("29k", lambda: train("29k", args.steps, plain(en, de)), out / "29k" / "scores.json"),
-        Job("bt_noised-beam", lambda: back_translate("noised-beam"), out / "bt_noised-beam" / "summary.json",
-            after=("reverse",)),
+        *(back_translation(m) for m in methods[2:]),
     ]
-    # Edunov et al.'s three methods untagged and Caswell et al.'s tagged beam first, the other tagged ones last
-    variants = [("beam", False), ("beam", True), ("sample", False), ("noised-beam", False), ("sample", True),
-                ("noised-beam", True)]
-    if args.only:
-        variants = [(m, t) for m, t in variants if f"{m}{'+tag' if t else ''}" in args.only]
     for weight in args.real_weights or [1]:
         for method, tagged in variants:
             name = f"fwd_{method}{'+tag' if tagged else ''}{f'+real{weight}' if weight != 1 else ''}"

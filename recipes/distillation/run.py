@@ -34,6 +34,8 @@ from jobs import budget, train_model, training_arguments  # noqa: E402
 from jobs import command as seq2seq  # noqa: E402
 from jobs import score as test  # noqa: E402
 
+from seq2seq.text.lines import open_binary  # noqa: E402
+
 log = logging.getLogger("recipe")
 
 
@@ -45,7 +47,8 @@ def timed_test(models: list[Path], src: Path, ref: Path, hyp: Path, *search: str
         start = time.perf_counter()
         scores = test(models, src, ref, hyp, *search)
         best = min(best, time.perf_counter() - start)
-    lines = sum(1 for _ in open(src, encoding="utf-8"))
+    with open_binary(str(src), "rb") as stream:  # a .gz test set too
+        lines = sum(1 for _ in stream)
     return {**scores, "sentences_per_second": round(lines / best, 1)}
 
 

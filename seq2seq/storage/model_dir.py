@@ -213,6 +213,11 @@ class ModelDir:
                 return candidate
         return None
 
+    def train_state_step(self) -> int | None:
+        """The step the newest complete train state was saved at, or None (nothing to resume)."""
+        state = self.train_state()
+        return None if state is None else int(read_json(state / "state.json")["step"])
+
     def load(self, device: str = "cpu", weights: str | Path | None = None,
              encoder: Encoder | None = None) -> LoadedModel:
         """See `load_model_dir`."""
