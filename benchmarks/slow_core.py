@@ -49,15 +49,21 @@ def loop_nice(slowdown: float) -> int:
     """The nice value whose busy loop leaves a nice-0 command 1/slowdown of the core (the nearest weight)."""
     if slowdown <= 1:
         raise SystemExit(f"error: --slowdown must be > 1, got {slowdown}")
-    want = 1024 * (slowdown - 1)
+    want = WEIGHTS[0] * (slowdown - 1)
     return min(WEIGHTS, key=lambda nice: abs(WEIGHTS[nice] - want))
+
+
+def core_share(nice: int | None) -> float:
+    """The share of the core a nice-0 command gets beside a busy loop at `nice` (None: no loop, all of it)."""
+    return 1.0 if nice is None else WEIGHTS[0] / (WEIGHTS[0] + WEIGHTS[nice])
 
 
 def run_slowed(command: list[str], core: int, nice: int | None, env: dict[str, str]) -> int:
     """`command` pinned to `core`, beside a busy loop at `nice` pinned there too (None: no loop)."""
     loop = None
     if nice is not None:
-        loop = subprocess.Popen(["taskset", "-c", str(core), "nice", "-n", str(nice), "sh", "-c", "while :; do :; done"])
+        loop = subprocess.Popen(["taskset", "-c", str(core), "nice", "-n", str(nice),
+                                 "sh", "-c", "while :; do :; done"])
     try:
         return subprocess.call(["taskset", "-c", str(core), *command], env=env)
     finally:
@@ -76,7 +82,7 @@ def main() -> None:
     p.add_argument("command", nargs="*", help="the command (after --)")
     args = p.parse_args()
     nice = loop_nice(args.slowdown)
-    share = 1024 / (1024 + WEIGHTS[nice])
+    share = core_share(nice)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(AVX2 if args.avx2 else {})}
     print(f"core {args.core}: a busy loop at nice {nice} leaves the command {share:.1%} of it "
           f"(a {1 / share:.2f}x slowdown)", file=sys.stderr, flush=True)

@@ -116,8 +116,9 @@ def train_model(config: Path, out: Path, sets: list[str], threads: int | None = 
     if threads:
         sets = [*sets, f"training.threads={threads}"]
     start = time.perf_counter()
+    resume = ["--resume"] if state_step is not None else []
     (run or (lambda *a: seq2seq(*a, threads=threads)))(
-        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *(["--resume"] if state_step is not None else []))
+        "train", config, "-o", out, *(x for s in sets for x in ("--set", s)), *resume)
     return time.perf_counter() - start
 
 

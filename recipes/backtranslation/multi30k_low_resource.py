@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("noised-beam", True)]
     if args.only:
         variants = [(m, t) for m, t in variants if f"{m}{'+tag' if t else ''}" in args.only]
-    methods = [m for m in ("beam", "sample", "noised-beam") if any(m == v for v, _ in variants)]  # those needed
+    methods = {m for m, _ in variants}  # only the back-translations some variant uses are made
 
     def back_translation(method: str) -> Job:
         return Job(f"bt_{method}", lambda: back_translate(method), out / f"bt_{method}" / "summary.json",
@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> None:
             out / "5k" / "scores.json"),
         Job("reverse", lambda: train("reverse", args.small_steps, plain(files["par.de"], files["par.en"]), reverse),
             out / "reverse" / "scores.json"),
-        *(back_translation(m) for m in methods[:2]),
+        *(back_translation(m) for m in ("beam", "sample") if m in methods),
         Job("29k", lambda: train("29k", args.steps, plain(en, de)), out / "29k" / "scores.json"),
-        *(back_translation(m) for m in methods[2:]),
+        *(back_translation(m) for m in ("noised-beam",) if m in methods),
     ]
     for weight in args.real_weights or [1]:
         for method, tagged in variants:
