@@ -71,13 +71,20 @@ def command(*args: object) -> str:
         sys.exit(f"recipe stopped: {e}; fix what it said and run the recipe again to continue")
 
 
+def test_json(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
+              threads: int | None = None) -> dict:
+    """`seq2seq test --json` of a model (several: an ensemble) with these options, BLEU and chrF:
+    {"bleu": {"score", "signature"}, "chrf": {...}, "decoding": {"sentences", "seconds", "sentences_per_second"}}."""
+    models = model if isinstance(model, list) else [model]
+    return json.loads(seq2seq("test", *models, "--src", src, "--ref", ref, "-o", hyp, "--metrics", "bleu,chrf",
+                              "--json", *options, threads=threads))
+
+
 def score(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
           threads: int | None = None) -> dict[str, float]:
     """`seq2seq test` of a model (several: an ensemble) with these options: {"bleu", "chrf"}."""
-    models = model if isinstance(model, list) else [model]
-    result = json.loads(seq2seq("test", *models, "--src", src, "--ref", ref, "-o", hyp, "--metrics", "bleu,chrf",
-                                "--json", *options, threads=threads))
-    return {name: round(s["score"], 2) for name, s in result.items()}
+    result = test_json(model, src, ref, hyp, *options, threads=threads)
+    return {name: round(result[name]["score"], 2) for name in ("bleu", "chrf")}
 
 
 def budget(args: argparse.Namespace) -> list[str]:

@@ -471,3 +471,25 @@ def test_samples_of_an_encoder_without_source_lengths_use_the_memorys_positions(
     got = search(model, src, cfg)
     assert_same(got, expected)
     assert [max(len(h.tokens) for h in hyps) for hyps in got] == [7, 3, 5]
+
+
+@pytest.mark.parametrize("beam", [1, 3, 5])
+def test_beam_select_is_the_top_of_every_row_sum_of_the_beam(beam):
+    """Beam.select takes each row's best tokens first; the candidates must be exactly the best 2 x beam
+    of the sentence's beam x V sums (rows, tokens, log-probabilities, scores), also with -inf rows and
+    masked tokens."""
+    from seq2seq.inference.strategies import Beam
+
+    torch.manual_seed(beam)
+    units, vocab = 4, 50
+    lprobs = torch.randn(units * beam, vocab).log_softmax(-1)
+    lprobs[0, 5:] = float("-inf")  # a row with fewer allowed tokens than candidates
+    scores = torch.randn(units * beam)
+    scores[1::beam] = float("-inf")  # dead rows (as at the first step)
+    cand = Beam(beam).select(lprobs, scores)
+    flat = (lprobs + scores[:, None]).view(units, beam * vocab)
+    top, index = flat.topk(2 * beam, dim=1)
+    finite = top > float("-inf")
+    assert torch.equal(cand.scores, top)
+    assert torch.equal((cand.rows * vocab + cand.tokens)[finite], index[finite])
+    assert torch.equal(cand.logprob[finite], lprobs.view(units, -1).gather(1, index)[finite])

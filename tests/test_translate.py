@@ -393,6 +393,22 @@ def test_test_command_writes_hypotheses_and_prints_scores(tiny_model_dir, multi3
     assert mismatch.exit_code == 1 and "val.en" in mismatch.output and "train.de" in mismatch.output
 
 
+def test_test_command_json_has_the_scores_and_the_translation_speed(tiny_model_dir, multi30k_small, tmp_path):
+    hyp = tmp_path / "valid.hyp"
+    result = run(["test", tiny_model_dir, "--src", multi30k_small["val.en"], "--ref", multi30k_small["val.de"],
+                  "-o", hyp, "--greedy", "--metrics", "bleu,chrf", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report) == {"bleu", "chrf", "decoding"}
+    hyps = hyp.read_text(encoding="utf-8").split("\n")[:-1]
+    refs = Path(multi30k_small["val.de"]).read_text(encoding="utf-8").split("\n")[:-1]
+    assert report["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    speed = report["decoding"]
+    assert speed["sentences"] == 60 and speed["seconds"] > 0
+    assert speed["sentences_per_second"] == pytest.approx(60 / speed["seconds"], rel=0.01)
+    assert f"{speed['sentences_per_second']} sentences/s" in result.stderr
+
+
 def test_average_is_the_elementwise_mean_and_replaces_nothing(tiny_model_dir, tmp_path):
     model = Path(shutil.copytree(tiny_model_dir, tmp_path / "model", ignore=shutil.ignore_patterns("cache", "train_state*")))
     steps = sorted((model / "checkpoints").glob("step_*.safetensors"), key=lambda p: int(p.stem[5:]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,9 @@ def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) 
     return refs
 
 
-def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json: bool) -> dict[str, Any]:
+def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json: bool,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Score and print (as text, or as JSON: one {"score", "signature"} per metric, and `extra`'s keys)."""
     from seq2seq.text.metrics import METRICS, format_scores, score
 
     names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
@@ -53,7 +56,8 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
         raise click.UsageError(f"--metrics: unknown {unknown}; choose from {', '.join(METRICS)}")
     result = score(hyps, refs, names)
     if as_json:
-        click.echo(json.dumps({k: {"score": v["score"], "signature": v["signature"]} for k, v in result.items()}, indent=2))
+        scores = {k: {"score": v["score"], "signature": v["signature"]} for k, v in result.items()}
+        click.echo(json.dumps({**scores, **(extra or {})}, indent=2))
     else:
         click.echo(format_scores(result))
     return result
@@ -66,7 +70,8 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
 @click.option("-o", "--output", "output_path", default=None,
               help="Where the hypotheses go (default: SRC's file name + .hyp, in the current directory).")
 @click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
-@click.option("--json", "as_json", is_flag=True, help="Print the scores and signatures as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the scores and signatures as JSON, with the translation speed under \"decoding\".")
 @search_options()
 @steering_options(json_input=False)
 @TGT_LANG_OPTION
@@ -97,9 +102,13 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
         hyps.append(line[:-1])
         return line
 
+    start = time.perf_counter()
     with output_file(output) as out:
         translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, {**search, **language},
                          progress=show_progress(progress, str(output)), total=len(sources), steer=steer)
-    click.echo(f"hypotheses: {output} ({len(hyps)} lines)", err=True)
-    _print_scores(hyps, refs, metrics, as_json)
+    seconds = time.perf_counter() - start
+    speed = {"sentences": len(hyps), "seconds": round(seconds, 3), "sentences_per_second": round(len(hyps) / seconds, 1)}
+    click.echo(f"hypotheses: {output} ({len(hyps)} lines, translated in {seconds:.1f} s: "
+               f"{speed['sentences_per_second']} sentences/s, loading excluded)", err=True)
+    _print_scores(hyps, refs, metrics, as_json, {"decoding": speed})
 

@@ -72,11 +72,17 @@ class Beam(Strategy):
 
     def select(self, lprobs: Tensor, scores: Tensor) -> Candidates:
         b, v = lprobs.shape
-        flat = (lprobs + scores[:, None]).view(b // self.group, self.group * v)
-        top, index = flat.topk(min(self.candidates, flat.size(1)), dim=1)  # sorted, [U, C]
-        rows = torch.div(index, v, rounding_mode="floor")
-        logprob = lprobs.view_as(flat).gather(1, index)
-        return Candidates(rows, index - rows * v, logprob, top)
+        units, per_row = b // self.group, min(self.candidates, v)
+        # A row's score adds the same amount to each of its tokens, so a sentence's best extensions are
+        # among its rows' best `per_row` tokens: one top-k over [B, V], then one over those [U, g * per_row]
+        # (not over a [U, g * V] sum, which costs a pass over memory more and a slower top-k).
+        row_logprob, row_token = lprobs.topk(per_row, dim=1)  # [B, per_row]
+        total = (row_logprob + scores[:, None]).view(units, -1)
+        top, index = total.topk(min(self.candidates, total.size(1)), dim=1)  # sorted, [U, C]
+        rows = torch.div(index, per_row, rounding_mode="floor")
+        tokens = row_token.view(units, -1).gather(1, index)
+        logprob = row_logprob.view(units, -1).gather(1, index)
+        return Candidates(rows, tokens, logprob, top)
 
 
 class Sample(Strategy):
