@@ -71,8 +71,8 @@ def command(*args: object) -> str:
         sys.exit(f"recipe stopped: {e}; fix what it said and run the recipe again to continue")
 
 
-def test_json(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
-              threads: int | None = None) -> dict:
+def scores_and_speed(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
+                     threads: int | None = None) -> dict:
     """`seq2seq test --json` of a model (several: an ensemble) with these options, BLEU and chrF:
     {"bleu": {"score", "signature"}, "chrf": {...}, "decoding": {"sentences", "seconds", "sentences_per_second"}}."""
     models = model if isinstance(model, list) else [model]
@@ -83,7 +83,7 @@ def test_json(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *option
 def score(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
           threads: int | None = None) -> dict[str, float]:
     """`seq2seq test` of a model (several: an ensemble) with these options: {"bleu", "chrf"}."""
-    result = test_json(model, src, ref, hyp, *options, threads=threads)
+    result = scores_and_speed(model, src, ref, hyp, *options, threads=threads)
     return {name: round(result[name]["score"], 2) for name in ("bleu", "chrf")}
 
 

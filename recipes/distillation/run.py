@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "recipes"))
 
 from jobs import budget, train_model, training_arguments  # noqa: E402
 from jobs import command as seq2seq  # noqa: E402
-from jobs import test_json  # noqa: E402
+from jobs import scores_and_speed  # noqa: E402
 
 log = logging.getLogger("recipe")
 
@@ -44,7 +44,7 @@ def timed_test(models: list[Path], src: Path, ref: Path, hyp: Path, *search: str
     decoding, whole, result = 0.0, float("inf"), {}
     for _ in range(repeats):
         start = time.perf_counter()
-        result = test_json(models, src, ref, hyp, *search)
+        result = scores_and_speed(models, src, ref, hyp, *search)
         whole = min(whole, time.perf_counter() - start)
         decoding = max(decoding, result["decoding"]["sentences_per_second"])
     sentences = result["decoding"]["sentences"]
