@@ -71,20 +71,27 @@ def command(*args: object) -> str:
         sys.exit(f"recipe stopped: {e}; fix what it said and run the recipe again to continue")
 
 
+SCORED = ("bleu", "chrf")  # the metrics the recipes report
+
+
 def scores_and_speed(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
                      threads: int | None = None) -> dict:
-    """`seq2seq test --json` of a model (several: an ensemble) with these options, BLEU and chrF:
+    """`seq2seq test --json` of a model (several: an ensemble) with these options, the SCORED metrics:
     {"bleu": {"score", "signature"}, "chrf": {...}, "decoding": {"sentences", "seconds", "sentences_per_second"}}."""
     models = model if isinstance(model, list) else [model]
-    return json.loads(seq2seq("test", *models, "--src", src, "--ref", ref, "-o", hyp, "--metrics", "bleu,chrf",
+    return json.loads(seq2seq("test", *models, "--src", src, "--ref", ref, "-o", hyp, "--metrics", ",".join(SCORED),
                               "--json", *options, threads=threads))
+
+
+def rounded_scores(result: dict) -> dict[str, float]:
+    """The SCORED metrics of a `scores_and_speed` result, to two decimals: {"bleu", "chrf"}."""
+    return {name: round(result[name]["score"], 2) for name in SCORED}
 
 
 def score(model: Path | list[Path], src: Path, ref: Path, hyp: Path, *options: object,
           threads: int | None = None) -> dict[str, float]:
     """`seq2seq test` of a model (several: an ensemble) with these options: {"bleu", "chrf"}."""
-    result = scores_and_speed(model, src, ref, hyp, *options, threads=threads)
-    return {name: round(result[name]["score"], 2) for name in ("bleu", "chrf")}
+    return rounded_scores(scores_and_speed(model, src, ref, hyp, *options, threads=threads))
 
 
 def budget(args: argparse.Namespace) -> list[str]:

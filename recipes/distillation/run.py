@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "recipes"))
 
 from jobs import budget, train_model, training_arguments  # noqa: E402
 from jobs import command as seq2seq  # noqa: E402
-from jobs import scores_and_speed  # noqa: E402
+from jobs import rounded_scores, scores_and_speed  # noqa: E402
 
 log = logging.getLogger("recipe")
 
@@ -41,15 +41,15 @@ def timed_test(models: list[Path], src: Path, ref: Path, hyp: Path, *search: str
     """`seq2seq test` scores and speed, the best of `repeats` runs: sentences per second of the translation
     (what `seq2seq test` measures, model loading excluded) and of the whole command (loading included,
     the same overhead for teacher and student)."""
-    decoding, whole, result = 0.0, float("inf"), {}
+    decoding, whole = 0.0, float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         result = scores_and_speed(models, src, ref, hyp, *search)
         whole = min(whole, time.perf_counter() - start)
         decoding = max(decoding, result["decoding"]["sentences_per_second"])
     sentences = result["decoding"]["sentences"]
-    return {"bleu": round(result["bleu"]["score"], 2), "chrf": round(result["chrf"]["score"], 2),
-            "sentences_per_second": decoding, "sentences_per_second_with_loading": round(sentences / whole, 1)}
+    return {**rounded_scores(result), "sentences_per_second": decoding,
+            "sentences_per_second_with_loading": round(sentences / whole, 1)}
 
 
 def main(argv: list[str] | None = None) -> None:

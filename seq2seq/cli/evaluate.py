@@ -107,7 +107,8 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
         translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, {**search, **language},
                          progress=show_progress(progress, str(output)), total=len(sources), steer=steer)
     seconds = time.perf_counter() - start
-    speed = {"sentences": len(hyps), "seconds": round(seconds, 3), "sentences_per_second": round(len(hyps) / seconds, 1)}
+    speed = {"sentences": len(hyps), "seconds": round(seconds, 3),
+             "sentences_per_second": round(len(hyps) / seconds, 1)}
     click.echo(f"hypotheses: {output} ({len(hyps)} lines, translated in {seconds:.1f} s: "
                f"{speed['sentences_per_second']} sentences/s, loading excluded)", err=True)
     _print_scores(hyps, refs, metrics, as_json, {"decoding": speed})
