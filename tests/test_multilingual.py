@@ -260,6 +260,22 @@ def test_prepare_tags_each_source_with_its_target_language_and_corpus_tag(tmp_pa
     assert len(described) == len(example) and described[0] == "<2de>"
 
 
+@pytest.mark.parametrize("joint, sentences", [(True, 760), (False, 1360)])
+def test_the_tokenizer_reads_a_file_that_several_corpora_share_once(tmp_path, corpora, caplog, joint, sentences):
+    """en->de, de->en and en->fr: the English and German files of en->de are also de->en's. A joint tokenizer
+    trains on each of the four files once (300 + 300 + 80 + 80 lines, not 1,360); separate tokenizers on
+    each side's files once (each side has three different files)."""
+    (en, de), (fr_en, fr) = corpora["train_de"], corpora["train_fr"]
+    data = {"corpora": [{"train_src": en, "train_tgt": de, "src_lang": "en", "tgt_lang": "de"},
+                        {"train_src": de, "train_tgt": en, "src_lang": "de", "tgt_lang": "en"},
+                        {"train_src": fr_en, "train_tgt": fr, "src_lang": "en", "tgt_lang": "fr"}],
+            "valid_sets": [{"src": corpora["valid_de"][0], "tgt": corpora["valid_de"][1], "src_lang": "en", "tgt_lang": "de"}],
+            "cache_dir": str(tmp_path / "cache")}
+    with caplog.at_level("INFO", logger="seq2seq.data"):
+        prepare(from_dict(DataConfig, data), TokenizerConfig(vocab_size=60, joint=joint), tmp_path / "out")
+    assert f"training the tokenizer on {sentences:,} sentences" in caplog.text
+
+
 def test_a_given_tokenizer_without_the_tags_is_refused(tmp_path, corpora):
     texts = [" ".join(WORDS["en"])] * 20
     TokenizerPair.train(TokenizerConfig(vocab_size=30), texts, texts, tmp_path / "plain")

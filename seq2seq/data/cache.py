@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -145,6 +144,13 @@ class _Split:
         for block in iter_line_blocks(self.files[side]):
             yield self._cased([line.strip() for line in block])
 
+    def side_key(self, side: int) -> str:
+        """What `side(side)` reads: the file itself for a pair of text files (the same file may be one
+        corpus's source and another's target), else this split's side."""
+        if len(self.files) == 2:
+            return str(Path(self.files[side]).resolve())
+        return f"{self.describe()}#{side}"
+
     def _cased(self, texts: list[str]) -> list[str]:
         """The texts, lowercased if data.lowercase."""
         return [t.lower() for t in texts] if self.cfg.lowercase else texts
@@ -237,12 +243,12 @@ def default_cache_root() -> Path:
 
 
 def _tokenizers(tok_cfg: TokenizerConfig, out_dir: Path, cache_root: Path, train_fp: str, lowercase: bool,
-                texts: Callable[[int], Iterable[list[str]]], reserved: list[str] | None = None,
+                texts: Callable[[tuple[int, ...]], Iterable[list[str]]], reserved: list[str] | None = None,
                 tgt_reserved: list[str] | None = None) -> TokenizerPair:
     """Reuse the tokenizer in out_dir, or in the shared cache, if it was trained with these settings on
     this data, else train (with `reserved` source pieces: language and corpus tags; `tgt_reserved`
-    target pieces: language tags on the decoder) on `texts(0)` (sources) and `texts(1)` (targets),
-    streamed as lists of sentences, and cache it."""
+    target pieces: language tags on the decoder) on `texts((0,))` (sources) and `texts((1,))` (targets),
+    or a joint one on `texts((0, 1))`, streamed as lists of sentences, and cache it."""
     meta = {"version": CACHE_VERSION, "tokenizer": to_dict(tok_cfg), "train_data": train_fp, "lowercase": lowercase}
     if reserved:
         meta["reserved"] = list(reserved)
@@ -268,10 +274,10 @@ def _tokenizers(tok_cfg: TokenizerConfig, out_dir: Path, cache_root: Path, train
     # SentencePiece would sample them; drawn here, in one pass, so that its retries reuse them.
     size = tok_cfg.input_sentence_size
     if tok_cfg.joint:
-        src_texts = sample_sentences(itertools.chain(texts(0), texts(1)), size)
+        src_texts = sample_sentences(texts((0, 1)), size)
         tgt_texts: list[str] = []
     else:
-        src_texts, tgt_texts = sample_sentences(texts(0), size), sample_sentences(texts(1), size)
+        src_texts, tgt_texts = sample_sentences(texts((0,)), size), sample_sentences(texts((1,)), size)
     logger.info("training the tokenizer on %s sentences (%.1fs to read them)", f"{len(src_texts) + len(tgt_texts):,}",
                 time.perf_counter() - t0)
     pair = TokenizerPair.train(tok_cfg, src_texts, tgt_texts, out_dir, reserved=reserved or (),
@@ -371,9 +377,17 @@ def prepare(
     train_fp = train_fps[0] if not cfg.corpora else _hash(train_fps)
     valid_fp = (valid_fps[0] if valid_fps else None) if not cfg.valid_sets else _hash(valid_fps)
 
-    def train_texts(side: int) -> Iterator[list[str]]:
-        for source in train_sources:
-            yield from source.split.side(side)
+    def train_texts(sides: tuple[int, ...]) -> Iterator[list[str]]:
+        """The tokenizer's training text: `sides` (0: sources, 1: targets) of every corpus, a file that
+        several corpora share (English as the source of en->de and the target of de->en) read once. A text
+        repeated whole skews the vocabulary towards it, and SentencePiece 0.2.2 never finished a corpus
+        holding one text three times."""
+        seen: set[str] = set()
+        for side in sides:
+            for source in train_sources:
+                if (key := source.split.side_key(side)) not in seen:
+                    seen.add(key)
+                    yield from source.split.side(side)
 
     reserved = reserved_pieces(cfg)
     tokenizers = _tokenizers(tok_cfg, out_dir, cache_root, train_fp, cfg.lowercase, train_texts, reserved,
