@@ -269,7 +269,8 @@ def test_the_tokenizer_reads_a_file_that_several_corpora_share_once(tmp_path, co
     data = {"corpora": [{"train_src": en, "train_tgt": de, "src_lang": "en", "tgt_lang": "de"},
                         {"train_src": de, "train_tgt": en, "src_lang": "de", "tgt_lang": "en"},
                         {"train_src": fr_en, "train_tgt": fr, "src_lang": "en", "tgt_lang": "fr"}],
-            "valid_sets": [{"src": corpora["valid_de"][0], "tgt": corpora["valid_de"][1], "src_lang": "en", "tgt_lang": "de"}],
+            "valid_sets": [{"src": corpora["valid_de"][0], "tgt": corpora["valid_de"][1],
+                            "src_lang": "en", "tgt_lang": "de"}],
             "cache_dir": str(tmp_path / "cache")}
     with caplog.at_level("INFO", logger="seq2seq.data"):
         prepare(from_dict(DataConfig, data), TokenizerConfig(vocab_size=60, joint=joint), tmp_path / "out")
