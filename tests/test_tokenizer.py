@@ -113,13 +113,49 @@ def test_model_with_other_special_ids_is_rejected(tmp_path: Path) -> None:
         Tokenizer.load(path)
 
 
-def test_too_large_vocab_is_lowered_with_warning(caplog) -> None:
-    texts = ["the cat sat on the mat", "a dog ran in the park"] * 10
+def pieces(tok: Tokenizer) -> list[tuple[str, float]]:
+    """What a model segments with (its proto also records the options it was trained with)."""
+    sp = spm.SentencePieceProcessor(model_proto=tok.model_proto)
+    return [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+
+
+def hard_limit_training(texts: list[str], size: int, model_type: str) -> bytes:
+    """SentencePiece's own training with a hard vocabulary limit, our other options as train_tokenizer's."""
+    from seq2seq.text.tokenizer import SPECIAL_IDS, TRAIN_SEED
+
+    spm.set_random_generator_seed(TRAIN_SEED)
+    writer = io.BytesIO()
+    cfg = TokenizerConfig(model_type=model_type)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=writer, vocab_size=size, model_type=model_type,
+        character_coverage=cfg.character_coverage, input_sentence_size=cfg.input_sentence_size,
+        add_dummy_prefix=cfg.add_dummy_prefix, shuffle_input_sentence=True, num_threads=1, minloglevel=2,
+        **SPECIAL_IDS)
+    return writer.getvalue()
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_too_large_vocab_is_lowered_with_warning_in_one_training(caplog, monkeypatch, model_type) -> None:
+    texts = ["the cat sat on the mat", "a dog ran in the park", "two cats and a dog in the park"] * 10
+    trainings = []
+    real_train = spm.SentencePieceTrainer.train
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda **kw: trainings.append(kw) or real_train(**kw))
     with caplog.at_level(logging.WARNING, logger="seq2seq.text.tokenizer"):
-        tok = train_tokenizer(texts, 5000, TokenizerConfig())
+        tok = train_tokenizer(texts, 5000, TokenizerConfig(model_type=model_type), num_threads=1)
+    assert len(trainings) == 1  # not a failed training at 5000, then another one
     assert 4 < tok.vocab_size < 5000
-    assert "too large" in caplog.text
-    assert tok.decode(tok.encode(texts[:2])) == texts[:2]
+    assert f"vocab_size 5000 is too large for this corpus: it holds {tok.vocab_size} pieces" in caplog.text
+    assert tok.decode(tok.encode(texts[:3])) == texts[:3]
+    # the largest size SentencePiece's hard limit allows is this size, and gives these very pieces
+    with pytest.raises(RuntimeError, match=rf"Please set it to a value <= {tok.vocab_size}\."):
+        hard_limit_training(texts, 5000, model_type)
+    assert pieces(Tokenizer(hard_limit_training(texts, tok.vocab_size, model_type))) == pieces(tok)
+
+
+def test_a_vocab_the_corpus_holds_trains_as_with_a_hard_limit(corpus) -> None:
+    tok = train_tokenizer(corpus[0], 150, TokenizerConfig(), num_threads=1)
+    assert tok.vocab_size == 150
+    assert pieces(Tokenizer(hard_limit_training(corpus[0], 150, "unigram"))) == pieces(tok)
 
 
 def test_too_small_vocab_is_raised_to_the_characters_with_warning(caplog) -> None:

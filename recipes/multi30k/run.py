@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import math
 import logging
 import sys
 import time
@@ -46,19 +48,48 @@ SPLITS = ("train", "val", "test_2016_flickr")
 
 MAX_LENPEN = 10.0  # a bound for the climb only
 
-# A machine that trains fewer than SLOW_STEPS steps in the time budget trains with SLOW_SETTINGS
-# instead: half the batch, so twice the updates in the same time (with a lower peak rate, and
-# validation/checkpoints at the same times), and no subword sampling, which pays off only in longer
-# runs. The runs they were chosen on: README "Slow machines".
-SLOW_STEPS = 3000
-SLOW_SETTINGS = ("training.max_tokens=1600", "training.lr=0.002", "data.subword_alpha=null",
-                 "training.valid_every=2000", "training.checkpoint_every=400")
+# The settings follow the machine's speed, as `machine_settings(steps)` of the steps of the config's
+# batch its budget holds (the throughput probe's estimate, or --steps). From FAST_STEPS up: the config
+# as it is (measured at 4,200 to 8,400 steps). Below: half the batch, so twice the updates in the same
+# time, at a peak learning rate of SLOW_LR, without subword sampling (it pays off only in longer runs);
+# the config's warmup, but never more than MAX_WARMUP_SHARE of the updates; validation and checkpoints
+# at the same shares of the updates as in the settings measured at 2,240 steps (4,480 updates: every
+# 2,000 and 400), so a slower machine validates and keeps checkpoints at the same points of its run.
+# Chosen on val at 2,240 and 1,120 steps (the AVX2 stand-in's speed and half of it; README "Slow
+# machines"): at 1,120 a quarter of the batch (4,480 updates) and a warmup of 18% of the updates both
+# lost to half the batch with the 800-update warmup, 36% of that run.
+FAST_STEPS = 3000
+SLOW_LR = 2e-3
+MAX_WARMUP_SHARE = 800 / 2240
+VALID_SHARE, CHECKPOINT_SHARE = 2000 / 4480, 400 / 4480
+ADAPTED = ("training.max_tokens", "training.lr", "training.warmup_steps", "training.valid_every",
+           "training.checkpoint_every", "data.subword_alpha")
+
+
+def machine_settings(steps: int, cfg: Config, step_budget: bool = False) -> list[str]:
+    """The overrides for a machine whose budget holds `steps` optimizer steps of cfg's batch (see
+    FAST_STEPS above): none from FAST_STEPS up. With `step_budget` (--steps: what such a machine
+    trains, on any machine) they also set training.max_steps to the updates of the half-size batch."""
+    if steps >= FAST_STEPS:
+        return []
+    updates = 2 * steps  # half the batch: twice the updates in the same time
+
+    def interval(share: float, unit: int) -> int:  # a share of the updates, in whole units
+        return unit * max(1, round(updates * share / unit))
+
+    adapted = [f"training.max_tokens={cfg.training.max_tokens // 2}", f"training.lr={SLOW_LR:g}",
+               f"training.warmup_steps={min(cfg.training.warmup_steps, interval(MAX_WARMUP_SHARE, 100))}",
+               f"training.valid_every={interval(VALID_SHARE, 100)}",
+               f"training.checkpoint_every={interval(CHECKPOINT_SHARE, 50)}", "data.subword_alpha=null"]
+    return adapted + ([f"training.max_steps={updates}"] if step_budget else [])
+
 
 # The README figures a machine's expected steps are compared with at the start (steps of the config's
-# batch size in 60 minutes, and the result): README "Results", the 1.0x row; with SLOW_SETTINGS,
-# README "Slow machines": the stand-in's steps (row a) and its result with these settings (row b).
+# batch size in 60 minutes, and the result): README "Results", the 1.0x row; with `machine_settings`,
+# the nearer of README "Slow machines"' two: the stand-in's speed (row b) and half of it.
 REFERENCE = (6000, "60 minutes, test_2016_flickr BLEU 40.30")
-SLOW_REFERENCE = (2240, "60 minutes, test_2016_flickr BLEU 39.62 with the slow-machine settings")
+SLOW_REFERENCES = ((1120, "half the AVX2 stand-in's speed, test_2016_flickr BLEU 35.20 with the slow-machine settings"),
+                   (2240, "60 minutes, test_2016_flickr BLEU 39.62 with the slow-machine settings"))
 
 
 def climb(value_at: Callable[[float], float], start: float, step: float, low: float, high: float) -> float:
@@ -97,20 +128,22 @@ def setting(cfg: Config, key: str) -> object:
     return getattr(getattr(cfg, section), name)
 
 
-def adapt_to_machine(config: Path, overrides: list[str], out: Path) -> dict[str, object]:
-    """The settings for this machine's speed: SLOW_SETTINGS where the time budget holds fewer than
-    SLOW_STEPS steps (a short probe of the model estimates them), else none. A resumed run keeps
-    what its own config.yaml says. Returns {"estimated_steps", "overrides"}."""
+def adapt_to_machine(config: Path, overrides: list[str], out: Path, step_budget: int | None = None) -> dict:
+    """The settings for this machine's speed (`machine_settings`) of the steps its budget holds: the
+    throughput probe's estimate (a short probe of the model), or `step_budget` (--steps) as given. A
+    resumed run keeps the settings its own config.yaml says it started with, unprobed. Returns
+    {"estimated_steps", "overrides"}."""
     model_dir = ModelDir(out)
     if model_dir.train_state() is not None and model_dir.config_path.is_file():
-        saved, slow = model_dir.config(), load_config(config, [*SLOW_SETTINGS, *overrides])  # as applied below
-        was_slow = all(setting(saved, key) == setting(slow, key) for key in SLOW_SETTINGS)
-        return {"estimated_steps": None, "overrides": list(SLOW_SETTINGS) if was_slow else []}
-    steps = estimate_steps(load_config(config, overrides))
-    adapted = list(SLOW_SETTINGS) if steps is not None and steps < SLOW_STEPS else []
+        saved = model_dir.config()
+        kept = [f"{key}={json.dumps(setting(saved, key))}" for key in (*ADAPTED, "training.max_steps")]
+        return {"estimated_steps": None, "overrides": kept}
+    cfg = load_config(config, overrides)
+    steps = step_budget if step_budget is not None else estimate_steps(cfg)
+    adapted = machine_settings(steps, cfg, step_budget is not None) if steps is not None else []
     if adapted:
-        log.info("a slow machine (about %d steps in the budget, fewer than %d): training with %s",
-                 steps, SLOW_STEPS, " ".join(adapted))
+        log.info("a slow machine (%d steps of %d tokens in the budget, fewer than %d): training with %s", steps,
+                 cfg.training.max_tokens, FAST_STEPS, " ".join(adapted))
     return {"estimated_steps": steps, "overrides": adapted}
 
 
@@ -139,23 +172,24 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     p.add_argument("--no-adapt", action="store_true",
-                   help="keep the config's settings on a slow machine (see SLOW_STEPS in this script)")
+                   help="keep the config's settings on a slow machine (see FAST_STEPS in this script)")
     return p
 
 
 def machine_line(cfg: Config, machine: dict) -> str | None:
     """What this machine's speed means for the result (`speed_note`): the estimated steps (or a step
-    budget's) against the README reference of the settings it trains with; None where nothing was
-    estimated (a resumed run)."""
-    minutes = cfg.training.max_time_minutes
-    steps = machine["estimated_steps"] if minutes is not None else cfg.training.max_steps
+    budget's, --steps), of the config's batch, against the README reference of the settings it trains
+    with; None where nothing was estimated (a resumed run)."""
+    steps = machine["estimated_steps"]
     if steps is None:
         return None
-    return speed_note(steps, minutes, *(SLOW_REFERENCE if machine["overrides"] else REFERENCE))
+    nearest = min(SLOW_REFERENCES, key=lambda reference: abs(math.log(steps / reference[0])))
+    reference = nearest if machine["overrides"] else REFERENCE
+    return speed_note(steps, cfg.training.max_time_minutes, *reference)
 
 
 def run_config(p: argparse.ArgumentParser, args: argparse.Namespace, data: Path, out: Path) -> tuple[Config, dict]:
-    """The run's config (the data paths, this machine's settings, then --set and the budget, which win)
+    """The run's config (the data paths and the budget, this machine's settings, then --set, which wins)
     and what `adapt_to_machine` found (with --no-adapt, the estimate alone), its `machine_line`
     logged; --minutes with --steps, or --steps below 1: p.error."""
     paths = [
@@ -178,10 +212,11 @@ def run_config(p: argparse.ArgumentParser, args: argparse.Namespace, data: Path,
     finished = not resumed and ModelDir(out).weights_path.is_file()
     training = not (args.skip_train or finished)  # (training refuses to replace a finished model)
     if training and not args.no_adapt:
-        machine = adapt_to_machine(args.config, user, out)
+        machine = adapt_to_machine(args.config, user, out, args.steps)
     elif training and not resumed:
-        machine["estimated_steps"] = estimate_steps(load_config(args.config, user))
-    cfg = load_config(args.config, [*paths, *machine["overrides"], *args.overrides, *budget])  # --set wins
+        machine["estimated_steps"] = args.steps or estimate_steps(load_config(args.config, user))
+    # the adapted settings replace the step budget's max_steps (updates of a smaller batch); --set wins
+    cfg = load_config(args.config, [*paths, *budget, *machine["overrides"], *args.overrides])
     line = machine_line(cfg, machine) if training else None
     if line:
         log.info(line)

@@ -156,10 +156,12 @@ def train_tokenizer(
     user_symbols: reserved pieces (language and corpus tags, `seq2seq.text.languages`), each kept as
     one piece with its own id, right after the special ids; they count towards `vocab_size`.
 
-    If the corpus is too small for `vocab_size`, retrains with the largest size SentencePiece
-    reports as possible (or, failing that, with hard_vocab_limit=False) and logs a warning. If
+    If the corpus is too small for `vocab_size`, the model has as many pieces as it holds, from the one
+    training (`vocab_size` is a soft limit: SentencePiece's hard one would fail only after a whole
+    training, and a retry at the size it reports trains again to the same pieces), with a warning. If
     `vocab_size` is smaller than the corpus's characters (those `character_coverage` keeps) and the
-    special pieces, retrains with just enough and logs a warning.
+    special pieces, retrains with just enough (SentencePiece refuses that before training) and logs a
+    warning.
     """
     stream = texts if callable(texts) else lambda: texts
     if not any(t.strip() for t in stream()):
@@ -171,48 +173,39 @@ def train_tokenizer(
         add_dummy_prefix=cfg.add_dummy_prefix,
         shuffle_input_sentence=True,
         num_threads=num_threads,
+        hard_vocab_limit=False,
         minloglevel=2,
         **SPECIAL_IDS,
     )
     if user_symbols:
         options["user_defined_symbols"] = list(user_symbols)
 
-    def run(size: int, **extra: object) -> bytes:
+    def run(size: int) -> bytes:
         spm.set_random_generator_seed(seed)
         writer = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(stream()), model_writer=writer, vocab_size=size, **options, **extra
-        )
-        return writer.getvalue()
-
-    def retry(size: int, **extra: object) -> bytes:
         try:
-            return run(size, **extra)
+            spm.SentencePieceTrainer.train(sentence_iterator=iter(stream()), model_writer=writer, vocab_size=size,
+                                           **options)
         except RuntimeError as e:
             raise TokenizerError(f"SentencePiece training failed: {e}") from None
+        return writer.getvalue()
 
     try:
         proto = run(vocab_size)
-    except RuntimeError as e:
-        message = str(e)
-        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
-        largest = re.search(r"value <= (\d+)", message)  # in SentencePiece's "Vocabulary size too high" message
-        if too_small:  # every character kept (character_coverage) needs a piece of its own
-            larger = int(too_small.group(1))
-            logger.warning("vocab_size %d is too small for the %d characters of this corpus and the %d special "
-                           "pieces; training with %d instead", vocab_size, larger - len(SPECIAL_IDS),
-                           len(SPECIAL_IDS), larger)
-            proto = retry(larger)
-        elif "Vocabulary size too high" not in message:
-            raise TokenizerError(f"SentencePiece training failed: {message}") from None
-        elif largest and int(largest.group(1)) > len(SPECIAL_IDS):
-            smaller = int(largest.group(1))
-            logger.warning("vocab_size %d is too large for this corpus; training with %d instead", vocab_size, smaller)
-            proto = retry(smaller)
-        else:
-            logger.warning("vocab_size %d is too large for this corpus; training with hard_vocab_limit=False", vocab_size)
-            proto = retry(vocab_size, hard_vocab_limit=False)
-    return Tokenizer(proto, name=f"<trained {cfg.model_type} {vocab_size}>")
+    except TokenizerError as e:
+        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+        if not too_small:
+            raise
+        larger = int(too_small.group(1))  # every character kept (character_coverage) needs a piece of its own
+        logger.warning("vocab_size %d is too small for the %d characters of this corpus and the %d special "
+                       "pieces; training with %d instead", vocab_size, larger - len(SPECIAL_IDS),
+                       len(SPECIAL_IDS), larger)
+        proto = run(larger)
+    tokenizer = Tokenizer(proto, name=f"<trained {cfg.model_type} {vocab_size}>")
+    if tokenizer.vocab_size < vocab_size:
+        logger.warning("vocab_size %d is too large for this corpus: it holds %d pieces, trained with those",
+                       vocab_size, tokenizer.vocab_size)
+    return tokenizer
 
 
 @dataclass
