@@ -108,19 +108,23 @@ def test_a_step_budget_trains_what_a_machine_of_that_speed_would_without_probing
     assert recipe.adapt_to_machine(MULTI30K, budget, tmp_path, step_budget=4200)["overrides"] == []
 
 
-@pytest.mark.parametrize("started_with", [[], MEASURED_AT_2240,
-                                          ["training.valid_every=1000", "training.max_steps=2240"]])
-def test_a_resumed_run_keeps_the_settings_it_started_with(tmp_path, monkeypatch, started_with):
+@pytest.mark.parametrize("started_with, updates", [([], 9000), (MEASURED_AT_2240, 18000),
+                                                   (["training.valid_every=1000", "training.max_steps=2240"], 9000)])
+def test_a_resumed_run_keeps_the_settings_it_started_with(tmp_path, monkeypatch, started_with, updates):
     recipe = load_recipe()
     started = load_config(MULTI30K, started_with)
     resumable_run(tmp_path, started)
     monkeypatch.setattr(recipe, "estimate_steps", lambda cfg: pytest.fail("a resumed run must not probe again"))
     user = ["training.max_tokens=2000"]  # a user's --set is applied after these, and wins
-    machine = recipe.adapt_to_machine(MULTI30K, user, tmp_path, step_budget=9000)
+    machine = recipe.adapt_to_machine(MULTI30K, user, tmp_path)
     assert machine["estimated_steps"] is None
     resumed = load_config(MULTI30K, machine["overrides"])
-    for key in (*recipe.ADAPTED, "training.max_steps"):
+    for key in recipe.ADAPTED:
         assert recipe.setting(resumed, key) == recipe.setting(started, key), key
+    assert resumed.training.max_steps == load_config(MULTI30K).training.max_steps  # a time budget: not a step cap
+    # a new --steps (a branch of the run) is its budget, counted in steps of the config's batch
+    branch = recipe.adapt_to_machine(MULTI30K, [], tmp_path, step_budget=9000)["overrides"]
+    assert load_config(MULTI30K, branch).training.max_steps == updates
 
 
 # What this machine's speed means for a recipe's result, said at its start

@@ -131,14 +131,18 @@ def setting(cfg: Config, key: str) -> object:
 def adapt_to_machine(config: Path, overrides: list[str], out: Path, step_budget: int | None = None) -> dict:
     """The settings for this machine's speed (`machine_settings`) of the steps its budget holds: the
     throughput probe's estimate (a short probe of the model), or `step_budget` (--steps) as given. A
-    resumed run keeps the settings its own config.yaml says it started with, unprobed. Returns
+    resumed run keeps the settings its own config.yaml says it started with, unprobed (a new --steps
+    still sets its budget: a run branched from another, docs/multi30k-experiments.md). Returns
     {"estimated_steps", "overrides"}."""
     model_dir = ModelDir(out)
+    cfg = load_config(config, overrides)
     if model_dir.train_state() is not None and model_dir.config_path.is_file():
         saved = model_dir.config()
-        kept = [f"{key}={json.dumps(setting(saved, key))}" for key in (*ADAPTED, "training.max_steps")]
+        kept = [f"{key}={json.dumps(setting(saved, key))}" for key in ADAPTED]
+        if step_budget is not None:  # steps of the config's batch, as updates of the batch the run trains with
+            updates = round(step_budget * cfg.training.max_tokens / saved.training.max_tokens)
+            kept.append(f"training.max_steps={updates}")
         return {"estimated_steps": None, "overrides": kept}
-    cfg = load_config(config, overrides)
     steps = step_budget if step_budget is not None else estimate_steps(cfg)
     adapted = machine_settings(steps, cfg, step_budget is not None) if steps is not None else []
     if adapted:
