@@ -66,18 +66,24 @@ ADAPTED = ("training.max_tokens", "training.lr", "training.warmup_steps", "train
            "training.checkpoint_every", "data.subword_alpha")
 
 
+def same_tokens_updates(steps: int, config_tokens: int, tokens: int) -> int:
+    """`steps` steps of the config's batch (`config_tokens`) as updates of a batch of `tokens`."""
+    return round(steps * config_tokens / tokens)
+
+
 def machine_settings(steps: int, cfg: Config, step_budget: bool = False) -> list[str]:
     """The overrides for a machine whose budget holds `steps` optimizer steps of cfg's batch (see
     FAST_STEPS above): none from FAST_STEPS up. With `step_budget` (--steps: what such a machine
     trains, on any machine) they also set training.max_steps to the updates of the half-size batch."""
     if steps >= FAST_STEPS:
         return []
-    updates = 2 * steps  # half the batch: twice the updates in the same time
+    tokens = cfg.training.max_tokens // 2
+    updates = same_tokens_updates(steps, cfg.training.max_tokens, tokens)  # half the batch: twice the updates
 
     def interval(share: float, unit: int) -> int:  # a share of the updates, in whole units
         return unit * max(1, round(updates * share / unit))
 
-    adapted = [f"training.max_tokens={cfg.training.max_tokens // 2}", f"training.lr={SLOW_LR:g}",
+    adapted = [f"training.max_tokens={tokens}", f"training.lr={SLOW_LR:g}",
                f"training.warmup_steps={min(cfg.training.warmup_steps, interval(MAX_WARMUP_SHARE, 100))}",
                f"training.valid_every={interval(VALID_SHARE, 100)}",
                f"training.checkpoint_every={interval(CHECKPOINT_SHARE, 50)}", "data.subword_alpha=null"]
@@ -140,7 +146,7 @@ def adapt_to_machine(config: Path, overrides: list[str], out: Path, step_budget:
         saved = model_dir.config()
         kept = [f"{key}={json.dumps(setting(saved, key))}" for key in ADAPTED]
         if step_budget is not None:  # steps of the config's batch, as updates of the batch the run trains with
-            updates = round(step_budget * cfg.training.max_tokens / saved.training.max_tokens)
+            updates = same_tokens_updates(step_budget, cfg.training.max_tokens, saved.training.max_tokens)
             kept.append(f"training.max_steps={updates}")
         return {"estimated_steps": None, "overrides": kept}
     steps = step_budget if step_budget is not None else estimate_steps(cfg)
