@@ -34,9 +34,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "recipes"))
+sys.path[:0] = [str(ROOT / "recipes"), str(Path(__file__).resolve().parent)]  # jobs.py; language_id.py
 
 from jobs import Job, Trainer, find, markdown_table, schedule  # noqa: E402
+from language_id import language_shares  # noqa: E402
 
 log = logging.getLogger("recipe")
 
@@ -149,8 +150,18 @@ def report(out: Path, jobs: list[Job], seconds: dict[str, float]) -> None:
         row += [fmt(runs[name][direction]) for name in multis]
         row += [f"pivot: {fmt(runs[f'pivot_{name}']['de-fr'])}" if zero_shot else "" for name in multis]
         rows.append(row)
+    # Is a poor zero-shot score a poor French translation or another language? (language_id.py)
+    hyps = {"bilingual": out / "pivot_bi" / "test.de-en-fr.hyp",
+            **{name: out / name / f"test.{name_of(*ZERO_SHOT)}.hyp" for name in multis},
+            **{f"{name} pivot": out / f"pivot_{name}" / "test.de-en-fr.hyp" for name in multis}}
+    languages = {run: language_shares(path.read_text(encoding="utf-8").splitlines())
+                 for run, path in hyps.items() if path.is_file()}
+    rows.append([f"{name_of(*ZERO_SHOT)} outputs in French",
+                 *(f"{languages[run].get(ZERO_SHOT[1], 0.0):.1f}%" if run in languages else ""
+                   for run in [*(["bilingual"] if bilingual else []), *multis, *(f"{n} pivot" for n in multis)])])
     table = markdown_table(header, rows)
-    path.write_text(json.dumps({"scores": runs, "minutes": minutes}, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps({"scores": runs, "minutes": minutes, "zero_shot_languages": languages}, indent=2) + "\n",
+                    encoding="utf-8")
     (out / "results.md").write_text(table + "\nWall minutes per run: " + json.dumps(minutes) + "\n", encoding="utf-8")
     log.info("results: %s\n%s", out / "results.md", table)
 
