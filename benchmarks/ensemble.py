@@ -8,8 +8,11 @@ configs/multi30k_en_de.yaml --set training.seed=S --set training.output_dir=runs
 target tokenizer. Reported on val and test_2016_flickr (sacreBLEU, beam 5, each member's decoding
 defaults as the first member's): BLEU of each member, of the ensemble of the first two and of all
 (mean of probabilities, and mean of log-probabilities), of the first member's last checkpoints
-averaged (`seq2seq average`) and of the same checkpoints as an ensemble; decoding time of each as a
-ratio to the first member's, in the same run.
+averaged (`seq2seq average`) and of the same checkpoints as an ensemble; with `--equal-budget DIR`,
+of one model trained like the members for their total budget (the comparison at equal training
+cost); decoding time of each as a ratio to the first member's, in the same run.
+
+    python benchmarks/ensemble.py --members runs/s1 runs/s2 --equal-budget runs/long    # runs/long: 2 x the steps
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main() -> None:
     p.add_argument("--tgt", default="de")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--last", type=int, default=5, help="Checkpoints of the first member to average / ensemble.")
+    p.add_argument("--equal-budget", metavar="DIR",
+                   help="A model trained like the members for their total number of steps.")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--limit", type=int, default=None)
@@ -71,6 +76,9 @@ def main() -> None:
         systems[f"member 1, last {len(kept)} checkpoints averaged"] = averaged
         systems[f"member 1, last {len(kept)} checkpoints as an ensemble"] = lambda: Translator(
             [load_model_dir(first, device=args.device, weights=k) for k in kept])
+    if args.equal_budget:
+        systems["one model, the members' total budget"] = lambda: Translator.load(args.equal_budget,
+                                                                                 device=args.device)
     base_seconds = None
     print(f"\nbeam {args.beam}; val {len(splits['val'][0])} and test_2016_flickr {len(splits['test_2016_flickr'][0])} "
           "sentences; time: decoding val + test, as a ratio to member 1")
