@@ -29,8 +29,8 @@ def guess_language(line: str) -> str:
     """The language whose function words the line holds most of, or "unknown" (none, or a tie)."""
     words = WORD.findall(line.lower())
     hits = Counter({lang: sum(w in vocab for w in words) for lang, vocab in FUNCTION_WORDS.items()})
-    (best, most), *rest = hits.most_common() or [(UNKNOWN, 0)]
-    return best if most > 0 and all(count < most for _, count in rest) else UNKNOWN
+    (best, most), (_, second) = hits.most_common(2)
+    return best if most > second else UNKNOWN
 
 
 def language_shares(lines: Iterable[str]) -> dict[str, float]:

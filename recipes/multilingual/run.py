@@ -44,6 +44,7 @@ log = logging.getLogger("recipe")
 BILINGUAL = (("en", "de"), ("en", "fr"), ("de", "en"))  # the trained directions
 ZERO_SHOT = ("de", "fr")
 MULTI = {"source": "multi", "decoder": "multi_decoder"}  # the multilingual model of each tag position
+PIVOT_HYP = "test.de-en-fr.hyp"  # a pivot's French, in its pivot_* directory
 SETTINGS = ["data.subword_alpha=null", "training.cooldown_patience=null", "training.log_every=100"]
 
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         where = out / f"pivot_{kind}"
         where.mkdir(parents=True, exist_ok=True)
         english = trainer.translate(to_english[0], test("de"), where / "test.de-en.hyp", *to_english[1:])
-        scores = trainer.score(to_french[0], english, test("fr"), where / "test.de-en-fr.hyp", *to_french[1:])
+        scores = trainer.score(to_french[0], english, test("fr"), where / PIVOT_HYP, *to_french[1:])
         write_scores(where, {"de-fr": scores})
 
     positions = ["source", "decoder"] if args.language_tag == "both" else [args.language_tag]
@@ -151,14 +152,13 @@ def report(out: Path, jobs: list[Job], seconds: dict[str, float]) -> None:
         row += [f"pivot: {fmt(runs[f'pivot_{name}']['de-fr'])}" if zero_shot else "" for name in multis]
         rows.append(row)
     # Is a poor zero-shot score a poor French translation or another language? (language_id.py)
-    hyps = {"bilingual": out / "pivot_bi" / "test.de-en-fr.hyp",
+    hyps = {**({"bilingual": out / "pivot_bi" / PIVOT_HYP} if bilingual else {}),  # the table's columns, in order
             **{name: out / name / f"test.{name_of(*ZERO_SHOT)}.hyp" for name in multis},
-            **{f"{name} pivot": out / f"pivot_{name}" / "test.de-en-fr.hyp" for name in multis}}
+            **{f"{name} pivot": out / f"pivot_{name}" / PIVOT_HYP for name in multis}}
     languages = {run: language_shares(path.read_text(encoding="utf-8").splitlines())
                  for run, path in hyps.items() if path.is_file()}
     rows.append([f"{name_of(*ZERO_SHOT)} outputs in French",
-                 *(f"{languages[run].get(ZERO_SHOT[1], 0.0):.1f}%" if run in languages else ""
-                   for run in [*(["bilingual"] if bilingual else []), *multis, *(f"{n} pivot" for n in multis)])])
+                 *(f"{languages[run].get(ZERO_SHOT[1], 0.0):.1f}%" if run in languages else "" for run in hyps)])
     table = markdown_table(header, rows)
     path.write_text(json.dumps({"scores": runs, "minutes": minutes, "zero_shot_languages": languages}, indent=2) + "\n",
                     encoding="utf-8")
