@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--valid", nargs=2, type=Path, required=True, metavar=("SRC", "TGT"))
     p.add_argument("--test", nargs=2, type=Path, required=True, metavar=("SRC", "TGT"))
     p.add_argument("--output-dir", type=Path, default=Path("runs/backtranslation"))
-    p.add_argument("--method", choices=["beam", "sample", "noised-beam"], default="sample",
-                   help="how to back-translate (default: sample, Edunov et al.'s best at scale)")
+    p.add_argument("--method", choices=["beam", "sample", "noised-beam"], default="beam",
+                   help="how to back-translate (default: beam, the best with a small parallel corpus: "
+                        "recipes/backtranslation/README.md; sample or noised-beam pay with millions of pairs)")
     p.add_argument("--no-tag", action="store_true", help="leave the synthetic sources untagged")
     p.add_argument("--bt-weight", type=float, default=1.0, help="the synthetic corpus's sampling weight")
     p.add_argument("--no-baseline", action="store_true", help="do not train the forward model on the real pairs alone")
