@@ -1,7 +1,8 @@
 """Beam search's selection step: one top-k per row, then one over the beam's candidates, against the
-top-k over the whole [sentences, beam x vocabulary] sum it replaced.
+top-k over the whole [sentences, beam x vocabulary] sum it replaced; and the row's top-k taken block-wise
+(`row_topk`) against torch.topk over the whole row.
 
-    python benchmarks/beam_select.py                      # batches of 32 and 300 sentences, beam 5 (~6 min)
+    python benchmarks/beam_select.py                      # batches of 32 and 300 sentences, beam 5 (~9 min)
     python benchmarks/beam_select.py --batch-sizes 300 --beam 10 --repeats 5
 
 Each beam step, `Beam.select` (seq2seq/inference/strategies.py) picks a sentence's 2 x beam best
@@ -10,7 +11,9 @@ over the sentence's beam x V sums: one more pass over a [B, V] tensor (B = sente
 a top-k over long rows, which costs most when the batch is large (`translate --batch-tokens`, 4,000
 source tokens by default, is 200-300 Multi30K sentences, 1,000-1,500 rows at beam 5). The current
 code takes each row's best 2 x beam tokens first (adding a row's score does not change their order),
-then the best of the beam's rows' candidates: the same hypotheses, less memory traffic.
+then the best of the beam's rows' candidates: the same hypotheses, less memory traffic. A row's top-k
+itself is block-wise on a CPU (`row_topk`: the maximum of each block of 64 columns, the best k blocks,
+then the top-k of their columns), against `torch.topk` over the row's V columns ("per row, torch.topk").
 
 Both run the same search (seq2seq.inference.search) on a randomly initialised model of the decode
 benchmark's sizes (benchmarks/common.py: d_model 256, 3+3 layers, 8,000 pieces), decoder pre-packed as
@@ -40,7 +43,10 @@ from benchmarks.decode import Workload  # noqa: E402
 from seq2seq.accel.packed import pack_decoder  # noqa: E402
 from seq2seq.config.search import SearchConfig  # noqa: E402
 from seq2seq.inference import search as search_module  # noqa: E402
+from seq2seq.inference import strategies  # noqa: E402
 from seq2seq.inference.strategies import Beam, Candidates, make_strategy  # noqa: E402
+
+VARIANTS = ("full sum", "per row, torch.topk", "per row, block-wise")  # the last is the current code
 
 
 class FullSumBeam(Beam):
@@ -54,14 +60,19 @@ class FullSumBeam(Beam):
         return Candidates(rows, index - rows * v, lprobs.view_as(flat).gather(1, index), top)
 
 
-def decode(model: torch.nn.Module, work: Workload, beam: int, full_sum: bool) -> tuple[float, list[list[int]]]:
-    """Seconds to decode the workload, and the best hypothesis of each sentence."""
+def decode(model: torch.nn.Module, work: Workload, beam: int, variant: str) -> tuple[float, list[list[int]]]:
+    """Seconds to decode the workload with one of VARIANTS, and the best hypothesis of each sentence."""
     def strategy(cfg: SearchConfig, device: torch.device):
-        return FullSumBeam(cfg.beam) if full_sum else make_strategy(cfg, device)
+        return FullSumBeam(cfg.beam) if variant == VARIANTS[0] else make_strategy(cfg, device)
 
+    def whole_row_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.topk(k, dim=1)
+
+    row_topk = whole_row_topk if variant == VARIANTS[1] else strategies.row_topk
     outputs = []
     start = time.perf_counter()
-    with mock.patch.object(search_module, "make_strategy", strategy), torch.inference_mode():
+    with mock.patch.object(search_module, "make_strategy", strategy), \
+            mock.patch.object(strategies, "row_topk", row_topk), torch.inference_mode():
         for src, _, steps in work.batches:
             cfg = SearchConfig(strategy="beam", beam=beam, nbest=1, lenpen=1.0, min_len=steps - 1,
                                max_len=steps - 1, max_len_a=0.0, max_len_b=steps - 1)
@@ -85,21 +96,24 @@ def main() -> None:
     ids = tokenizer(Path(args.cache_dir)).encode(read_gz(DATA / "test_2016_flickr.en.gz", args.limit))
     model = pack_decoder(build_ours(SIZES["vocab"]).eval(), inplace=True)
     print(f"\nbeam {args.beam}, {len(ids)} sentences, median of {args.repeats} runs each\n")
-    print(f"{'sentences/batch':>15} {'rows/step':>9} {'full sum s':>11} {'per row s':>10} {'speed-up':>9}")
+    print("seconds per variant; speed-up of the current code (per row, block-wise) against each other one\n")
+    print(f"{'sentences/batch':>15} {'rows/step':>9} " + " ".join(f"{v:>20}" for v in VARIANTS) + "  speed-ups")
     for size in args.batch_sizes:
         work = Workload(ids, size, None)
-        decode(model, Workload(ids[:size], size, 4), args.beam, False)  # warm-up
-        times: dict[bool, list[float]] = {True: [], False: []}
+        decode(model, Workload(ids[:size], size, 4), args.beam, VARIANTS[-1])  # warm-up
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(args.repeats):
-            for full_sum in (True, False):
-                seconds, outputs = decode(model, work, args.beam, full_sum)
-                times[full_sum].append(seconds)
-                if full_sum:
+            for variant in VARIANTS:
+                seconds, outputs = decode(model, work, args.beam, variant)
+                times[variant].append(seconds)
+                if variant == VARIANTS[0]:
                     reference = outputs
                 elif outputs != reference:
-                    sys.exit("the two selections chose different hypotheses")
-        old, new = statistics.median(times[True]), statistics.median(times[False])
-        print(f"{size:>15} {size * args.beam:>9} {old:>11.2f} {new:>10.2f} {old / new:>8.2f}x", flush=True)
+                    sys.exit(f"{variant} chose other hypotheses than {VARIANTS[0]}")
+        median = {v: statistics.median(t) for v, t in times.items()}
+        ups = ", ".join(f"{median[v] / median[VARIANTS[-1]]:.2f}x" for v in VARIANTS[:-1])
+        print(f"{size:>15} {size * args.beam:>9} " + " ".join(f"{median[v]:>20.2f}" for v in VARIANTS) + f"  {ups}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -473,15 +473,16 @@ def test_samples_of_an_encoder_without_source_lengths_use_the_memorys_positions(
     assert [max(len(h.tokens) for h in hyps) for hyps in got] == [7, 3, 5]
 
 
+@pytest.mark.parametrize("vocab", [50, 8003], ids=["small-vocab", "blocked-top-k"])
 @pytest.mark.parametrize("beam", [1, 3, 5])
-def test_beam_select_is_the_top_of_every_row_sum_of_the_beam(beam):
+def test_beam_select_is_the_top_of_every_row_sum_of_the_beam(beam, vocab):
     """Beam.select takes each row's best tokens first; the candidates must be exactly the best 2 x beam
     of the sentence's beam x V sums (rows, tokens, log-probabilities, scores), also with -inf rows and
-    masked tokens."""
+    masked tokens (a vocabulary of 8,003: the block-wise top-k of a row, with a short last block)."""
     from seq2seq.inference.strategies import Beam
 
     torch.manual_seed(beam)
-    units, vocab = 4, 50
+    units = 4
     lprobs = torch.randn(units * beam, vocab).log_softmax(-1)
     lprobs[0, 5:] = float("-inf")  # a row with fewer allowed tokens than candidates
     scores = torch.randn(units * beam)
@@ -493,3 +494,25 @@ def test_beam_select_is_the_top_of_every_row_sum_of_the_beam(beam):
     assert torch.equal(cand.scores, top)
     assert torch.equal((cand.rows * vocab + cand.tokens)[finite], index[finite])
     assert torch.equal(cand.logprob[finite], lprobs.view(units, -1).gather(1, index)[finite])
+
+
+def test_row_topk_equals_torch_topk_with_ties_masks_and_a_short_last_block():
+    """The block-wise top-k: the same values as torch.topk, best first, and columns that hold them
+    (distinct), on rows whose best values crowd into one block, tie, or are all -inf but one."""
+    from seq2seq.inference.strategies import BLOCK, row_topk
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 40 * BLOCK + 17)
+    x[0, 3 * BLOCK: 3 * BLOCK + 20] += 10.0  # the 10 best in one block
+    x[1, ::BLOCK] = 5.0  # ties: a 5.0 at the start of every block
+    x[2] = float("-inf")
+    x[2, 7] = 0.0  # one allowed token
+    x[3, -5:] += 10.0  # the best ones in the short last block
+    x[4, :] = 1.0  # all equal
+    for k in (1, 10):
+        values, columns = row_topk(x, k)
+        expected = x.topk(k, dim=1).values
+        assert torch.equal(values, expected)
+        assert torch.equal(x.gather(1, columns), values)
+        assert all(len(set(row)) == k for row in columns.tolist())
+    assert row_topk(x, 10)[1][2, 0] == 7 and set(row_topk(x, 5)[1][3].tolist()) <= set(range(x.size(1) - 5, x.size(1)))

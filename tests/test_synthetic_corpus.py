@@ -317,6 +317,35 @@ def test_distill_refuses_a_student_with_another_tokenizer_and_prints_the_train_c
     assert set(src) <= {line.strip() for line in mono.read_text().splitlines()}  # sources are the input lines
 
 
+def test_distill_references_add_the_real_pairs_to_the_student_command(tiny_model_dir, mono, tmp_path):
+    """--references: refused unless parallel to the input (before any translation); else the printed
+    command trains on two data.corpora entries, the teacher's pairs and the real ones, and loads."""
+    import shlex
+
+    from seq2seq.config import load_config
+
+    student = ROOT / "configs" / "student_fast.yaml"
+    args = ["distill", tiny_model_dir, "-i", mono, "--device", "cpu", "--min-len", "2", "--student-config", student]
+    n = len(mono.read_text(encoding="utf-8").splitlines())
+    short = tmp_path / "short.de"
+    short.write_text("ein Hund\n" * (n - 1), encoding="utf-8")
+    one_line_error(run([*args, "-o", tmp_path / "refused", "--references", short]),
+                   f"--references {short} has {n - 1} lines but the input {mono} has {n}")
+    assert not (tmp_path / "refused").exists()
+    no_student = run(["distill", tiny_model_dir, "-i", mono, "-o", tmp_path / "x", "--references", short])
+    assert no_student.exit_code == 2 and "--references: only with --student-config" in no_student.output
+    refs = tmp_path / "refs.de"
+    refs.write_text("ein Hund\n" * n, encoding="utf-8")
+    result = run([*args, "-o", tmp_path / "kd", "--references", refs])
+    assert result.exit_code == 0, result.output
+    command = shlex.split(result.output.split("train the student with:")[1].strip().splitlines()[0])
+    sets = [command[i + 1] for i, word in enumerate(command) if word == "--set"]
+    corpora = load_config(student, sets).data.corpora
+    assert [(Path(c.train_src), Path(c.train_tgt)) for c in corpora] == [
+        ((tmp_path / "kd" / SRC_FILE).resolve(), (tmp_path / "kd" / TGT_FILE).resolve()),
+        (mono.resolve(), refs.resolve())]
+
+
 def test_the_corpus_trains_as_a_tagged_corpora_entry(tiny_model_dir, mono, multi30k_small, tmp_path):
     """A noised back-translation with --tag, its corpus.yaml entry beside the real pairs, <BLANK> reserved:
     a short training run reads it and the tokenizer keeps <BT> and <BLANK> whole."""
@@ -358,4 +387,5 @@ def test_student_config_is_a_deep_encoder_shallow_decoder():
     from seq2seq.config import load_config
 
     cfg = load_config(ROOT / "configs" / "student_fast.yaml")
-    assert cfg.model.encoder_layers >= 6 and cfg.model.decoder_layers == 1
+    assert cfg.model.encoder_layers >= 6 and cfg.model.decoder_layers <= 2
+    assert cfg.model.d_model < load_config(ROOT / "configs" / "multi30k_en_de.yaml").model.d_model

@@ -163,23 +163,30 @@ def back_translate(model_dir: tuple[str, ...], input_path: str, output_dir: str,
 @click.option("--student-config", type=click.Path(dir_okay=False), default=None, metavar="STUDENT.yaml",
               help="The student's training config (e.g. configs/student_fast.yaml): refused when it names another "
                    "tokenizer than the teacher's; the command that trains it is printed at the end.")
+@click.option("--references", type=click.Path(dir_okay=False), default=None, metavar="TGT",
+              help="With --student-config: the real translations of the input, line by line; the printed command "
+                   "trains the student on the teacher's translations and these real pairs together (Gordon & Duh "
+                   "2019; recipes/distillation/README.md).")
 @corpus_options
 @user_errors
 def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_lang: str | None,
-            student_config: str | None, **kw: Any) -> None:
+            student_config: str | None, references: str | None, **kw: Any) -> None:
     """Sequence-level knowledge distillation (Kim & Rush 2016): translate the training sources with
     TEACHER MODEL_DIR (several: an ensemble) by beam search (--beam, default 5), into a corpus of
     (source line, teacher translation) pairs to train a smaller, faster student on.
 
     Streams, resumes, filters and reports as `seq2seq back-translate` does. With --student-config the
     student's config is checked first (it must use the teacher's tokenizer) and the `seq2seq train`
-    command that trains it on OUTPUT_DIR is printed at the end.
+    command that trains it on OUTPUT_DIR (and, with --references, on the real pairs too) is printed
+    at the end.
     """
     from seq2seq.config import load_config
 
     student = load_config(student_config) if student_config else None
     if student is not None:
         check_student_tokenizer(student.tokenizer, student_config, model_dir[0], output_dir)
+    if references is not None:
+        check_references(input_path, references, student_config)
     tgt_lang = kw.get("tgt_lang")
 
     def corpus_of(translator: Any) -> dict[str, Any]:
@@ -189,8 +196,23 @@ def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_la
 
     translator, summary = _run("distill", model_dir, input_path, output_dir, "beam", corpus_of, kw)
     if student is not None:
-        click.echo("train the student with:\n  " + student_command(student, student_config, model_dir[0], output_dir),
-                   err=True)
+        real = (input_path, references) if references else None
+        click.echo("train the student with:\n  " + student_command(student, student_config, model_dir[0], output_dir,
+                                                                   real), err=True)
+
+
+def check_references(input_path: str, references: str, student_config: str | None) -> None:
+    """A one-line error (usage or ClickException) unless --references is a file with as many lines as
+    the input (a file, not stdin) and a student config is given to train on them."""
+    if student_config is None:
+        raise click.UsageError("--references: only with --student-config (they are the student's real pairs)")
+    if input_path == "-":
+        raise click.UsageError("--references: the input must be a file (the student trains on its lines)")
+    check_input_file(references)
+    n_src, n_ref = count_lines(input_path), count_lines(references)
+    if n_src != n_ref:
+        raise click.ClickException(f"--references {references} has {n_ref:,} lines but the input {input_path} has "
+                                   f"{n_src:,}: they must be parallel, line by line")
 
 
 def teacher_tokenizer(teacher_dir: str) -> dict[str, Path]:
@@ -230,17 +252,20 @@ def check_student_tokenizer(tok: Any, config: str, teacher_dir: str, output_dir:
                 f"{' '.join('--set ' + shlex.quote(o) for o in tokenizer_overrides(teacher_dir))}")
 
 
-def student_command(student: Any, config: str, teacher_dir: str, output_dir: str) -> str:
+def student_command(student: Any, config: str, teacher_dir: str, output_dir: str,
+                    real: tuple[str, str] | None = None) -> str:
     """The `seq2seq train` command line that trains the student on the distilled corpus with the
-    teacher's tokenizer (and the teacher's validation files where the student config has none)."""
+    teacher's tokenizer (and the teacher's validation files where the student config has none);
+    `real` (source file, reference file): the real pairs too, as a second data.corpora entry."""
     from seq2seq.storage.model_dir import ModelDir
 
     out = Path(output_dir).resolve()
     data = student.data
     overrides = tokenizer_overrides(teacher_dir)
-    if data.corpora:
-        entry = f"{{train_src: {out / SRC_FILE}, train_tgt: {out / TGT_FILE}}}"
-        overrides.append(f"data.corpora=[{entry}]")
+    if data.corpora or real:
+        pairs = [(out / SRC_FILE, out / TGT_FILE), *([tuple(Path(f).resolve() for f in real)] if real else [])]
+        entries = ", ".join(f"{{train_src: {src}, train_tgt: {tgt}}}" for src, tgt in pairs)
+        overrides.append(f"data.corpora=[{entries}]")
     else:
         overrides += [f"data.train_src={out / SRC_FILE}", f"data.train_tgt={out / TGT_FILE}"]
     if not (data.valid_src or data.valid or data.valid_sets):
