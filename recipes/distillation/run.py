@@ -2,15 +2,16 @@
 """Sequence-level knowledge distillation recipe (Kim & Rush 2016; Kasai et al. 2021): a trained teacher
 (a model directory, or several: an ensemble) -> a student that decodes faster with about its quality.
 
-    python recipes/distillation/run.py --teacher runs/multi30k_en_de --train-src train.en \\
+    python recipes/distillation/run.py --teacher runs/multi30k_en_de --train-src train.en --train-tgt train.de \\
         --valid val.en val.de --test test.en test.de --output-dir runs/distill_en_de
 
 Steps, each a `seq2seq` command (printed as it runs; a step whose result is there is skipped, and a
 stopped distillation or training continues where it stopped when the script is run again):
 
 1. `seq2seq distill` of the training sources with the teacher (beam 5), checked against the student
-   config (--student-config, default configs/student_fast.yaml: 6 encoder layers, 1 decoder layer);
-2. the student trained on the teacher's outputs with the teacher's tokenizer, for --minutes (or --steps);
+   config (--student-config, default configs/student_fast.yaml: 6 encoder layers, 2 decoder layers);
+2. the student trained on the teacher's outputs (with --train-tgt, the real pairs too: Gordon & Duh 2019)
+   with the teacher's tokenizer, for --minutes (or --steps);
 3. `seq2seq test` of the teacher (beam 5), the student (beam 5) and the student (greedy) on the test
    set: BLEU, chrF, and sentences per second, in three rounds that each decode with all three on this
    machine, the fastest run of each counted; a summary table and report.json.
