@@ -61,7 +61,8 @@ def timed_tests(systems: dict[str, tuple[list[Path], Path, tuple[str, ...]]], sr
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", nargs="+", type=Path, required=True, help="teacher model directory (several: an ensemble)")
+    p.add_argument("--teacher", nargs="+", type=Path, required=True,
+                   help="teacher model directory (several: an ensemble)")
     p.add_argument("--train-src", type=Path, required=True, help="the training sources to distill")
     p.add_argument("--train-tgt", type=Path, default=None,
                    help="their real translations: the student trains on the teacher's and these real pairs together")
