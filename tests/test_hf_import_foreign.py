@@ -592,17 +592,26 @@ def test_translations_into_each_language_are_transformers_translations(multiling
         generated = multilingual.model.generate(**batch, num_beams=1, min_new_tokens=1, max_new_tokens=limit + 1,
                                                 bad_words_ids=[[pad]])
         decoded = multilingual.tok.batch_decode(generated, skip_special_tokens=True)
+        stopped = 0
         for text, nbest, row, theirs_text in zip(texts, ours, generated.tolist(), decoded):
             theirs = [t for t in row[1:] if t != pad]
-            assert theirs[-1] == eos and len(theirs) <= limit, "ended by the length limit: not the same search"
-            assert [multilingual.tgt_map[t] for t in nbest[0].token_ids] + [eos] == theirs, (lang, text)
+            mine = [multilingual.tgt_map[t] for t in nbest[0].token_ids]
+            if theirs[-1] != eos:  # generate ran into its limit (the briefly trained model loops on some CPUs'
+                # numerics): ours ends there with a forced EOS after the same first `limit` tokens
+                assert len(theirs) == limit + 1 and mine == theirs[:limit], (lang, text)
+                continue
+            stopped += 1
+            assert mine + [eos] == theirs, (lang, text)
             if 1 not in theirs:  # MarianTokenizer drops <unk>; both keep or strip a final "▁" differently
                 assert nbest[0].text.rstrip() == theirs_text, (lang, text)
+        assert stopped >= 0.9 * len(texts), f"{lang}: generate stopped by itself on only {stopped} of {len(texts)}"
         outputs[lang] = [n[0].text for n in ours]
     assert len({str(v) for v in outputs.values()}) == len(LANGUAGE_TOKENS)  # the tag steers the model
     # and as the toy task says: into zho_Hans, two words (and the full stop) where de has them all
     words = {lang: sum(len(o.split()) for o in out) / len(out) for lang, out in outputs.items()}
-    assert words["zho_Hans"] < 3.5 < words["de"], words
+    # (by a margin, not a fixed count: how well the briefly trained model learnt its toy task varies with the
+    # CPU's kernels)
+    assert words["zho_Hans"] + 0.5 < min(words["de"], words["fra"]), words
 
 
 def test_translate_cli_takes_the_language_of_an_imported_model(multilingual):
