@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from seq2seq.data.batching import (
-    Batch, IndexedRows, TokenBatchSampler, collate_text, make_target, pad_sequences, padding_ratio,
+    Batch, IndexedRows, TokenBatchSampler, collate_text, make_target, pad_sequences, padding_ratio, shape_bound,
 )
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -166,3 +166,38 @@ def test_dataloader_with_indexed_rows() -> None:
             assert batch.src[row][: len(src[i])].tolist() == src[i]
         seen += batch.indices
     assert sorted(seen) == list(range(100))
+
+
+def test_shapes_in_multiples_of_8_fit_max_tokens_and_are_few(lengths) -> None:
+    """training.shape_multiple 8: every batch is padded to multiples of 8 and holds a multiple of 8 rows
+    (or fewer than 8), within max_tokens as padded; an epoch makes a bounded handful of shapes, far fewer
+    than with exact lengths, and covers every row once."""
+    src, tgt = lengths
+    exact, rounded = sampler(lengths, seed=2, max_tokens=1000), sampler(lengths, seed=2, max_tokens=1000, multiple=8)
+    batches = list(rounded)
+    assert sorted(i for b in batches for i in b) == list(range(len(src)))
+    for b in batches:
+        assert len(b) % 8 == 0 or len(b) < 8
+        padded = [-(-max(lens[i] for i in b) // 8) * 8 for lens in (src, tgt)]
+        assert len(b) == 1 or max(padded) * len(b) <= 1000
+    shapes = rounded.shapes()
+    assert all(s % 8 == 0 and t % 8 == 0 and (rows % 8 == 0 or rows < 8) for rows, s, t in shapes)
+    assert len(shapes) <= shape_bound(1000, 400, 8)
+    assert len(shapes) * 3 < len(exact.shapes())
+    # what training collates is what the sampler counted
+    rows = [{"src_ids": [5] * src[i], "tgt_ids": [6] * (tgt[i] - 1), "index": i} for i in range(len(src))]
+    collated = {collate_text([rows[i] for i in b], multiple=8).shape for b in batches}
+    assert collated == shapes
+    assert rounded.padding_ratio() > exact.padding_ratio()
+
+
+def test_padding_to_a_multiple_keeps_the_real_tokens_and_finds_them_on_the_host() -> None:
+    batch = collate_text([{"src_ids": [5, 6, EOS_ID], "tgt_ids": [7, 8, 9]}, {"src_ids": [5, EOS_ID], "tgt_ids": [7]}],
+                         multiple=4)
+    assert batch.src.tolist() == [[5, 6, EOS_ID, PAD_ID], [5, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.tgt_in.shape == batch.tgt_out.shape == (2, 4)  # 3 + 1 = 4 already a multiple
+    assert batch.tgt_out.tolist() == [[7, 8, 9, EOS_ID], [7, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.n_tgt_tokens == 6 and batch.target_positions.tolist() == [0, 1, 2, 3, 4, 5]
+    wider = collate_text([{"src_ids": [5, EOS_ID], "tgt_ids": [7, 8, 9, 10]}], multiple=4)
+    assert wider.tgt_out.shape == (1, 8) and wider.target_positions.tolist() == [0, 1, 2, 3, 4]
+    assert padding_ratio([[0, 1]], [3, 2], [4, 2], multiple=4) == pytest.approx(1 - 11 / 16)

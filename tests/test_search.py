@@ -30,9 +30,12 @@ class ScriptedCache:
         self.prefix: Tensor | None = None  # [B, L] tokens fed so far
         self.row_source: Tensor | None = None  # [B] source id of each row
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sources: Tensor | None | str = "infer") -> None:
         runs = index.view(-1, self.group) // self.group
         assert bool((runs == runs[:, :1]).all()), f"a run of {self.group} rows mixes sources: {index.tolist()}"
+        n = self.prefix.size(0) // self.group
+        stay = torch.arange(n) if sources is None else runs[:, 0] if isinstance(sources, str) else sources
+        assert torch.equal(runs[:, 0], stay), f"sources {sources} but the rows come from {runs[:, 0].tolist()}"
         self.prefix = self.prefix.index_select(0, index)
         self.row_source = self.row_source.index_select(0, index)
 

@@ -194,7 +194,7 @@ def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch
 
     import seq2seq.storage.weights as module
 
-    def broken_save_file(tensors, path):
+    def broken_save_file(tensors, path, metadata=None):
         Path(path).write_bytes(b"half a file")
         raise OSError("disk full")
 
@@ -209,6 +209,93 @@ def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch
     assert ModelDir(tmp_path).train_state() is not None
     assert json.loads((ModelDir(tmp_path).train_state() / "state.json").read_text())["step"] == good_state["step"]
     assert not list(tmp_path.glob(".*.tmp")) and not list((tmp_path / "checkpoints").glob(".*.tmp"))
+
+
+def test_the_resume_state_is_safetensors_and_json_and_an_older_pickled_one_still_resumes(tmp_path):
+    rows = toy_data()
+    trainer = make_trainer(tmp_path / "new", rows, max_steps=4)
+    trainer.train()
+    state = ModelDir(tmp_path / "new").train_state()
+    assert sorted(p.name for p in state.iterdir()) == ["COMPLETE", "model.safetensors", "objects.json",
+                                                       "objects.safetensors", "state.json"]
+    # a state written before (optimizer.pt, torch.save) resumes as it did, and the run goes on the same
+    from seq2seq.storage.weights import join_tensors
+
+    objects = join_tensors(load_weights(state / "objects.safetensors"), read_json(state / "objects.json"))
+    old = tmp_path / "old"
+    import shutil
+
+    shutil.copytree(tmp_path / "new", old)
+    old_state = old / "train_state"
+    torch.save(objects, old_state / "optimizer.pt")
+    (old_state / "objects.json").unlink()
+    (old_state / "objects.safetensors").unlink()
+    a, b = make_trainer(tmp_path / "new", rows, max_steps=8), None
+    assert a.resume()
+    a.train()
+    b = make_trainer(old, rows, max_steps=8)
+    assert b.resume() and b.step == 4
+    b.train()
+    for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(x, y), name
+
+
+def test_a_background_save_writes_the_weights_of_its_step_while_training_changes_them(tmp_path, monkeypatch):
+    import threading
+
+    rows = toy_data()
+    trainer = make_trainer(tmp_path, rows, max_steps=4)
+    trainer.train()
+    release = threading.Event()
+    real = ModelDir.save_checkpoint
+
+    def slow_checkpoint(self, state, step, keep_last):
+        release.wait(10)  # the write starts only after training changed the weights below
+        real(self, state, step, keep_last)
+
+    monkeypatch.setattr(ModelDir, "save_checkpoint", slow_checkpoint)
+    saved = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.step += 1
+    trainer.save(best=False, background=True)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(1.0)  # training goes on meanwhile
+    release.set()
+    trainer.wait_for_saves()
+    for name, t in load_weights(tmp_path / "checkpoints" / f"step_{trainer.step}.safetensors").items():
+        assert torch.equal(t, saved[name]), name
+
+    def broken(self, state, step, keep_last):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ModelDir, "save_checkpoint", broken)
+    trainer.step += 1
+    trainer.save(best=False, background=True)  # returns at once; the error comes with the next wait
+    with pytest.raises(OSError, match="disk full"):
+        trainer.wait_for_saves()
+
+
+def test_tied_weights_are_stored_once_and_loaded_under_every_name(tmp_path):
+    from seq2seq.storage.weights import save_weights
+
+    model = Seq2SeqTransformer(ModelConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=32, heads=2, ffn_dim=64,
+                                           layers=1, share_embeddings=True, tie_output=True))
+    state = model.state_dict()
+    tied = [n for n in state if n.endswith("embed.tokens.weight")]
+    assert len(tied) == 2 and state[tied[0]].data_ptr() == state[tied[1]].data_ptr()
+    save_weights(state, tmp_path / "tied.safetensors")
+    untied = {k: v.clone() for k, v in state.items()}
+    save_weights(untied, tmp_path / "untied.safetensors")
+    size = (tmp_path / "untied.safetensors").stat().st_size - (tmp_path / "tied.safetensors").stat().st_size
+    assert size >= 500 * 32 * 4  # one embedding fewer
+    from safetensors.torch import load_file
+
+    assert len(load_file(str(tmp_path / "tied.safetensors"))) == len(state) - 1
+    loaded = load_weights(tmp_path / "tied.safetensors")
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+    fresh = Seq2SeqTransformer(model.cfg)
+    fresh.load_state_dict(loaded)
+    assert torch.equal(fresh.decoder.output_weight, model.decoder.output_weight)
 
 
 def test_interrupted_state_swap_falls_back_to_old(tmp_path):

@@ -500,6 +500,13 @@ class TrainingConfig:
     seed: int = 1
     max_tokens: int = 4096  # padded tokens per batch, per side
     accum_steps: int = 1
+    # Training batches drawn and collated this many steps ahead, on a background thread (0: on the training
+    # thread, between steps). The same batches either way.
+    prefetch: int = 2
+    # Batch shapes in multiples of N (lengths padded up to a multiple, batches of N rows or more cut to a
+    # multiple, as fairseq's required_batch_size_multiple): an epoch then makes a few dozen shapes, for kernels
+    # that plan or compile per shape, at the cost of more padding (docs/training.md). 1: exact shapes.
+    shape_multiple: int = 1
     lr: float = 7e-4
     encoder_lr: float | None = None  # learning rate of the encoder's parameters (e.g. a pretrained backbone); None: lr
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -541,7 +548,8 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self, "training", {
-            "max_tokens": (1, None), "accum_steps": (1, None), "valid_every": (1, None), "max_steps": (0, None),
+            "max_tokens": (1, None), "accum_steps": (1, None), "prefetch": (0, None), "shape_multiple": (1, None),
+            "valid_every": (1, None), "max_steps": (0, None),
             "max_epochs": (1, None), "warmup_steps": (0, None), "keep_last": (0, None), "checkpoint_every": (1, None),
             "patience": (1, None), "log_every": (1, None), "max_bad_steps": (1, None), "threads": (1, None),
             "weight_decay": (0.0, None), "min_lr_ratio": (0.0, 1.0), "label_smoothing": (0.0, 0.99),

@@ -10,6 +10,12 @@ and the decoder's teacher-forcing pair built by `make_target`:
 `TokenBatchSampler` groups dataset rows of similar length so that each batch's padded size,
 max(length) * rows, stays within `max_tokens` on both the source and the target side. It is
 deterministic for a given seed and epoch and can resume mid-epoch from its `state_dict`.
+
+Shapes for a GPU (`multiple` > 1, training.shape_multiple): lengths are padded up to a multiple of
+`multiple` and a batch of more rows than `multiple` is cut to a multiple of it (the rest start the next
+batch), as fairseq's `required_batch_size_multiple`: tensor cores want dimensions in multiples of 8, and
+an epoch then makes a bounded set of batch shapes (`shape_bound`), which kernels that plan or compile
+per shape reuse.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 import torch
 
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.model.encoders.base import pad_sequences
+from seq2seq.model.encoders.base import pad_sequences, round_up
 
 
 @dataclass
@@ -34,6 +40,9 @@ class Batch:
     tgt_out: LongTensor [B, T], target ids + EOS, padded (the labels).
     n_tgt_tokens: number of non-pad positions in tgt_out.
     indices: the dataset row of each batch entry, length B.
+    target_positions: LongTensor [n_tgt_tokens], the flat positions (in tgt_out.view(-1)) of those
+        non-pad entries, found on the host when the batch is made, so that the loss gathers them without
+        asking the device which they are (a boolean-mask gather waits for the GPU); None: the loss finds them.
     """
 
     src: Any
@@ -41,6 +50,7 @@ class Batch:
     tgt_out: torch.Tensor
     n_tgt_tokens: int
     indices: list[int]
+    target_positions: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -49,7 +59,31 @@ class Batch:
         """A copy with every tensor (also those inside a dict/list/dataclass `src`) on `device`."""
         return dataclasses.replace(self, src=to_device(self.src, device, non_blocking),
                                    tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
-                                   tgt_out=self.tgt_out.to(device, non_blocking=non_blocking))
+                                   tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
+                                   target_positions=to_device(self.target_positions, device, non_blocking))
+
+    def pin_memory(self) -> Batch:
+        """A copy with every tensor in page-locked host memory, which a GPU copies from without the host
+        waiting (`to(device, non_blocking=True)`)."""
+        return dataclasses.replace(self, src=_pinned(self.src), tgt_in=self.tgt_in.pin_memory(),
+                                   tgt_out=self.tgt_out.pin_memory(), target_positions=_pinned(self.target_positions))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(rows, source length, target length) of a text batch; (rows, target length) of another source."""
+        src = self.src
+        return (len(self), src.size(1), self.tgt_in.size(1)) if isinstance(src, torch.Tensor) and src.dim() == 2 \
+            else (len(self), self.tgt_in.size(1))
+
+
+def _pinned(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.pin_memory()
+    if isinstance(x, dict):
+        return {k: _pinned(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_pinned(v) for v in x)
+    return x
 
 
 def to_device(x: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
@@ -83,30 +117,38 @@ def length_batches(lengths: dict[int, int], max_tokens: int, max_items: int | No
 
 
 def make_target(
-    tgt_ids: Sequence[Sequence[int]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    tgt_ids: Sequence[Sequence[int]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+    multiple: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Target id lists (no BOS/EOS) -> (tgt_in, tgt_out), both LongTensor [B, max len + 1]."""
-    tgt_in = pad_sequences([[bos_id, *map(int, t)] for t in tgt_ids], pad_id)
-    tgt_out = pad_sequences([[*map(int, t), eos_id] for t in tgt_ids], pad_id)
+    """Target id lists (no BOS/EOS) -> (tgt_in, tgt_out), both LongTensor [B, max len + 1] (the length
+    rounded up to a multiple of `multiple`)."""
+    tgt_in = pad_sequences([[bos_id, *map(int, t)] for t in tgt_ids], pad_id, multiple)
+    tgt_out = pad_sequences([[*map(int, t), eos_id] for t in tgt_ids], pad_id, multiple)
     return tgt_in, tgt_out
 
 
+def teacher_forced(src: Any, tgt_ids: Sequence[Sequence[int]], indices: Sequence[int], pad_id: int = PAD_ID,
+                   bos_id: int = BOS_ID, eos_id: int = EOS_ID, multiple: int = 1) -> Batch:
+    """A Batch of an encoder input `src` and the rows' target ids: tgt_in/tgt_out (`make_target`), the
+    count and the flat positions of the target's real tokens."""
+    tgt_in, tgt_out = make_target(tgt_ids, pad_id, bos_id, eos_id, multiple)
+    positions = tgt_out.view(-1).ne(pad_id).nonzero().squeeze(1)
+    return Batch(src=src, tgt_in=tgt_in, tgt_out=tgt_out, n_tgt_tokens=len(positions), indices=list(indices),
+                 target_positions=positions)
+
+
 def collate_text(
-    rows: Sequence[dict[str, Any]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    rows: Sequence[dict[str, Any]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+    multiple: int = 1,
 ) -> Batch:
-    """Rows with "src_ids" (already ending in EOS) and "tgt_ids" -> Batch.
+    """Rows with "src_ids" (already ending in EOS) and "tgt_ids" -> Batch (lengths padded up to a
+    multiple of `multiple`).
 
     A row's "index" (as `IndexedRows` adds) becomes its entry in `Batch.indices`; rows without
     one are numbered by position.
     """
-    tgt_in, tgt_out = make_target([r["tgt_ids"] for r in rows], pad_id, bos_id, eos_id)
-    return Batch(
-        src=pad_sequences([r["src_ids"] for r in rows], pad_id),
-        tgt_in=tgt_in,
-        tgt_out=tgt_out,
-        n_tgt_tokens=int((tgt_out != pad_id).sum()),
-        indices=[int(r.get("index", i)) for i, r in enumerate(rows)],
-    )
+    return teacher_forced(pad_sequences([r["src_ids"] for r in rows], pad_id, multiple), [r["tgt_ids"] for r in rows],
+                          [int(r.get("index", i)) for i, r in enumerate(rows)], pad_id, bos_id, eos_id, multiple)
 
 
 class IndexedRows(torch.utils.data.Dataset):
@@ -147,7 +189,7 @@ class PackedBatches(Sequence[list[int]]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
 
-    def padding_ratio(self, *lengths: np.ndarray) -> float:
+    def padding_ratio(self, *lengths: np.ndarray, multiple: int = 1) -> float:
         """`padding_ratio` of these batches, computed on the arrays."""
         order = np.argsort(self.starts, kind="stable")
         starts, ends = self.starts[order], self.ends[order]
@@ -156,21 +198,26 @@ class PackedBatches(Sequence[list[int]]):
             sizes = np.asarray(lens)[self.rows[starts[0]:ends[-1]] if len(starts) else self.rows[:0]]
             real += int(sizes.sum())
             if len(starts):
-                padded += int((np.maximum.reduceat(sizes, starts - starts[0]) * (ends - starts)).sum())
+                longest = -(-np.maximum.reduceat(sizes, starts - starts[0]) // multiple) * multiple
+                padded += int((longest * (ends - starts)).sum())
         return 1.0 - real / padded if padded else 0.0
 
 
-def pack_in_order(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> np.ndarray:
+def pack_in_order(src: np.ndarray, tgt: np.ndarray, max_tokens: int, rows_multiple: int = 1) -> np.ndarray:
     """Greedy packing of rows in the order given: batch boundaries [B + 1] such that every batch's
     max(length) * rows <= max_tokens on both sides (a row longer than that alone). Each batch is found
-    with array operations over the longest window it could fill, not row by row."""
+    with array operations over the longest window it could fill, not row by row. With `rows_multiple`
+    m, a batch that could take m rows or more takes a multiple of m (the rows left over start the next)."""
     n, p, bounds = len(src), 0, [0]
     while p < n:
         hi = min(n, p + max_tokens // max(int(src[p]), int(tgt[p]), 1) + 1)
         size = np.arange(1, hi - p + 1)
         fits = ((np.maximum.accumulate(src[p:hi]) * size <= max_tokens)
                 & (np.maximum.accumulate(tgt[p:hi]) * size <= max_tokens))
-        p += max(int(np.argmin(fits)) if not fits.all() else hi - p, 1)
+        rows = max(int(np.argmin(fits)) if not fits.all() else hi - p, 1)
+        if rows >= rows_multiple:
+            rows -= rows % rows_multiple
+        p += rows
         bounds.append(p)
     return np.asarray(bounds, dtype=np.int64)
 
@@ -190,18 +237,18 @@ def sort_by_length(primary: np.ndarray, secondary: np.ndarray, tie: np.ndarray) 
     return np.argsort(key, kind="stable").astype(index_type)
 
 
-def padding_ratio(batches: Sequence[Sequence[int]], *lengths: Sequence[int]) -> float:
+def padding_ratio(batches: Sequence[Sequence[int]], *lengths: Sequence[int], multiple: int = 1) -> float:
     """Fraction of padded positions over all batches, summed over every length list given
-    (e.g. source and target lengths): 1 - real tokens / (rows * max length)."""
+    (e.g. source and target lengths): 1 - real tokens / (rows * max length rounded up to `multiple`)."""
     if isinstance(batches, PackedBatches):
-        return batches.padding_ratio(*map(np.asarray, lengths))
+        return batches.padding_ratio(*map(np.asarray, lengths), multiple=multiple)
     real = padded = 0
     for lens in lengths:
         arr = np.asarray(lens)
         for batch in batches:
             sizes = arr[np.asarray(batch, dtype=np.int64)]
             real += int(sizes.sum())
-            padded += int(sizes.max(initial=0)) * len(batch)
+            padded += round_up(int(sizes.max(initial=0)), multiple) * len(batch)
     return 1.0 - real / padded if padded else 0.0
 
 
@@ -216,6 +263,8 @@ class TokenBatchSampler:
     Rows are sorted by (tgt_len, src_len) with ties broken randomly, packed greedily into
     batches, and the batch order is shuffled, all with a generator seeded by seed + epoch.
     With shuffle=False rows keep index order within equal lengths and batches stay sorted.
+    `multiple` > 1 packs with the lengths the batches will be padded to (rounded up to a multiple of
+    it) and cuts batches to a multiple of it in rows (see the module docstring).
 
     Iterating yields the batches of the current epoch from the current position, so an epoch
     that was iterated to the end yields nothing more: call `set_epoch(epoch + 1)` before each
@@ -234,11 +283,15 @@ class TokenBatchSampler:
         max_tokens: int,
         shuffle: bool = True,
         seed: int = 0,
+        multiple: int = 1,
     ) -> None:
         if len(src_lengths) != len(tgt_lengths):
             raise ValueError(f"{len(src_lengths)} source lengths but {len(tgt_lengths)} target lengths")
         if max_tokens <= 0:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if multiple <= 0:
+            raise ValueError(f"multiple must be positive, got {multiple}")
+        self.multiple = multiple
         self.src_lengths = np.asarray(src_lengths, dtype=np.int32)  # 4 bytes a row: 16M rows take 64 MB
         self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int32)
         self.max_tokens = max_tokens
@@ -266,6 +319,12 @@ class TokenBatchSampler:
         may change them (`seq2seq.data.sampling`: a new segmentation of the text each epoch)."""
         return self.src_lengths, self.tgt_lengths
 
+    def row_lengths(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, target) lengths of the rows the batches hold (their indices index them) in `epoch`:
+        `lengths` here; a sampler whose batches index other rows than it packs says so
+        (`seq2seq.data.mixing`)."""
+        return self.lengths(epoch)
+
     def _make_batches(self, epoch: int) -> PackedBatches:
         src_lengths, tgt_lengths = map(np.asarray, self.lengths(epoch))
         n = len(src_lengths)
@@ -273,7 +332,10 @@ class TokenBatchSampler:
         tie = rng.permutation(n) if self.shuffle else np.arange(n)
         order = sort_by_length(tgt_lengths, src_lengths, tie)
         del tie
-        bounds = pack_in_order(src_lengths[order], tgt_lengths[order], self.max_tokens)
+        m = self.multiple
+        padded_src, padded_tgt = (src_lengths[order], tgt_lengths[order]) if m == 1 else \
+            (-(-src_lengths[order] // m) * m, -(-tgt_lengths[order] // m) * m)
+        bounds = pack_in_order(padded_src, padded_tgt, self.max_tokens, rows_multiple=m)
         starts, ends = bounds[:-1], bounds[1:]
         if self.shuffle:
             perm = rng.permutation(len(starts))
@@ -298,4 +360,26 @@ class TokenBatchSampler:
 
     def padding_ratio(self, batches: Sequence[Sequence[int]] | None = None) -> float:
         """Padding fraction (source and target together) of `batches`, default this epoch's."""
-        return padding_ratio(self.batches() if batches is None else batches, *self.lengths(self.epoch))
+        return padding_ratio(self.batches() if batches is None else batches, *self.row_lengths(self.epoch),
+                             multiple=self.multiple)
+
+    def shapes(self, epoch: int | None = None) -> set[tuple[int, int, int]]:
+        """The distinct (rows, source length, target length) of an epoch's batches (default: the
+        current one's), lengths as padded (rounded up to `multiple`): the shapes training will meet."""
+        epoch = self.epoch if epoch is None else epoch
+        src, tgt = map(np.asarray, self.row_lengths(epoch))
+        m, found = self.multiple, set()
+        for rows in self.batches(epoch):
+            rows = np.asarray(rows, dtype=np.int64)
+            found.add((len(rows), round_up(int(src[rows].max()), m), round_up(int(tgt[rows].max()), m)))
+        return found
+
+
+def shape_bound(max_tokens: int, max_len: int, multiple: int) -> int:
+    """At most how many distinct batch shapes (`TokenBatchSampler.shapes`) an epoch of rows at most
+    `max_len` long (both sides) can make with lengths padded to a multiple of `multiple` > 1: each
+    (source length, target length) pair of multiples, times the row counts a batch of them can have
+    (a multiple of `multiple` that fits max_tokens at the longer side, or fewer rows than `multiple`,
+    for the last batch of a length)."""
+    sizes = range(multiple, round_up(max_len, multiple) + 1, multiple)
+    return sum(max_tokens // max(s, t) // multiple + multiple - 1 for s in sizes for t in sizes)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from seq2seq.data.batching import Batch, make_target
+from seq2seq.data.batching import Batch, teacher_forced
 from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError, fingerprint, read_table, read_text
 from seq2seq.data.readers import read_jsonl
@@ -233,24 +233,18 @@ def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
 
 
 def collate_media(split: MediaSplit, processor: SourceProcessor, indices: list[int], pad_id: int = PAD_ID,
-                  epoch: int | None = None, seed: int = 0) -> Batch:
-    """Rows `indices` of `split` -> Batch(src = processor.collate(examples), tgt_in, tgt_out).
+                  epoch: int | None = None, seed: int = 0, multiple: int = 1) -> Batch:
+    """Rows `indices` of `split` -> Batch(src = processor.collate(examples), tgt_in, tgt_out), the target's
+    length padded up to a multiple of `multiple`.
 
     epoch (training batches): src = processor.collate_augmented(examples, [example_rng(seed, epoch, row)
     for each row]), unchanged where the modality's augmentation is off."""
-    tgt_in, tgt_out = make_target([split.tgt_ids[i] for i in indices], pad_id)
     examples = [split.examples[split.paths[i]] for i in indices]
     if epoch is None:
         src = processor.collate(examples)
     else:
         src = processor.collate_augmented(examples, [example_rng(seed, epoch, i) for i in indices])
-    return Batch(
-        src=src,
-        tgt_in=tgt_in,
-        tgt_out=tgt_out,
-        n_tgt_tokens=int((tgt_out != pad_id).sum()),
-        indices=list(indices),
-    )
+    return teacher_forced(src, [split.tgt_ids[i] for i in indices], indices, pad_id, multiple=multiple)
 
 
 def source_lengths(split: MediaSplit, processor: SourceProcessor) -> list[int]:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seq2seq.data.batching import PackedBatches, TokenBatchSampler, padding_ratio
+from seq2seq.data.batching import PackedBatches, TokenBatchSampler
 from seq2seq.data.sampling import SubwordSampler
 
 
@@ -111,8 +111,8 @@ class MixedBatches(TokenBatchSampler):
     """
 
     def __init__(self, mix: CorpusMix, src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int,
-                 seed: int = 0, segmenter: SubwordSampler | None = None) -> None:
-        super().__init__(src_lengths, tgt_lengths, max_tokens=max_tokens, shuffle=True, seed=seed)
+                 seed: int = 0, segmenter: SubwordSampler | None = None, multiple: int = 1) -> None:
+        super().__init__(src_lengths, tgt_lengths, max_tokens=max_tokens, shuffle=True, seed=seed, multiple=multiple)
         if int(mix.sizes.sum()) != len(self.src_lengths):
             raise ValueError(f"the corpora have {int(mix.sizes.sum())} rows but {len(self.src_lengths)} lengths "
                              f"were given")
@@ -135,9 +135,6 @@ class MixedBatches(TokenBatchSampler):
         packed = super()._make_batches(epoch)  # of positions in the epoch's draws
         rows = self.mix.epoch_rows(epoch)[packed.rows]
         return PackedBatches(rows.astype(np.int32) if len(self.src_lengths) < 2**31 else rows, packed.starts, packed.ends)
-
-    def padding_ratio(self, batches: Sequence[Sequence[int]] | None = None) -> float:
-        return padding_ratio(self.batches() if batches is None else batches, *self.row_lengths(self.epoch))
 
     def rows(self, indices: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
         """(src_ids, tgt_ids) of rows `indices` in the current epoch's segmentation (needs a segmenter)."""

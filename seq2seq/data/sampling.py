@@ -78,9 +78,10 @@ class ResegmentedBatches(TokenBatchSampler):
     """A `TokenBatchSampler` whose rows are segmented anew each epoch by a `SubwordSampler`:
     batches are bucketed by the epoch's sampled lengths, and `rows` gives their ids."""
 
-    def __init__(self, segmenter: SubwordSampler, max_tokens: int, shuffle: bool = True, seed: int = 0) -> None:
+    def __init__(self, segmenter: SubwordSampler, max_tokens: int, shuffle: bool = True, seed: int = 0,
+                 multiple: int = 1) -> None:
         super().__init__([len(s) for s in segmenter.best_src_ids], [len(t) + 1 for t in segmenter.best_tgt_ids],
-                         max_tokens=max_tokens, shuffle=shuffle, seed=seed)
+                         max_tokens=max_tokens, shuffle=shuffle, seed=seed, multiple=multiple)
         self.segmenter = segmenter
 
     def lengths(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,19 +22,23 @@ class BannedPhrases(Control):
 
     def __init__(self, banned: Sequence[Sequence[Sequence[int]]], group: int, device: torch.device) -> None:
         self.table = RowPhrases(banned, group, device)  # phrases [B, A, L], lengths [B, A]
+        self.sizes = sorted({len(phrase) for unit in banned for phrase in unit} - {0})  # on the host
 
     def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
         generated = tokens[:, 1:]  # [B, t]
-        for n in self.table.lengths.unique().tolist():
-            if n == 0 or n - 1 > step:
+        for n in self.sizes:
+            if n - 1 > step:
                 continue
             phrases = self.table.phrases[:, :, :n]  # [B, A, n]
-            of_length = self.table.lengths == n  # [B, A]
+            hit = self.table.lengths == n  # [B, A]
             if n > 1:
                 suffix = generated[:, step - (n - 1):]  # [B, n - 1]
-                of_length = of_length & (phrases[:, :, :-1] == suffix[:, None, :]).all(dim=-1)
-            rows, which = of_length.nonzero(as_tuple=True)
-            lprobs[rows, phrases[rows, which, -1]] = NEG_INF
+                hit = hit & (phrases[:, :, :-1] == suffix[:, None, :]).all(dim=-1)
+            # each hit bans its phrase's last token (the least of the row's value and NEG_INF), without asking
+            # the device which rows hit; a miss takes the least with +inf, which changes nothing
+            bans = torch.full(hit.shape, NEG_INF, dtype=lprobs.dtype, device=lprobs.device)
+            bans.masked_fill_(~hit, float("inf"))
+            lprobs.scatter_reduce_(1, phrases[:, :, -1].clamp(min=0), bans, reduce="amin")
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
         if kept_units is not None:

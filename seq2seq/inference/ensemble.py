@@ -43,9 +43,9 @@ class EnsembleCache:
     def __init__(self, caches: list[Any]) -> None:
         self.members = caches
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sources: Tensor | None | str = "infer") -> None:
         for cache in self.members:
-            cache.reorder(index)
+            cache.reorder(index, sources)
 
 
 class _FirstMemberLengths(nn.Module):

@@ -33,13 +33,11 @@ class TargetPrefix(Control):
         if step >= self.longest:
             return
         forced = self.tokens[:, step].repeat_interleave(self.group)  # [B], -1: free
-        rows = (forced >= 0).nonzero().squeeze(1)
-        if rows.numel() == 0:
-            return
-        chosen = forced[rows]
-        keep = raw[rows, chosen]
-        lprobs[rows] = NEG_INF
-        lprobs[rows, chosen] = keep
+        # (dense, without asking the device which rows are forced)
+        is_forced, chosen = (forced >= 0)[:, None], forced.clamp(min=0)[:, None]  # [B, 1]
+        keep = raw.gather(1, chosen)
+        lprobs.masked_fill_(is_forced, NEG_INF)
+        lprobs.scatter_(1, chosen, torch.where(is_forced, keep, lprobs.gather(1, chosen)))
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
         if kept_units is not None:

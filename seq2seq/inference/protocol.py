@@ -51,9 +51,10 @@ class SourceLengths(Protocol):
 
 
 class DecodingCache(Protocol):
-    """A decoder's key/value cache (`seq2seq.model.transformer.DecoderCache`): its rows follow `index`."""
+    """A decoder's key/value cache (`seq2seq.model.transformer.DecoderCache`): its rows follow `index`, its
+    sources `sources` (None: all stay; "infer": found from `index`)."""
 
-    def reorder(self, index: Tensor) -> None: ...
+    def reorder(self, index: Tensor, sources: Tensor | None | str = "infer") -> None: ...
 
 
 @runtime_checkable

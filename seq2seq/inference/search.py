@@ -187,6 +187,33 @@ class Rows:
         )
 
 
+@dataclass
+class _Finished:
+    """Hypotheses that ended at `step`, waiting for the host read that brings their values:
+    values [n, 2 * step + 3] = tokens (step), token log-probabilities (step + 1), the total, met (0/1);
+    sources: each one's source; attention [n, step + 1, S] on the host (or None)."""
+
+    values: Tensor
+    sources: list[int]
+    step: int
+    attention: Tensor | None
+
+    def complete(self, flat: list[float], search: _Search) -> None:
+        """Append the hypotheses to `search.finished`, from their values as read (`flat`)."""
+        t, width = self.step, 2 * self.step + 3
+        for i, source in enumerate(self.sources):
+            row = flat[i * width: (i + 1) * width]
+            total = row[2 * t + 1]
+            search.finished[source].append(Hypothesis(
+                tokens=[int(x) for x in row[:t]],
+                score=search.cfg.score(total, t + 1),
+                logprob=total,
+                token_logprobs=row[t: 2 * t + 1],
+                attention=None if self.attention is None else self.attention[i][:, search.real_positions(source)],
+                constraints_met=row[-1] != 0,
+            ))
+
+
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
@@ -245,6 +272,7 @@ class _Search:
             if all(done):
                 break
             self._advance(cont, done, step_attn, regroup)
+        self._read()  # the values of the hypotheses the last step finished
         if self.cfg.ctc_weight > 0:
             self._rescore_with_ctc(memory, pad_mask)
         return [self._nbest(hyps) for hyps in self.finished]
@@ -255,7 +283,7 @@ class _Search:
         """The state before the first step: every unit live, each row holding BOS."""
         cfg, device = self.cfg, memory.device
         self.device = device
-        self.real_positions = [(~row).nonzero().squeeze(1) for row in pad_mask.cpu()]
+        self.pad_mask_host = pad_mask.cpu() if cfg.attention_layer is not None else None  # (read for alignments only)
         self.strategy = strategy = make_strategy(cfg, device)
         g = self.group = strategy.group
         per = strategy.units_per_source
@@ -268,6 +296,7 @@ class _Search:
         self._start_controls(g)
         self.blocked = torch.tensor(sorted({cfg.pad_id, cfg.bos_id} - {cfg.eos_id}), device=device)
         self.finished: list[list[Hypothesis]] = [[] for _ in max_lens]
+        self.pending: _Finished | None = None  # hypotheses ended, whose values the next host read brings
         b = len(self.units.source) * g
         self.rows = Rows(
             tokens=torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device),
@@ -321,7 +350,8 @@ class _Search:
         """Finish the hypotheses that end at `step` and decide which units are done.
 
         Returns the candidates that continue [U, g], whether each unit is done (on the host: the
-        step's one host sync), and whether the rows move to their parents (beam search)."""
+        step's one host read, which also brings which candidates ended, and the values of those the
+        previous step ended), and whether the rows move to their parents (beam search)."""
         g = self.group
         eos = cand.tokens == self.cfg.eos_id  # [U, C]
         final = eos[:, :g] & (cand.scores[:, :g] > NEG_INF)  # ended among the top g
@@ -334,17 +364,17 @@ class _Search:
         else:  # one candidate per row (g == 1): the unit ends when its row does
             cont = cand
             done = eos[:, 0] | (self.units.max <= step)
-        flags = torch.cat([done, final.any().view(1)]).tolist()
-        if flags[-1]:
-            self._finalize(cand, final, step, self.rows, step_attn)
-        return cont, flags[:-1], n_cand > g
+        done_host, final_host = self._read(done, final)
+        if any(final_host):
+            self._finalize(cand, final_host, step, self.rows, step_attn)
+        return cont, done_host, n_cand > g
 
     def _advance(self, cont: Candidates, done: list[bool], step_attn: Tensor | None, regroup: bool) -> None:
         """Drop the finished units, move the rows to their parents (regroup) and append the new tokens."""
         g, index, kept = self.group, None, None
         if any(done):
             keep_host = [i for i, d in enumerate(done) if not d]
-            kept = torch.tensor(keep_host, device=self.device)
+            kept = torch.tensor(keep_host, device=self.device)  # (a copy to the device: no read)
             cont = Candidates(*(x.index_select(0, kept) for x in cont))
             self.units = self.units.select(kept, keep_host)
             if self.cache is None:
@@ -355,7 +385,7 @@ class _Search:
         rows = self.rows
         if index is not None:  # (greedy and sampling rows stay in place until a unit ends)
             if self.cache is not None:
-                self.cache.reorder(index)
+                self.cache.reorder(index, kept)  # the sources that stay: known here, not read from `index`
             rows = rows.select(index)
             if step_attn is not None:
                 step_attn = step_attn.index_select(0, index)
@@ -375,7 +405,7 @@ class _Search:
         added = best_paths(self.model, memory, pad_mask, log_probs, finished_tokens, cfg)
         for source, tokens, lps, attention in added:
             if attention is not None:
-                attention = attention[:, self.real_positions[source]]
+                attention = attention[:, self.real_positions(source)]
             self.finished[source].append(Hypothesis(tokens, 0.0, sum(lps), lps, attention))
         pairs = [(source, h) for source, hyps in enumerate(self.finished) for h in hyps]
         ctc = ctc_log_likelihood(log_probs, pad_mask, [s for s, _ in pairs], [h.tokens for _, h in pairs], cfg.pad_id)
@@ -385,6 +415,10 @@ class _Search:
             if any(h.ctc_logprob > NEG_INF for h in hyps):  # else CTC can align none: attention stands
                 for h in hyps:
                     h.score = cfg.score(joint_logprob(h.logprob, h.ctc_logprob, cfg.ctc_weight), len(h.tokens) + 1)
+
+    def real_positions(self, source: int) -> Tensor:
+        """The real (unpadded) source positions of `source`, on the host (for its attention)."""
+        return (~self.pad_mask_host[source]).nonzero().squeeze(1)
 
     def _arange(self, n: int) -> Tensor:
         if n not in self._aranges:
@@ -447,36 +481,43 @@ class _Search:
         bound = cont.scores.amax(dim=1) / penalty  # (constrained beam: candidates are not in score order)
         return (units.best_finished[:, -1] >= bound) | at_max
 
-    def _finalize(
-        self,
-        cand: Candidates,
-        final: Tensor,
-        step: int,
-        rows: Rows,
-        step_attn: Tensor | None,
-    ) -> None:
-        """Turn the candidates marked in `final` [U, g] (EOS appended at `step`) into Hypotheses."""
-        unit, col = final.nonzero(as_tuple=True)
-        index = unit * self.group + cand.rows[unit, col]
-        prefixes = rows.tokens[index, 1:].tolist()
-        lps = torch.cat([rows.logprobs[index], cand.logprob[unit, col][:, None]], dim=1).tolist()
-        totals = cand.scores[unit, col].tolist()
-        met = [True] * len(totals) if self.tracker is None else self.tracker.all_met(index).tolist()
+    def _read(self, *flags: Tensor) -> list[list[bool]]:
+        """The step's one host read: `flags` (bool tensors, e.g. which units are done), each as a flat
+        list of bools, and, in the same transfer, the values of the hypotheses ended at the previous
+        step (`_finalize`), which then join `finished`. With no flags: only those values (after the loop)."""
+        parts = [f.reshape(-1).to(torch.float32) for f in flags]
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            parts.append(pending.values.reshape(-1))
+        if not parts:
+            return []
+        values = torch.cat(parts).tolist()
+        out, at = [], 0
+        for f in flags:
+            out.append([v != 0 for v in values[at: at + f.numel()]])
+            at += f.numel()
+        if pending is not None:
+            pending.complete(values[at:], self)
+        return out
+
+    def _finalize(self, cand: Candidates, final: list[bool], step: int, rows: Rows, step_attn: Tensor | None) -> None:
+        """The candidates marked in `final` (the host's copy of [U, g], flattened; EOS appended at `step`)
+        become Hypotheses at the next host read: their tokens, log-probabilities, score and whether they
+        met their constraints are gathered now, on the device, into one tensor that read brings."""
+        g = self.group
+        ended = [k for k, f in enumerate(final) if f]
+        unit_host = [k // g for k in ended]
+        unit = torch.tensor(unit_host, device=self.device)
+        col = torch.tensor([k % g for k in ended], device=self.device)
+        index = unit * g + cand.rows[unit, col]
+        met = torch.ones_like(unit, dtype=torch.bool) if self.tracker is None else self.tracker.all_met(index)
+        values = torch.cat([rows.tokens[index, 1:].to(torch.float32),  # ids < 2^24: exact in float32
+                            rows.logprobs[index], cand.logprob[unit, col][:, None].float(),
+                            cand.scores[unit, col][:, None].float(), met[:, None].to(torch.float32)], dim=1)
         attn = None
         if rows.attention is not None:
             attn = torch.cat([rows.attention[index], step_attn[index][:, None]], dim=1).cpu()
-        for i, u in enumerate(unit.tolist()):
-            source = self.units.source[u]
-            self.finished[source].append(
-                Hypothesis(
-                    tokens=prefixes[i],
-                    score=self.cfg.score(totals[i], step + 1),
-                    logprob=totals[i],
-                    token_logprobs=lps[i],
-                    attention=None if attn is None else attn[i][:, self.real_positions[source]],
-                    constraints_met=met[i],
-                )
-            )
+        self.pending = _Finished(values, [self.units.source[u] for u in unit_host], step, attn)
 
     def _nbest(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
         """The best `nbest` distinct hypotheses, best first (stable for equal scores); only those that

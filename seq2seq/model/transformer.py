@@ -40,21 +40,24 @@ class DecoderCache:
         k = self.layers[0].self_k
         return 0 if k is None else k.size(2)
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sources: Tensor | None | str = "infer") -> None:
         """Keep decoder rows `index` [B'] in this order (repeats allowed).
 
         Each run of `group` consecutive new rows must come from a single source (beam search keeps
-        a beam with its sentence). Cross-attention entries are reselected only when sources leave.
+        a beam with its sentence). Cross-attention entries are reselected only when sources leave:
+        `sources` [N'], the sources kept, in order, or None when all stay, as the caller knows them
+        (the search does, on the host); "infer" finds out from `index` (which reads it on the host).
         """
-        sources = None
         mask = self.memory_pad_mask
-        if mask is not None:
+        if mask is None:
+            sources = None
+        elif isinstance(sources, str):
             sources = index.view(-1, self.group)[:, 0] // self.group
             n = mask.size(0)
             if sources.numel() == n and bool((sources == torch.arange(n, device=index.device)).all()):
                 sources = None
-            else:
-                self.memory_pad_mask = mask.index_select(0, sources)
+        if sources is not None and mask is not None:
+            self.memory_pad_mask = mask.index_select(0, sources)
         for layer in self.layers:
             layer.reorder(index, sources)
 

@@ -318,8 +318,7 @@ class ModelDir:
     def save_train_state(self, files: dict[str, Any]) -> None:
         """Write the resume state as a directory swapped in atomically.
 
-        `files` maps file names to content: `.safetensors` -> dict of tensors, `.pt` -> an object of
-        tensors/containers saved with torch.save (loaded back with weights_only=True), `.json` -> data.
+        `files` maps file names to content: `.safetensors` -> dict of tensors, `.json` -> data.
         """
         final = self.path / self.TRAIN_STATE
         new = self.path / f"{self.TRAIN_STATE}.new"
@@ -330,8 +329,6 @@ class ModelDir:
             target = new / name
             if name.endswith(".safetensors"):
                 save_weights(content, target)
-            elif name.endswith(".pt"):
-                torch.save(content, target)
             elif name.endswith(".json"):
                 write_json_atomic(target, content)
             else:

@@ -2,44 +2,62 @@
 
     save_weights(state, path)       load_weights(path) -> state
     load_into(model, state, source) refuses missing / unexpected tensors and shape mismatches by name
-    load_torch(path)                torch.load of tensors and plain containers only
+    load_torch(path)                torch.load of tensors and plain containers only (older resume states)
+    split_tensors(obj) / join_tensors(tensors, skeleton)   nested state (optimizer, RNG) as safetensors + JSON
     average_checkpoints(paths)      the element-wise mean of several checkpoints of one model
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path
 
 
+ALIASES = "seq2seq.aliases"  # the file's metadata: {name: the name its tensor is stored under} of tied tensors
+
+
 def save_weights(state_dict: dict[str, torch.Tensor], path: str | Path) -> None:
-    """Save tensors as safetensors, atomically. Tied tensors are stored once each name (cloned)."""
-    tensors = {}
-    seen: dict[int, str] = {}
+    """Save tensors as safetensors, atomically. A tensor held under several names (tied embeddings) is
+    stored once, under its first name; the file's metadata maps the other names to it, and
+    `load_weights` gives every name back."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    stored: dict[tuple[int, tuple[int, ...], tuple[int, ...]], str] = {}
     for name, t in state_dict.items():
         t = t.detach()
-        key = t.data_ptr()
-        tensors[name] = t.clone().contiguous().cpu() if key in seen else t.contiguous().cpu()
-        seen[key] = name
+        key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+        if key in stored and t.numel():
+            aliases[name] = stored[key]
+            continue
+        stored[key] = name
+        tensors[name] = t.contiguous().cpu()
+    metadata = {ALIASES: json.dumps(aliases)} if aliases else None
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp))
+        save_file(tensors, str(tmp), metadata=metadata)
 
 
 def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file by name, tied names (`save_weights`) included."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"weights file not found: {path}")
     try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
+        tensors = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
+        for name, stored_as in aliases.items():
+            tensors[name] = tensors[stored_as]
+    except (SafetensorError, OSError, ValueError, KeyError) as e:
         raise CheckpointError(f"cannot read weights {path}: {e}") from None
+    return tensors
 
 
 def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str | Path) -> None:
@@ -83,3 +101,54 @@ def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:
             dtypes.setdefault(name, t.dtype)
     mean = {name: t / len(paths) for name, t in total.items()}
     return {name: (t if dtypes[name].is_floating_point else t.round()).to(dtypes[name]) for name, t in mean.items()}
+
+
+def split_tensors(obj: Any, prefix: str = "") -> tuple[dict[str, torch.Tensor], Any]:
+    """A nested structure of dicts, lists, tuples, tensors and JSON values (an optimizer's or
+    scheduler's state_dict, random generator states) -> (its tensors by path, a JSON-able skeleton with
+    {"tensor": path} where they were), to be saved as safetensors + JSON: no pickle. `join_tensors`
+    undoes it, tuples and non-string dict keys (int, float, bool, None) included."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def walk(x: Any, path: str) -> Any:
+        if isinstance(x, torch.Tensor):
+            tensors[path] = x
+            return {"tensor": path}
+        if isinstance(x, dict):
+            items = [[key, walk(v, f"{path}.{key}" if path else str(key))] for key, v in x.items()]
+            if all(isinstance(key, str) for key, _ in items):
+                return {"dict": dict(items)}
+            return {"items": items}
+        if isinstance(x, (list, tuple)):
+            values = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(x)]
+            return {"tuple" if isinstance(x, tuple) else "list": values}
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return {"value": x}
+        raise TypeError(f"{path or 'object'}: a {type(x).__name__} cannot be saved without pickle")
+
+    return tensors, walk(obj, prefix)
+
+
+def join_tensors(tensors: dict[str, torch.Tensor], skeleton: Any) -> Any:
+    """The structure `split_tensors` took apart; CheckpointError for a skeleton it did not write."""
+    def build(node: Any) -> Any:
+        if not isinstance(node, dict) or len(node) != 1:
+            raise CheckpointError(f"not a saved object: {str(node)[:80]}")
+        (kind, value), = node.items()
+        if kind == "tensor":
+            return tensors[value]
+        if kind == "dict":
+            return {key: build(v) for key, v in value.items()}
+        if kind == "items":
+            return {key: build(v) for key, v in value}
+        if kind in ("list", "tuple"):
+            values = [build(v) for v in value]
+            return tuple(values) if kind == "tuple" else values
+        if kind == "value":
+            return value
+        raise CheckpointError(f"not a saved object: {kind!r}")
+
+    try:
+        return build(skeleton)
+    except KeyError as e:
+        raise CheckpointError(f"saved object refers to a missing tensor {e}") from None

@@ -58,11 +58,12 @@ class TrainingData:
     corpora: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # data.corpora: each one's share
 
 
-def valid_batches(dataset: Any, max_tokens: int) -> list[Batch]:
+def valid_batches(dataset: Any, max_tokens: int, multiple: int = 1) -> list[Batch]:
     """Validation batches in length order (fixed across validations)."""
-    sampler = TokenBatchSampler(list(dataset["src_len"]), list(dataset["tgt_len"]), max_tokens=max_tokens, shuffle=False, seed=0)
+    sampler = TokenBatchSampler(list(dataset["src_len"]), list(dataset["tgt_len"]), max_tokens=max_tokens, shuffle=False,
+                                seed=0, multiple=multiple)
     rows = IndexedRows(dataset)
-    return [collate_text(rows.__getitems__(idx)) for idx in sampler]
+    return [collate_text(rows.__getitems__(idx), multiple=multiple) for idx in sampler]
 
 
 def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
@@ -71,7 +72,7 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     prepared = prepare(cfg.data, cfg.tokenizer, out_dir)
     tok, train = prepared.tokenizers, prepared.train
     src_lengths, tgt_lengths = pair_lengths(train)  # from the memory-mapped shards, like every batch's rows
-    max_tokens, seed = cfg.training.max_tokens, cfg.training.seed
+    max_tokens, seed, multiple = cfg.training.max_tokens, cfg.training.seed, cfg.training.shape_multiple
     segmenter = None
     if cfg.data.subword_alpha is not None:  # subword regularization: every epoch segmented anew (in memory)
         prefixes = tgt_prefixes = None
@@ -88,21 +89,23 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
         mix = CorpusMix([part.size for part in prepared.corpora], [part.weight for part in prepared.corpora],
                         cfg.data.sampling_temperature, seed=seed)
         sampler: TokenBatchSampler = MixedBatches(mix, src_lengths, tgt_lengths, max_tokens=max_tokens, seed=seed,
-                                                  segmenter=segmenter)
+                                                  segmenter=segmenter, multiple=multiple)
     elif segmenter is None:
-        sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens=max_tokens, shuffle=True, seed=seed)
+        sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens=max_tokens, shuffle=True, seed=seed,
+                                    multiple=multiple)
     else:  # and batched by the epoch's sampled lengths
-        sampler = ResegmentedBatches(segmenter, max_tokens=max_tokens, seed=seed)
+        sampler = ResegmentedBatches(segmenter, max_tokens=max_tokens, seed=seed, multiple=multiple)
     rows = ShardedRows(train) if segmenter is None else sampler.rows  # type: ignore[attr-defined]
 
     def collate(indices: list[int]) -> Batch:
         src_ids, tgt_ids = rows(indices)
-        return collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)])
+        return collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)],
+                            multiple=multiple)
 
     valid = None
     if prepared.valid is not None and len(prepared.valid):
         valid = ValidData(
-            batches=valid_batches(prepared.valid, cfg.training.max_tokens),
+            batches=valid_batches(prepared.valid, cfg.training.max_tokens, multiple),
             references=[[t] for t in prepared.valid["tgt"]],
             detokenize=tok.tgt.decode,
             groups={part.name: part.rows for part in prepared.valid_sets} or None,
@@ -135,18 +138,19 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     data = prepare_media(cfg.data, cfg.tokenizer, processor, out_dir)
     train, valid_split = data.train, data.valid
     tgt_lens = [len(t) + 1 for t in train.tgt_ids]
+    multiple = cfg.training.shape_multiple  # (the target's length; a source's shape is its processor's)
     sampler = TokenBatchSampler(source_lengths(train, processor), tgt_lens, max_tokens=cfg.training.max_tokens,
-                                shuffle=True, seed=cfg.training.seed)
+                                shuffle=True, seed=cfg.training.seed, multiple=multiple)
     valid = None
     if valid_split is not None:
         order = TokenBatchSampler(source_lengths(valid_split, processor), [len(t) + 1 for t in valid_split.tgt_ids],
-                                  max_tokens=cfg.training.max_tokens, shuffle=False, seed=0)
-        valid = ValidData(batches=[collate_media(valid_split, processor, idx) for idx in order],
+                                  max_tokens=cfg.training.max_tokens, shuffle=False, seed=0, multiple=multiple)
+        valid = ValidData(batches=[collate_media(valid_split, processor, idx, multiple=multiple) for idx in order],
                           references=data.valid_references, detokenize=data.tokenizers.tgt.decode)
     seed = cfg.training.seed
 
     def collate(indices: list[int]) -> Batch:  # augmented by (seed, epoch, row) where model.encoder.augment says
-        return collate_media(train, processor, indices, epoch=sampler.epoch, seed=seed)
+        return collate_media(train, processor, indices, epoch=sampler.epoch, seed=seed, multiple=multiple)
 
     return TrainingData(data.tokenizers, sampler, collate, valid, data.fingerprint, data.summary, len(train),
                         0 if valid_split is None else len(valid_split), list(train.examples.values()))
@@ -217,32 +221,18 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
         for leftover in model_dir.discard_partial_writes():
             log.info("removed %s, left by a save that was interrupted", leftover)
 
-    reads_files = source_kind(cfg.model.encoder).reads_files  # else sentences: text, or a custom text encoder
-    with distributed.main_first():
-        data = media_training_data(cfg, out_dir) if reads_files else text_training_data(cfg, out_dir)
-    tok = data.tokenizers
-    cfg.model = dataclasses.replace(
-        cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
-    )
-    check_fits_in_memory(cfg.model)  # with the vocabularies' real sizes
-    if cfg.model.share_embeddings and not tok.joint:
-        raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
-    torch.manual_seed(cfg.training.seed)
+    data = training_data(cfg, out_dir)
     pretrained = get_modality(cfg.model.encoder.type).pretrained
     if encoder is None and pretrained is not None and parent is None and state_dir is None:
-        encoder = pretrained(cfg.model)  # a fresh run starts from a pretrained backbone's weights
-    model = Seq2SeqTransformer(cfg.model, encoder)
-    fit = getattr(model.encoder, "fit_statistics", None)
-    if fit is not None and data.examples:
-        fit(data.examples)  # e.g. normalize: corpus; a parent's or resumed weights replace it below
+        encoder = pretrained  # a fresh run starts from a pretrained backbone's weights
+    model = build_model(cfg, data, encoder)
     if parent is not None:
         parent.init_weights(model)
 
     if distributed.is_main():
         write_static_files(out_dir, cfg, data, model, config_source, parent)
 
-    search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
-    trainer = Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
+    trainer = make_trainer(cfg, data, model, out_dir)
     log.info("resolved config:\n%s", config_yaml(cfg))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s parameters (%s trainable, %s frozen); device: %s; precision: %s; processes: %d",
@@ -258,6 +248,51 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     result = trainer.train()
     result["out_dir"] = str(out_dir)
     return result
+
+
+def training_data(cfg: Config, out_dir: Path) -> TrainingData:
+    """The run's data (`text_training_data` or `media_training_data`, by the encoder's kind of source);
+    under torchrun rank 0 prepares it first, the others then read what it cached."""
+    reads_files = source_kind(cfg.model.encoder).reads_files  # else sentences: text, or a custom text encoder
+    with distributed.main_first():
+        return media_training_data(cfg, out_dir) if reads_files else text_training_data(cfg, out_dir)
+
+
+def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[Any], Encoder] | None = None
+                ) -> Seq2SeqTransformer:
+    """The model cfg describes, for `data`'s vocabularies (which cfg.model then records), initialised
+    from training.seed; `encoder`: an instance to use, or a function of cfg.model that makes one."""
+    tok = data.tokenizers
+    cfg.model = dataclasses.replace(
+        cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
+    )
+    check_fits_in_memory(cfg.model)  # with the vocabularies' real sizes
+    if cfg.model.share_embeddings and not tok.joint:
+        raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
+    torch.manual_seed(cfg.training.seed)
+    if encoder is not None and not isinstance(encoder, torch.nn.Module):
+        encoder = encoder(cfg.model)
+    model = Seq2SeqTransformer(cfg.model, encoder)
+    fit = getattr(model.encoder, "fit_statistics", None)
+    if fit is not None and data.examples:
+        fit(data.examples)  # e.g. normalize: corpus; a parent's or resumed weights replace it
+    return model
+
+
+def make_trainer(cfg: Config, data: TrainingData, model: Seq2SeqTransformer, out_dir: Path) -> Trainer:
+    """The run's Trainer: validation decodes greedily with cfg's decoding limits."""
+    search_cfg = dataclasses.replace(cfg.decoding, strategy="greedy", beam=1, nbest=1)
+    return Trainer(model, cfg.training, data.sampler, data.collate, data.valid, out_dir, search_cfg, pad_id=PAD_ID)
+
+
+def build_run(cfg: Config) -> Trainer:
+    """A Trainer for cfg as `run_training` builds it (data prepared or read from the cache, a fresh
+    model), writing nothing but the tokenizer into training.output_dir: what the throughput probe times."""
+    resolve_encoder_config(cfg.model.encoder)
+    out_dir = Path(cfg.training.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = training_data(cfg, out_dir)
+    return make_trainer(cfg, data, build_model(cfg, data), out_dir)
 
 
 def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Seq2SeqTransformer,

@@ -138,16 +138,21 @@ def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt
 
 
 def sequence_loss(model: torch.nn.Module, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
-                  smoothing: float = 0.0, ctc_weight: float = 0.0) -> Tensor:
+                  smoothing: float = 0.0, ctc_weight: float = 0.0, positions: Tensor | None = None) -> Tensor:
     """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.
 
-    Only the non-pad positions of tgt_out are projected to the vocabulary and scored. With
-    ctc_weight w > 0: (1 - w) * that loss + w * `ctc_loss` of the encoder's memory.
+    Only the non-pad positions of tgt_out are projected to the vocabulary and scored: `positions` [K],
+    their flat indices in tgt_out.view(-1) (`Batch.target_positions`, found on the host; None: found
+    here, which on a GPU waits for it). With ctc_weight w > 0: (1 - w) * that loss + w * `ctc_loss` of
+    the encoder's memory.
     """
-    keep = tgt_out.ne(pad_id)
+    if positions is None:
+        positions = tgt_out.reshape(-1).ne(pad_id).nonzero().squeeze(1)
     memory, memory_pad_mask = model.encode(src)
-    hidden = model.decoder.features(tgt_in, memory, memory_pad_mask)[0][keep]  # [K, D]
-    loss = linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out[keep], smoothing)
+    hidden = model.decoder.features(tgt_in, memory, memory_pad_mask)[0]
+    hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # [K, D]
+    loss = linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out.reshape(-1).index_select(0, positions),
+                                smoothing)
     if ctc_weight:
         ctc = ctc_loss(memory, memory_pad_mask, model.decoder.output_weight, tgt_out, pad_id)
         loss = (1 - ctc_weight) * loss + ctc_weight * ctc

@@ -19,11 +19,15 @@ from torch import nn
 from seq2seq.config import TrainingConfig
 
 
-def build_optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.AdamW:
+def build_optimizer(model: nn.Module, cfg: TrainingConfig, fused: bool = False) -> torch.optim.AdamW:
     """AdamW over two groups: decay (weight matrices) and no decay (vectors, norms, embeddings); with
     cfg.encoder_lr set, the encoder's parameters (`model.encoder`, e.g. a pretrained backbone) make two
     more groups at that learning rate (the schedule scales every group alike). Frozen parameters are
-    included, so that unfreezing them later trains them (AdamW skips a parameter without a gradient)."""
+    included, so that unfreezing them later trains them (AdamW skips a parameter without a gradient).
+
+    fused: torch's fused AdamW kernel (one kernel for all parameters, as on a GPU), which also skips a
+    step on the device when told the step's gradient was not finite (`skip_if`), without the host
+    looking; where the parameters' device has no fused kernel, the usual multi-tensor AdamW."""
     encoder = getattr(model, "encoder", None) if cfg.encoder_lr is not None else None
     in_encoder = {id(p) for p in encoder.parameters()} if encoder is not None else set()
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(e, d): [] for e in (False, True) for d in (True, False)}
@@ -34,12 +38,38 @@ def build_optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.AdamW:
     if in_encoder:
         params += [{"params": groups[True, True], "weight_decay": cfg.weight_decay, "lr": cfg.encoder_lr},
                    {"params": groups[True, False], "weight_decay": 0.0, "lr": cfg.encoder_lr}]
-    return torch.optim.AdamW(
-        params,
-        lr=cfg.lr,
-        betas=tuple(cfg.betas),
-        eps=cfg.adam_eps,
-    )
+    options = {"fused": True} if fused and fused_adamw_runs_on(next(model.parameters()).device) else {}
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps, **options)
+
+
+def fused_adamw_runs_on(device: torch.device) -> bool:
+    """Does torch have a fused AdamW kernel for parameters on `device`? (CUDA; CPU and MPS in newer torch.)"""
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+def can_skip_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Can `optimizer` skip a step on the device (`skip_if`)? Its fused kernel can."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and \
+        all(group.get("fused") for group in optimizer.param_groups)
+
+
+def step_unless(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> None:
+    """optimizer.step(), skipped when the 0-dim tensor `bad` is true: on the device for a fused
+    optimizer (its kernel reads `found_inf`, the GradScaler's flag, and leaves the parameters, moments
+    and step count as they were), else after the host reads the flag."""
+    if not can_skip_on_device(optimizer):
+        if not bool(bad):
+            optimizer.step()
+        return
+    optimizer.found_inf = bad.to(torch.float32)  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
 
 
 def lr_lambda(cfg: TrainingConfig) -> Callable[[int], float]:

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from seq2seq.accel.cpu import speed_up_for_cpu_training
-from seq2seq.accel.device import choose_device, resolve_precision
+from seq2seq.accel.device import choose_device, resolve_precision, use_fast_attention_kernels
 from seq2seq.config import ConfigError, TrainingConfig
 from seq2seq.training.loss import sequence_loss
 from seq2seq.training import distributed
@@ -50,6 +50,7 @@ def place(model: nn.Module, cfg: TrainingConfig, pad_id: int) -> Placement:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         speed_up_for_cpu_training(model)
+    use_fast_attention_kernels(device)
     model.to(device)
     ddp = DistributedDataParallel(TeacherForcedLoss(model, pad_id, cfg.label_smoothing, cfg.ctc_weight)) if world > 1 else None
     precision = resolve_precision(cfg.precision, device)
@@ -64,5 +65,7 @@ class TeacherForcedLoss(nn.Module):
         super().__init__()
         self.model, self.pad_id, self.smoothing, self.ctc_weight = model, pad_id, smoothing, ctc_weight
 
-    def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing, self.ctc_weight)
+    def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing, self.ctc_weight,
+                             positions)

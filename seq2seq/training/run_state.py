@@ -4,8 +4,9 @@ Each save writes, every file atomically, in this order:
 
     checkpoints/step_N.safetensors  this step's weights; only the last `keep_last` are kept
     train_state/                    what resume needs: weights, `objects` (optimizer, scheduler,
-                                    scaler, RNG states; torch.save) and `progress` (JSON: step,
-                                    data position, best score, history, ...)
+                                    scaler, RNG states; their tensors as objects.safetensors, the rest
+                                    as objects.json: no pickle) and `progress` (JSON: step, data
+                                    position, best score, history, ...)
     model.safetensors               the weights, when this step is the best so far
     metadata.json                   updated with the step, the best score and the last validation
     log.csv, curves.png             every logged row of the history, and its plot
@@ -15,22 +16,31 @@ model.safetensors without train_state/ would look like a finished model), and `l
 the killed save did not (the best weights when the last save was the best, the metadata and log),
 so a run killed at any moment and resumed ends with the files of a run never killed
 (benchmarks/kill_soak.py).
+
+Saving in the background (`save(..., background=True)`, what the training loop does): the training
+thread only takes a snapshot, host copies of the weights and of every tensor in `objects` (a tied
+tensor copied once), started without waiting on a GPU; a writer thread then writes the files above, in
+the same order, while training goes on. One save is written at a time: the next snapshot waits for
+the write before it (`wait()`), and an error of a background write is raised there.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import logging
 import random
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from seq2seq.storage.atomic import atomic_path, read_json
 from seq2seq.storage.model_dir import ModelDir
-from seq2seq.storage.weights import load_into, load_torch, load_weights
+from seq2seq.storage.weights import join_tensors, load_into, load_torch, load_weights, split_tensors
 from seq2seq.training import distributed
 
 log = logging.getLogger(__name__)
@@ -46,9 +56,82 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
+    python = state["python"]  # (a tuple; older states kept it as saved)
+    random.setstate((python[0], tuple(python[1]), python[2]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def host_copies(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], Callable[[], None]]:
+    """Copies on the host of `tensors` (by name) that training may go on changing, and a function that
+    waits until they are complete. A tensor held under several names (tied weights) is copied once and
+    stays shared. From a GPU the copies are queued on the stream (page-locked, not waited for: the
+    training thread goes on) and the function waits for them."""
+    copies: dict[str, torch.Tensor] = {}
+    made: dict[tuple[int, tuple[int, ...], tuple[int, ...], torch.device], torch.Tensor] = {}
+    on_gpu = False
+    for name, t in tensors.items():
+        t = t.detach()
+        key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.device)
+        if key not in made:
+            on_gpu |= t.is_cuda
+            made[key] = t.to("cpu", non_blocking=True) if t.is_cuda else t.clone()
+        copies[name] = made[key]
+    if not on_gpu:
+        return copies, lambda: None
+    event = torch.cuda.Event()
+    event.record()
+    return copies, event.synchronize
+
+
+@dataclass
+class Snapshot:
+    """What one save writes, as host copies (see `host_copies`): weights, the resume objects' tensors
+    and skeleton (`split_tensors`), and a copy of `progress`."""
+
+    weights: dict[str, torch.Tensor]
+    object_tensors: dict[str, torch.Tensor]
+    object_skeleton: Any
+    progress: dict[str, Any]
+    ready: Callable[[], None]
+
+    @classmethod
+    def take(cls, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any]) -> Snapshot:
+        tensors, skeleton = split_tensors(objects)
+        both, ready = host_copies({**{f"model.{k}": v for k, v in model.state_dict().items()},
+                                   **{f"objects.{k}": v for k, v in tensors.items()}})
+        weights = {k[len("model."):]: v for k, v in both.items() if k.startswith("model.")}
+        object_tensors = {k[len("objects."):]: v for k, v in both.items() if k.startswith("objects.")}
+        return cls(weights, object_tensors, skeleton, copy.deepcopy(progress), ready)
+
+
+class BackgroundWriter:
+    """Runs one job at a time on a thread of its own; `wait()` waits for the job in flight and raises
+    the error it raised, if any (also from `submit`, before starting the next)."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.wait()
+
+        def run() -> None:
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - raised by wait(), on the training thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="seq2seq-checkpoint", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
 
 
 class Checkpoints:
@@ -58,15 +141,33 @@ class Checkpoints:
         self.model_dir = ModelDir(out_dir)
         self.keep_last = keep_last
         self.best_metric = best_metric
+        self.writer = BackgroundWriter()
 
-    def save(self, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any], best: bool) -> None:
+    def save(self, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any], best: bool,
+             background: bool = False) -> None:
         """Save `model`'s weights (as step progress["step"]; also as the best weights if `best`),
-        the resume state (`objects` and `progress`), the metadata, the log and the plot.
+        the resume state (`objects`: tensors and JSON values in dicts, lists and tuples; and
+        `progress`), the metadata, the log and the plot; with `background`, written by the writer
+        thread from a snapshot taken now (see the module docstring), else before returning.
 
         progress must hold step, best, best_step, elapsed (seconds) and history (list of rows)."""
-        weights = dict(model.state_dict())
+        self.writer.wait()  # one save at a time (and the previous one's error, if any, now)
+        snapshot = Snapshot.take(model, objects, progress)
+        if background:
+            self.writer.submit(lambda: self._write(snapshot, best))
+        else:
+            self._write(snapshot, best)
+
+    def wait(self) -> None:
+        """Wait for a save in the background to be written (raising its error, if it failed)."""
+        self.writer.wait()
+
+    def _write(self, snapshot: Snapshot, best: bool) -> None:
+        snapshot.ready()
+        weights, progress = snapshot.weights, snapshot.progress
         self.model_dir.save_checkpoint(weights, progress["step"], self.keep_last)
-        self.model_dir.save_train_state({"model.safetensors": weights, "optimizer.pt": objects, "state.json": progress})
+        self.model_dir.save_train_state({"model.safetensors": weights, "objects.safetensors": snapshot.object_tensors,
+                                         "objects.json": snapshot.object_skeleton, "state.json": progress})
         if best:
             self.model_dir.save_weights(weights)
         self._finish_save(progress)
@@ -83,7 +184,10 @@ class Checkpoints:
             return None
         weights = load_weights(state_dir / "model.safetensors")
         load_into(model, weights, state_dir)
-        objects = load_torch(state_dir / "optimizer.pt")
+        if (state_dir / "objects.json").is_file():
+            objects = join_tensors(load_weights(state_dir / "objects.safetensors"), read_json(state_dir / "objects.json"))
+        else:  # a state saved before 2026-11-28: torch.save of tensors and containers, loaded without pickle
+            objects = load_torch(state_dir / "optimizer.pt")
         progress = read_json(state_dir / "state.json")
         log.info("resumed from %s at step %d", state_dir, progress["step"])
         if distributed.is_main():  # what a save killed after train_state/ did not write (see the module)

@@ -10,6 +10,17 @@ validation decodes with the shared search module and scores detokenized strings.
         clip, optimizer step, schedule step
         every `valid_every` steps: validate, save (best, last K, resume state), log, plot
 
+The batches of the next steps are drawn and collated on a background thread (`seq2seq.data.prefetch`,
+training.prefetch steps ahead; in page-locked memory for a GPU, copied without waiting), and a
+checkpoint is written by a thread of its own from a snapshot (`seq2seq.training.run_state`).
+
+Where reading a value on the host stops the device (a GPU: `seq2seq.model.sync`), the step reads
+nothing: the loss is summed on the device and read at the next log line, and a step whose loss or
+gradient is not finite is skipped by the fused optimizer on the device (its update not applied); such
+steps are counted, warned about and held against `max_bad_steps` at the next log line, validation or
+save. Such a step still takes its step number (and its step of the schedule). On a CPU each step
+checks at once, and a skipped step takes no number.
+
 Under torchrun the same loop runs in every process with DistributedDataParallel (see
 `seq2seq.training.distributed`): each process takes its share of a step's `accum_steps` batches, gradients
 are all-reduced once per step (`no_sync` on the others), rank 0 alone validates and writes, and the
@@ -25,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -36,12 +48,14 @@ from tqdm import tqdm
 from seq2seq.training import distributed
 
 from seq2seq.data.batching import Batch, TokenBatchSampler
+from seq2seq.data.prefetch import Prefetcher, Step, training_steps
+from seq2seq.model import sync
 from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
 from seq2seq.config import TrainingConfig
 from seq2seq.accel.device import autocast_context
 from seq2seq.training.validation import METRIC_KEYS, ValidData, is_better, validate
 from seq2seq.training.loss import sequence_loss
-from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_budget
+from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_budget, step_unless
 from seq2seq.training.placement import place
 from seq2seq.config.search import SearchConfig
 
@@ -91,7 +105,10 @@ class Trainer:
         self.plateau_step: int | None = None  # where cfg.cooldown_patience started the cooldown
         self.history: list[dict[str, Any]] = []
         self.window = _Window()  # the training loss since the last log line
-        self.optimizer = build_optimizer(model, cfg)
+        # Where host reads stop the device, the step reads nothing (see the module docstring).
+        self.deferred = not sync.host_reads_are_free(self.device)
+        self.optimizer = build_optimizer(model, cfg, fused=self.deferred)
+        self.sampler_state = sampler.state_dict()  # the position after the last step trained
         self.scheduler = build_scheduler(self.optimizer, cfg, lambda: self.elapsed, lambda: self.max_steps)
         self.tensorboard = open_tensorboard(self.out_dir) if cfg.tensorboard and distributed.is_main() else None
         torch.manual_seed(cfg.seed)
@@ -106,17 +123,19 @@ class Trainer:
             return self.cfg.max_steps
         return plateau_budget(self.cfg, self.plateau_step, self.cfg.max_steps)
 
-    def _batch_stream(self) -> Iterator[list[int]]:
-        while True:
-            yield from self.sampler
-            if self.cfg.max_epochs is not None and self.sampler.epoch + 1 >= self.cfg.max_epochs:
-                return
-            self.sampler.set_epoch(self.sampler.epoch + 1)
+    def _steps(self) -> Iterator[Step]:
+        """The steps' batches from the sampler's position: prepared training.prefetch steps ahead on a
+        background thread (page-locked for a GPU), or on this thread with prefetch 0."""
+        steps = training_steps(self.sampler, self.collate, self.cfg.accum_steps, self.cfg.max_epochs,
+                               self.world, distributed.rank())
+        if not self.cfg.prefetch:
+            return steps
+        return Prefetcher(steps, self.cfg.prefetch, prepare=Step.pinned if self.device.type == "cuda" else None)
 
     def train(self) -> dict[str, Any]:
         """Train until max_steps, max_epochs, max_time_minutes or early stopping; validate and save
         at the end. Returns the step, best score and step, the stop reason and the last log row."""
-        cfg, stream = self.cfg, self._batch_stream()
+        cfg = self.cfg
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         window = self.window
         window.start = time.perf_counter()
@@ -124,18 +143,19 @@ class Trainer:
         bar = tqdm(total=self.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    leave=False, disable=None if distributed.is_main() else True)
         self.model.train()
+        steps = self._steps()
         try:
             while self.step < self.max_steps:
-                batches = [b for _, b in zip(range(cfg.accum_steps), stream)]
-                if not batches or (self.world > 1 and len(batches) < cfg.accum_steps):
+                step = next(steps, None)
+                if step is None:
                     stop_reason = "max_epochs"  # (several processes drop a last, partial step)
                     break
-                loss, n_tokens = self._train_step([self.collate(b) for b in distributed.shard(batches)])
+                counted = self._train_step_or_explain(step.batches)
+                self.sampler_state = step.sampler_state
                 # One clock for all processes: the schedule's cooldown and the time budget must agree.
                 self.elapsed = distributed.broadcast_float(start_elapsed + time.perf_counter() - t0, self.device)
-                if loss is None:  # skipped: nothing was learned, nothing to log or save
+                if not counted:  # skipped: nothing was learned, nothing to log or save
                     continue
-                window.add(loss, n_tokens)
                 if self.step % cfg.log_every == 0:
                     self._log_training(window, bar)
                 bar.update(1)
@@ -147,7 +167,7 @@ class Trainer:
                     self.model.train()
                     bar.total = self.max_steps
                 elif cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                    self.save(best=False)
+                    self.save(best=False, background=True)
                 if out_of_time:
                     stop_reason = "max_time"
                     break
@@ -155,20 +175,43 @@ class Trainer:
                 stop_reason = "plateau_cooldown" if self.max_steps < cfg.max_steps else "max_steps"
         finally:
             bar.close()
+            if isinstance(steps, Prefetcher):
+                steps.close()
+            self.sampler.load_state_dict(self.sampler_state)  # back from running ahead
+            if sys.exc_info()[0] is not None:  # finish a checkpoint being written; the error in flight wins
+                with contextlib.suppress(Exception):
+                    self.checkpoints.wait()
         if not self.history or self.history[-1].get("step") != self.step or "valid_loss" not in self.history[-1]:
             self._validate_and_save()
+        self.checkpoints.wait()
         log.info("training stopped (%s) at step %d after %.1f min; best %s %.2f at step %d",
                  stop_reason, self.step, self.elapsed / 60, cfg.best_metric, self.best if self.best is not None else float("nan"), self.best_step)
         return {"step": self.step, "best": self.best, "best_step": self.best_step, "stop_reason": stop_reason,
                 "elapsed_s": self.elapsed, "last": self.history[-1] if self.history else {}}
 
-    def _train_step(self, batches: list[Batch]) -> tuple[float | None, int]:
-        """One optimizer step over micro-batches. Returns (mean token loss or None if skipped, tokens)."""
+    def _train_step_or_explain(self, batches: list[Batch]) -> bool:
+        """`_train_step`, with one clear line when the device runs out of memory."""
+        try:
+            return self._train_step(batches)
+        except torch.cuda.OutOfMemoryError:
+            shapes = ", ".join("x".join(map(str, b.shape)) for b in batches)
+            raise TrainingAborted(
+                f"the {self.device.type} device ran out of memory at step {self.step + 1} on a batch of {shapes} "
+                f"(rows x source x target positions) with training.max_tokens={self.cfg.max_tokens}: lower "
+                f"training.max_tokens (and raise training.accum_steps as much, to keep the batch size), or train a "
+                f"smaller model. The last checkpoint is in {self.out_dir}") from None
+
+    def _train_step(self, batches: list[Batch]) -> bool:
+        """One optimizer step over micro-batches; False when it was skipped at once (a non-finite loss or
+        gradient, on a device where the host checks each step)."""
         total_tokens = distributed.sum_int(sum(b.n_tgt_tokens for b in batches), self.device)
         self.optimizer.zero_grad(set_to_none=True)
         on_step = getattr(getattr(self.model, "encoder", None), "on_train_step", None)
         if on_step is not None:  # e.g. a frozen pretrained backbone that starts training at step K
             on_step(self.step)
+        if self.deferred:
+            self._deferred_step(batches, total_tokens)
+            return True
         loss_sum, finite = self._accumulate_gradients(batches, total_tokens)
         if finite:
             self.scaler.unscale_(self.optimizer)
@@ -176,12 +219,49 @@ class Trainer:
             finite = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
         if not finite and not self.scaler.is_enabled():
             self._skip_step()
-            return None, total_tokens
+            return False
         self.scaler.step(self.optimizer)  # the fp16 scaler skips non-finite steps itself
         self.scaler.update()
         self.scheduler.step()
         self.step += 1
-        return loss_sum / total_tokens, total_tokens
+        self.window.add(loss_sum / total_tokens, total_tokens)
+        return True
+
+    def _deferred_step(self, batches: list[Batch], total_tokens: int) -> None:
+        """The step without a host read: the loss summed on the device, the step skipped there when the
+        loss or the gradient norm is not finite (`step_unless`; the fp16 scaler skips by itself), and
+        both noted in the window for the next log line."""
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        for i, batch in enumerate(batches):
+            with self._gradient_sync(last=i == len(batches) - 1):
+                loss = self._micro_batch_loss(batch.to(self.device, non_blocking=True))
+                self.scaler.scale(loss * self.world / total_tokens).backward()
+            loss_sum = loss_sum + loss.detach().float()
+        self.scaler.unscale_(self.optimizer)
+        max_norm = self.cfg.clip_norm if self.cfg.clip_norm else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        ok = torch.isfinite(loss_sum) & torch.isfinite(norm)
+        if self.scaler.is_enabled():
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            step_unless(self.optimizer, ~ok)
+        self.scheduler.step()
+        self.step += 1
+        self.window.add_on_device(loss_sum, total_tokens, ok)
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Where a micro-batch's forward and backward run: under DDP, gradients are all-reduced with the
+        step's `last` micro-batch only (`no_sync` before)."""
+        return contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
+
+    def _micro_batch_loss(self, batch: Batch) -> torch.Tensor:
+        """The summed loss of one micro-batch on the device (under DDP, through its wrapper)."""
+        with autocast_context(self.device, self.precision):
+            if self.ddp is None:
+                return sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
+                                     self.cfg.label_smoothing, self.cfg.ctc_weight, batch.target_positions)
+            return self.ddp(batch.src, batch.tgt_in, batch.tgt_out, batch.target_positions)
 
     def _accumulate_gradients(self, batches: list[Batch], total_tokens: int) -> tuple[float, bool]:
         """Backpropagate each micro-batch's summed loss / total_tokens (the step's tokens over all
@@ -193,15 +273,8 @@ class Trainer:
         the NaN reaches every process through the all-reduce and all of them skip the step together."""
         loss_sum, finite = 0.0, True
         for i, batch in enumerate(batches):
-            batch = batch.to(self.device)
-            last = i == len(batches) - 1
-            with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
-                with autocast_context(self.device, self.precision):
-                    if self.ddp is None:
-                        loss = sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
-                                             self.cfg.label_smoothing, self.cfg.ctc_weight)
-                    else:
-                        loss = self.ddp(batch.src, batch.tgt_in, batch.tgt_out)
+            with self._gradient_sync(last=i == len(batches) - 1):
+                loss = self._micro_batch_loss(batch.to(self.device))
                 finite = finite and bool(torch.isfinite(loss))
                 if not finite and self.ddp is None:
                     return loss_sum, False
@@ -213,6 +286,20 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.bad_steps += 1
         log.warning("non-finite loss or gradient at step %d: batch skipped (%d so far)", self.step + 1, self.bad_steps)
+        self._check_bad_steps()
+
+    def _settle(self) -> None:
+        """Read what the deferred steps left on the device (one host read): their loss goes into the
+        log window, and the steps the device skipped are counted, warned about and held against
+        training.max_bad_steps. Nothing to do on a CPU."""
+        bad = self.window.settle(self.device)
+        if bad:
+            self.bad_steps += bad
+            log.warning("%d step(s) up to step %d had a non-finite loss or gradient: their updates were skipped "
+                        "(%d so far)", bad, self.step, self.bad_steps)
+            self._check_bad_steps()
+
+    def _check_bad_steps(self) -> None:
         if self.bad_steps > self.cfg.max_bad_steps:
             raise TrainingAborted(
                 f"{self.bad_steps} steps had a non-finite loss or gradient (limit training.max_bad_steps="
@@ -234,6 +321,7 @@ class Trainer:
         """Validate, save checkpoints and log. Returns True when early stopping says stop.
 
         Under torchrun rank 0 validates and decides; the others receive its bookkeeping."""
+        self._settle()
         improved = False
         if distributed.is_main():
             metrics = self.validate()
@@ -251,7 +339,7 @@ class Trainer:
         shared = distributed.broadcast_object((improved, self.best, self.best_step, self.validations_without_gain,
                                                self.history, self.plateau_step))
         improved, self.best, self.best_step, self.validations_without_gain, self.history, self.plateau_step = shared
-        self.save(best=improved)
+        self.save(best=improved, background=True)
         patience = self.cfg.patience
         return patience is not None and self.validations_without_gain >= patience
 
@@ -267,16 +355,22 @@ class Trainer:
                      self.max_steps)
 
     def _log_training(self, window: _Window, bar: tqdm) -> None:
-        """Log the mean loss and tokens/s since the last log (to the bar, or the logger without one)."""
+        """Log the mean loss and tokens/s since the last log (to the bar, or the logger without one),
+        and on a GPU the most memory it has held."""
+        self._settle()
         if not window.tokens:
             return
         mean_loss, tok_s = window.take()
         lr = self.optimizer.param_groups[0]["lr"]
-        bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+        memory = {}
+        if self.device.type == "cuda":
+            memory["gpu_mem_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}",
+                        **{"mem": f"{memory['gpu_mem_gib']:.1f}G" for _ in memory})
         if bar.disable:
-            log.info("step %d: loss %.3f, lr %.2e, %s tokens/s, %.1f min",
-                     self.step, mean_loss, lr, f"{tok_s:,.0f}", self.elapsed / 60)
-        self._log({"train_loss": mean_loss, "lr": lr, "tokens_per_s": tok_s})
+            log.info("step %d: loss %.3f, lr %.2e, %s tokens/s, %.1f min%s", self.step, mean_loss, lr, f"{tok_s:,.0f}",
+                     self.elapsed / 60, "".join(f", GPU memory {v:.1f} GiB at most" for v in memory.values()))
+        self._log({"train_loss": mean_loss, "lr": lr, "tokens_per_s": tok_s, **memory})
 
     def _log(self, metrics: dict[str, float]) -> None:
         if self.tensorboard is not None:
@@ -290,9 +384,11 @@ class Trainer:
 
     # ---- checkpoints -----------------------------------------------------------------------
 
-    def save(self, best: bool) -> None:
+    def save(self, best: bool, background: bool = False) -> None:
         """Last-K checkpoint, the best weights (if `best`), the resume state, the log and the plot;
-        all atomic (see `seq2seq.training.run_state`)."""
+        all atomic (see `seq2seq.training.run_state`); with `background`, written while training goes on
+        (`wait_for_saves`)."""
+        self._settle()
         rngs = distributed.gather_objects(rng_state())  # every process's random state, for an exact resume
         if not distributed.is_main():
             return
@@ -301,11 +397,15 @@ class Trainer:
         if self.world > 1:
             objects["rng_ranks"] = rngs
         progress = {name: getattr(self, name) for name in PROGRESS}
-        progress["sampler"] = self.sampler.state_dict()
+        progress["sampler"] = dict(self.sampler_state)  # (the sampler itself may be running ahead)
         progress["log_window"] = [self.window.tokens, self.window.loss]  # a resumed run logs the same means
-        self.checkpoints.save(self.model, objects, progress, best)
+        self.checkpoints.save(self.model, objects, progress, best, background)
         if self.tensorboard is not None:
             self.tensorboard.flush()
+
+    def wait_for_saves(self) -> None:
+        """Wait until a save written in the background is on disk (raising its error if it failed)."""
+        self.checkpoints.wait()
 
     def resume(self) -> bool:
         """Restore everything from train_state/. Returns False when there is nothing to resume."""
@@ -313,12 +413,16 @@ class Trainer:
         if loaded is None:
             return False
         objects, progress = loaded
+        kernels = [{k: g[k] for k in ("fused", "foreach", "capturable") if k in g} for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(objects["optimizer"])
+        for group, chosen in zip(self.optimizer.param_groups, kernels):  # this device's kernels, not the saver's
+            group.update(chosen)
         self.scheduler.load_state_dict(objects["scheduler"])
         self.scaler.load_state_dict(objects["scaler"])
         ranks = objects.get("rng_ranks")
         set_rng_state(ranks[distributed.rank()] if ranks and len(ranks) == self.world else objects["rng"])
         self.sampler.load_state_dict(progress["sampler"])
+        self.sampler_state = self.sampler.state_dict()
         for name in PROGRESS:
             setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
         self.window.tokens, self.window.loss = progress.get("log_window", (0, 0.0))
@@ -336,14 +440,35 @@ def open_tensorboard(out_dir: Path) -> Any:
 
 
 class _Window:
-    """Target tokens, summed loss and wall time since the last training log."""
+    """Target tokens, summed loss and wall time since the last training log. Steps checked on the
+    device (`Trainer._deferred_step`) add to `pending` there, [loss sum, tokens, skipped steps], which
+    `settle` reads once."""
 
     def __init__(self) -> None:
         self.tokens, self.loss, self.start = 0, 0.0, time.perf_counter()
+        self.pending: torch.Tensor | None = None
 
     def add(self, mean_loss: float, tokens: int) -> None:
         self.tokens += tokens
         self.loss += mean_loss * tokens
+
+    def add_on_device(self, loss_sum: torch.Tensor, tokens: int, ok: torch.Tensor) -> None:
+        """A step's summed loss and tokens (both left out when `ok`, a 0-dim bool, is false: the step was
+        skipped), without reading them."""
+        dtype = torch.float32 if loss_sum.device.type == "mps" else torch.float64  # (MPS has no float64)
+        row = torch.stack([torch.where(ok, loss_sum, 0.0).to(dtype), ok.to(dtype) * tokens, (~ok).to(dtype)])
+        self.pending = row if self.pending is None else self.pending + row
+
+    def settle(self, device: torch.device) -> int:
+        """Move the pending sums into the window (one host read; under torchrun the loss summed over the
+        processes). Returns the number of skipped steps among them."""
+        if self.pending is None:
+            return 0
+        loss, tokens, bad = self.pending.tolist()
+        self.pending = None
+        self.loss += distributed.sum_float(loss, device)
+        self.tokens += round(tokens)
+        return round(bad)
 
     def take(self) -> tuple[float, float]:
         """(mean loss per token, tokens/s) of the window, which starts again."""

@@ -69,17 +69,19 @@ def validate(model: nn.Module, valid: ValidData, device: torch.device, precision
     """Validation loss (plain NLL per target token) and perplexity; with `decode`, the metrics of
     `search_cfg` decoding (greedy in training). Leaves the model in eval mode."""
     model.eval()
-    nll, tokens = 0.0, 0
+    nll = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+    tokens = 0
     hyps: dict[int, list[int]] = {}
     for batch in valid.batches:
-        batch = batch.to(device)
+        batch = batch.to(device, non_blocking=True)
         with autocast_context(device, precision):
-            nll += sequence_loss(model, batch.src, batch.tgt_in, batch.tgt_out, pad_id).item()
+            loss = sequence_loss(model, batch.src, batch.tgt_in, batch.tgt_out, pad_id, positions=batch.target_positions)
+            nll += loss.to(nll.dtype)  # summed on the device, read once (each a float32 sum, added exactly)
             results = search(model, batch.src, search_cfg, controls=_forced(batch, valid.forced)) if decode else []
         tokens += batch.n_tgt_tokens
         for i, nbest in zip(batch.indices, results):
             hyps[i] = nbest[0].tokens[valid.forced:]
-    loss = nll / max(tokens, 1)
+    loss = nll.item() / max(tokens, 1)
     metrics = {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50))}
     if hyps:
         order = sorted(hyps)

@@ -56,6 +56,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
 from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.model import sync
 from seq2seq.model.layers import Dropout, EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.audio_features import (
     LogMel, conv_length, empty_mel_filters, log_mel, num_frames, padding_mask, spec_augment, subsampled_length,
@@ -254,7 +255,7 @@ class AudioEncoder(Encoder):
         pad_mask = padding_mask(out_lengths, x.size(1))
         x = self.proj(x) * self.scale + self.position_table(x.size(1)).to(x.dtype)
         x = self.dropout(x)
-        mask = pad_mask if bool(pad_mask.any()) else None
+        mask = None if sync.host_reads_are_free(x.device) and not bool(pad_mask.any()) else pad_mask  # (as TextEncoder)
         for layer in self.layers:
             x = layer(x, mask)
         x = self.final_norm(x)

@@ -265,14 +265,20 @@ class AttentionView:
     position_seconds: float = 0.0
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
-    """Id lists -> LongTensor [len(seqs), max length], right-padded with pad_id."""
-    width = max((len(s) for s in seqs), default=0)
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID, multiple: int = 1) -> Tensor:
+    """Id lists -> LongTensor [len(seqs), max length rounded up to a multiple of `multiple`], right-padded
+    with pad_id."""
+    width = round_up(max((len(s) for s in seqs), default=0), multiple)
     out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         if len(s):
             out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
     return out
+
+
+def round_up(n: int, multiple: int) -> int:
+    """n rounded up to a multiple of `multiple` (>= 1)."""
+    return -(-n // multiple) * multiple
 
 
 class TextProcessor(SourceProcessor):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from seq2seq.config.sections import ModelConfig
+from seq2seq.model import sync
 from seq2seq.model.layers import Embedding, EncoderLayer
 from seq2seq.model.encoders.base import Encoder, Modality, TextProcessor, register
 
@@ -23,8 +24,9 @@ class TextEncoder(Encoder):
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
         pad_mask = src.eq(self.pad_id)
         x = self.embed(src)
-        # Fully unpadded batches skip the mask, which lets SDPA take its fastest kernel.
-        mask = pad_mask if bool(pad_mask.any()) else None
+        # Fully unpadded batches skip the mask, which lets SDPA take its fastest kernel (where asking costs
+        # nothing: on a GPU the question would wait for it, and the mask stays).
+        mask = None if sync.host_reads_are_free(src.device) and not bool(pad_mask.any()) else pad_mask
         for layer in self.layers:
             x = layer(x, mask)
         return self.final_norm(x), pad_mask
