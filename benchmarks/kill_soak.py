@@ -102,7 +102,8 @@ def writing(out_dir: Path, before: set[Path]) -> bool:
 def check_directory(out_dir: Path) -> tuple[int | None, list[str]]:
     """(the step train_state/ holds or None, problems): every file a resume or a user reads must load."""
     from seq2seq.storage.model_dir import ModelDir
-    from seq2seq.storage.weights import load_torch, load_weights
+    from seq2seq.storage.weights import load_weights
+    from seq2seq.training.run_state import load_objects
     from seq2seq.storage.atomic import read_json
 
     problems = []
@@ -112,7 +113,7 @@ def check_directory(out_dir: Path) -> tuple[int | None, list[str]]:
     try:
         if state is not None:
             load_weights(state / "model.safetensors")
-            load_torch(state / "optimizer.pt")
+            load_objects(state)
             step = read_json(state / "state.json")["step"]
         for path in [*(out_dir / "checkpoints").glob("step_*.safetensors"), out_dir / "model.safetensors"]:
             if path.exists():

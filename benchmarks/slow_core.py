@@ -35,12 +35,14 @@ WEIGHTS = {-5: 3121, -4: 2501, -3: 1991, -2: 1586, -1: 1277, 0: 1024, 1: 820, 2:
 PROBE = """
 import statistics, tempfile
 from pathlib import Path
+from seq2seq.data.synthetic import make_splits, write_splits
 from seq2seq.training.quickstart import quickstart_config
-from seq2seq.training.throughput import probe_step_seconds
+from seq2seq.training.throughput import probe_run
 d = Path(tempfile.mkdtemp())
-cfg = quickstart_config({k: (d / "a", d / "b") for k in ("train", "valid")}, d / "m", 3.5, "cpu", 1)
-probe_step_seconds(cfg, steps=2)
-xs = [probe_step_seconds(cfg, steps=3) for _ in range(REPEATS)]
+files = write_splits(make_splits(n_train=2000, n_valid=100, n_test=10, seed=1), d / "data")
+cfg = quickstart_config(files, d / "m", 3.5, "cpu", 1)
+probe_run(cfg, steps=2, warmup=1)
+xs = [probe_run(cfg, steps=3).step for _ in range(REPEATS)]
 print(" ".join(f"{x:.2f}" for x in xs), "median", round(statistics.median(xs), 3))
 """
 

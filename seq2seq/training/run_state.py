@@ -105,6 +105,14 @@ class Snapshot:
         return cls(weights, object_tensors, skeleton, copy.deepcopy(progress), ready)
 
 
+def load_objects(state_dir: Path) -> dict[str, Any]:
+    """The resume objects (optimizer, scheduler, scaler, RNG states) a train-state directory holds;
+    CheckpointError naming the file when one is missing or unreadable."""
+    if (state_dir / "objects.json").is_file():
+        return join_tensors(load_weights(state_dir / "objects.safetensors"), read_json(state_dir / "objects.json"))
+    return load_torch(state_dir / "optimizer.pt")  # a state saved before 2026-11-28: tensors and containers, no pickle
+
+
 class BackgroundWriter:
     """Runs one job at a time on a thread of its own; `wait()` waits for the job in flight and raises
     the error it raised, if any (also from `submit`, before starting the next)."""
@@ -184,10 +192,7 @@ class Checkpoints:
             return None
         weights = load_weights(state_dir / "model.safetensors")
         load_into(model, weights, state_dir)
-        if (state_dir / "objects.json").is_file():
-            objects = join_tensors(load_weights(state_dir / "objects.safetensors"), read_json(state_dir / "objects.json"))
-        else:  # a state saved before 2026-11-28: torch.save of tensors and containers, loaded without pickle
-            objects = load_torch(state_dir / "optimizer.pt")
+        objects = load_objects(state_dir)
         progress = read_json(state_dir / "state.json")
         log.info("resumed from %s at step %d", state_dir, progress["step"])
         if distributed.is_main():  # what a save killed after train_state/ did not write (see the module)
