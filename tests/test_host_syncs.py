@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from seq2seq.model import sync
 from seq2seq.training.trainer import TrainingAborted
-from test_train import make_trainer, toy_data
+from test_train import make_trainer, nan_at_call, toy_data
 
 # Ops that need a value on the host: .item(), bool(t), float(t) (_local_scalar_dense), and those whose
 # output size depends on the values (nonzero, a boolean-mask gather, masked_select).
@@ -101,17 +101,9 @@ def test_a_non_finite_step_is_skipped_on_the_device_and_counted_at_the_next_log(
                                                                                 caplog):
     import seq2seq.training.trainer as train_module
 
-    real = train_module.sequence_loss
-    calls = {"n": 0}
-
-    def third_is_nan(*args):
-        calls["n"] += 1
-        loss = real(*args)
-        return loss * float("nan") if calls["n"] == 3 else loss
-
     trainer = make_trainer(tmp_path, toy_data(), max_steps=6, max_bad_steps=2, log_every=3, valid_every=6,
                            prefetch=0)
-    monkeypatch.setattr(train_module, "sequence_loss", third_is_nan)
+    real = nan_at_call(monkeypatch, 3)
     steps = trainer._steps()
     trainer._train_step(next(steps).batches)
     trainer._train_step(next(steps).batches)
@@ -173,7 +165,8 @@ def test_the_search_reads_the_host_once_a_step(monkeypatch, as_on_a_gpu, strateg
     src[:, -1], src[1, -3:] = 3, torch.tensor([3, 0, 0])  # (one padded source)
     if members > 1:
         src = (src, src)  # (an ensemble reads one batch per member)
-    cfg = SearchConfig(strategy=strategy, beam=3, max_len_a=0, max_len_b=12, seed=4, nbest=1 if strategy == "greedy" else 2)
+    cfg = SearchConfig(strategy=strategy, beam=3, max_len_a=0, max_len_b=12, seed=4,
+                       nbest=1 if strategy == "greedy" else 2)
     per_source = None if controls is None else [SourceControls(**controls)] * 5
     steps = []
     real_step = search_module._Search._next_log_probs

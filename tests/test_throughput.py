@@ -3,7 +3,6 @@ slow machine from it. (How close its estimates come to the steps runs train: ben
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 

@@ -306,20 +306,27 @@ def test_interrupted_state_swap_falls_back_to_old(tmp_path):
     assert read_json(ModelDir(tmp_path).train_state() / "state.json")["step"] == 2
 
 
+def nan_at_call(monkeypatch, n):
+    """Make the trainer's `n`th loss (counting from 1) NaN; returns the real loss function."""
+    import seq2seq.training.trainer as train_module
+
+    real, calls = train_module.sequence_loss, [0]
+
+    def nan_once(*args):
+        calls[0] += 1
+        loss = real(*args)
+        return loss * float("nan") if calls[0] == n else loss
+
+    monkeypatch.setattr(train_module, "sequence_loss", nan_once)
+    return real
+
+
 def test_non_finite_loss_skips_the_step_then_aborts(tmp_path, monkeypatch):
     rows = toy_data()
     trainer = make_trainer(tmp_path, rows, max_steps=6, max_bad_steps=2)
     import seq2seq.training.trainer as train_module
 
-    real = train_module.sequence_loss
-    calls = {"n": 0}
-
-    def sometimes_nan(*args):
-        calls["n"] += 1
-        loss = real(*args)
-        return loss * float("nan") if calls["n"] == 2 else loss
-
-    monkeypatch.setattr(train_module, "sequence_loss", sometimes_nan)
+    real = nan_at_call(monkeypatch, 2)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
     assert trainer.bad_steps == 1 and trainer.step == 6

@@ -60,8 +60,8 @@ class TrainingData:
 
 def valid_batches(dataset: Any, max_tokens: int, multiple: int = 1) -> list[Batch]:
     """Validation batches in length order (fixed across validations)."""
-    sampler = TokenBatchSampler(list(dataset["src_len"]), list(dataset["tgt_len"]), max_tokens=max_tokens, shuffle=False,
-                                seed=0, multiple=multiple)
+    sampler = TokenBatchSampler(list(dataset["src_len"]), list(dataset["tgt_len"]), max_tokens=max_tokens,
+                                shuffle=False, seed=0, multiple=multiple)
     rows = IndexedRows(dataset)
     return [collate_text(rows.__getitems__(idx), multiple=multiple) for idx in sampler]
 

@@ -75,7 +75,8 @@ def validate(model: nn.Module, valid: ValidData, device: torch.device, precision
     for batch in valid.batches:
         batch = batch.to(device, non_blocking=True)
         with autocast_context(device, precision):
-            loss = sequence_loss(model, batch.src, batch.tgt_in, batch.tgt_out, pad_id, positions=batch.target_positions)
+            loss = sequence_loss(model, batch.src, batch.tgt_in, batch.tgt_out, pad_id,
+                                 positions=batch.target_positions)
             nll += loss.to(nll.dtype)  # summed on the device, read once (each a float32 sum, added exactly)
             results = search(model, batch.src, search_cfg, controls=_forced(batch, valid.forced)) if decode else []
         tokens += batch.n_tgt_tokens
