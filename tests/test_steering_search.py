@@ -11,7 +11,7 @@ import torch
 from seq2seq.inference.constraints import ConstraintTracker, _stripes
 from seq2seq.inference.controls import ControlError, SourceControls
 from seq2seq.inference.search import SearchConfig, search
-from test_search import EOS, LENGTHS, assert_same, sources, tiny_model
+from test_search import EOS, LENGTHS, V, assert_same, scripted, sources, tiny_model
 
 
 def contains(tokens: list[int], phrase: list[int]) -> bool:
@@ -195,3 +195,42 @@ def test_stripes_take_each_bank_in_turn_from_the_highest():
     banks = torch.tensor([[0, 0, 1, 2, 1, 2]])
     # rank 0: bank 2 (-4), bank 1 (-3), bank 0 (-1); rank 1: bank 1 (-5), bank 0 (-2); dead last
     assert _stripes(scores, banks).tolist() == [[3, 2, 0, 4, 1, 5]]
+
+
+# ---- the sentence-end rule ----------------------------------------------------------------------
+
+
+def test_no_last_sentence_end_before_every_constraint_is_met():
+    """The failure the rule is for: a model that would write "6 ." and stop, constrained to write 8, ends
+    its sentence, may not stop (8 is unmet) and appends 8 after the full stop (7): "6 . 8". With the rule
+    a row may not write its source's last full stop before every constraint is met: "6 8 ."."""
+    stop, word, term = 7, 5, 6
+    script = {(): {word: 0.9, term: 0.1}, (word,): {stop: 0.9, term: 0.1}, (word, stop): {EOS: 0.5, term: 0.5},
+              (word, stop, term): {EOS: 0.9, stop: 0.1}, (word, term): {stop: 0.9, EOS: 0.1},
+              (term,): {word: 0.8, stop: 0.2}, (term, word): {stop: 0.9, EOS: 0.1}}
+    model, src = scripted(script)
+    end = torch.zeros(V, dtype=torch.bool)
+    end[stop] = True
+    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=6, lenpen=0.0)
+    assert search(model, src, cfg)[0][0].tokens == [word, stop]
+    for ends, expected in ((None, [word, stop, term]), (1, [word, term, stop]), (2, [word, stop, term])):
+        controls = [SourceControls(constraints=[[term]], sentence_ends=ends)]
+        assert search(model, src, cfg, controls=controls, sentence_end=end)[0][0].tokens == expected, ends
+
+
+def test_a_source_of_two_sentences_may_end_one_before_its_constraints():
+    end = torch.zeros(8, dtype=torch.bool)
+    end[6] = True
+    tracker = ConstraintTracker([[[5]], [[5]]], group=1, eos_id=EOS, device=torch.device("cpu"), sentence_end=end,
+                                sentence_ends=[2, 1])
+    lprobs = torch.zeros(2, 8)
+    tracker.mask(lprobs, torch.zeros(2, 1, dtype=torch.long), 0, None)
+    assert lprobs[0, 6] == 0 and lprobs[1, 6] == float("-inf")  # unit 0 may end its first sentence
+    tracker.follow(None, None, torch.tensor([6, 4]))
+    lprobs = torch.zeros(2, 8)
+    tracker.mask(lprobs, torch.zeros(2, 2, dtype=torch.long), 1, None)
+    assert lprobs[0, 6] == float("-inf")  # not its last one
+    tracker.follow(None, None, torch.tensor([5, 5]))  # both met: every sentence may end
+    lprobs = torch.zeros(2, 8)
+    tracker.mask(lprobs, torch.zeros(2, 3, dtype=torch.long), 2, None)
+    assert (lprobs[:, 6] == 0).all()

@@ -6,6 +6,7 @@ line by line beside the input (docs/decoding-controls.md).
     --avoid PHRASE           a phrase that must not appear in any output (repeatable)
     --avoid-file FILE        per input line, phrases that must not appear, TAB-separated
     --glossary FILE          TSV of source term, target term (seq2seq.inference.glossary)
+    --terms MODE             annotate, constrain or both: how the terms reach the model (docs/terminology.md)
     --json-input             each input line is {"text": ..., "prefix": ..., "constraints": [...], "avoid": [...]}
 
 The files are read in step with the input, chunk by chunk, so they stream as the input does; one
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from seq2seq.inference.steering import SteeringError
+from seq2seq.inference.steering import TERM_MODES, SteeringError
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
 
 JSON_FIELDS = ("text", "prefix", "constraints", "avoid")
@@ -43,6 +44,11 @@ def steering_options(glossary: bool = True, json_input: bool = True) -> Callable
         options.append(click.option("--glossary", type=click.Path(dir_okay=False), default=None,
                                     help="TSV 'source term<TAB>target term': a term found in a line must be "
                                          "translated as given (a constraint)."))
+        options.append(click.option("--terms", type=click.Choice(TERM_MODES), default=None,
+                                    help="How constraints and glossary terms reach a model trained with terms "
+                                         "on its sources (docs/terminology.md): annotate (the model places them), "
+                                         "constrain (the constrained beam guarantees them), both. Default: both "
+                                         "for such a model, else constrain."))
     if json_input:
         options.append(click.option("--json-input", is_flag=True,
                                     help='Each input line is a JSON object: {"text": ..., and optionally "prefix", '
@@ -56,7 +62,7 @@ def steering_options(glossary: bool = True, json_input: bool = True) -> Callable
     return decorate
 
 
-STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glossary", "json_input")
+STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glossary", "json_input", "terms")
 
 
 class Steerer:
@@ -66,10 +72,10 @@ class Steerer:
 
     def __init__(self, prefix_file: str | None = None, constraints_file: str | None = None,
                  avoid: tuple[str, ...] = (), avoid_file: str | None = None, glossary: str | None = None,
-                 json_input: bool = False) -> None:
+                 json_input: bool = False, terms: str | None = None) -> None:
         from seq2seq.inference.glossary import Glossary
 
-        self.json_input = json_input
+        self.json_input, self.terms = json_input, terms
         self.avoid = list(avoid)
         self.glossary = Glossary.load(glossary) if glossary else None
         self.files: dict[str, tuple[str, Iterator[str]]] = {}
@@ -112,7 +118,7 @@ class Steerer:
         if self.avoid:
             avoid = [self.avoid + list(a or []) for a in avoid] if avoid is not None else self.avoid
         steering = {"prefix": per_line.get("prefix"), "constraints": per_line.get("constraints"), "avoid": avoid,
-                    "glossary": self.glossary}
+                    "glossary": self.glossary, "terms": self.terms}
         return texts, {k: v for k, v in steering.items() if v is not None}
 
     def close(self) -> None:

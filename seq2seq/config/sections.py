@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from seq2seq.config.terminology import TerminologyConfig
 from seq2seq.config.schema import ConfigError, from_dict
 
 # The special ids of every tokenizer (pad, unk, bos, eos; `seq2seq.text.tokenizer.SPECIAL_IDS`):
@@ -351,6 +352,7 @@ class DataConfig:
     languages: list[str] = field(default_factory=list)
     reserved: list[str] = field(default_factory=list)
     language_tag: Literal["source", "decoder"] = "source"
+    terminology: TerminologyConfig = field(default_factory=TerminologyConfig)  # docs/terminology.md
 
     def __post_init__(self) -> None:
         self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c

@@ -40,6 +40,8 @@ from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
 from seq2seq.config import TokenizerConfig
 
 from seq2seq.data.cleaning import CleaningReport, nothing_kept
+from seq2seq.data.terminology import TermSampler
+from seq2seq.text.terminology import word_counts
 from seq2seq.data.readers import (CHUNK_PAIRS, Chunk, _hash, check_aligned, fingerprint, iter_line_blocks, load_hf,
                                   parallel_chunks, table_chunks)
 from seq2seq.data.shards import (PARALLEL_BYTES, ShardJob, available_cores, load_shards, sample_sentences,
@@ -398,6 +400,8 @@ def prepare(
 
     settings = {k: v for k, v in to_dict(cfg).items() if k in
                 ("src_column", "tgt_column", "max_len", "max_ratio", "lowercase", "valid_max_sentences")}
+    if cfg.terminology.on:  # (a plain corpus keeps the key it had)
+        settings["terminology"] = to_dict(cfg.terminology)
     fields = {"version": CACHE_VERSION, "train": train_fp, "valid": valid_fp, "settings": settings,
               "src_model": _model_hash(tokenizers.src), "tgt_model": _model_hash(tokenizers.tgt)}
     if several:
@@ -477,7 +481,11 @@ def _build_cache(entry: Path, train_sources: list[_Source], valid_sources: list[
         for i, source in enumerate(train_sources):
             job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), False, cfg.max_len, cfg.max_ratio,
                            tuple(source.tgt_prefix_ids))
-            done = write_shards(source.split.chunks(), job, tmp, f"train{i}", workers)
+            chunks = source.split.chunks()
+            if cfg.terminology.on:  # a share of the sources annotated with target terms
+                sampler = TermSampler(cfg.terminology, word_counts(t for block in source.split.side(1) for t in block))
+                chunks = sampler.annotated(chunks, seed=i)
+            done = write_shards(chunks, job, tmp, f"train{i}", workers)
             report = _combined([d.report for d in done], cfg.max_len, cfg.max_ratio)
             if report.kept == 0:
                 raise nothing_kept(report, source.name if cfg.corpora else "")

@@ -60,20 +60,18 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from seq2seq.data.batching import length_batches
 from seq2seq.deploy.staging import EXPORT_INFO, ExportError, read_export_info, require, weights_digest
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.options import resolve_search
-from seq2seq.inference.steering import SteeringError, encode_steering, steer_inputs
+from seq2seq.inference.glossary import Glossary
+from seq2seq.inference.steering import SteeringError, encode_steering, steer_inputs, term_mode, with_terms
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.model.encoders.base import source_processor
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
-
-if TYPE_CHECKING:  # pragma: no cover
-    from seq2seq.inference.glossary import Glossary
 
 log = logging.getLogger(__name__)
 NO_CONSTRAINTS = "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
@@ -171,6 +169,11 @@ class CTranslate2Translator:
     def translate(self, texts: list[str], **options: Any) -> list[str]:
         return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(texts, **options)]
 
+    @property
+    def annotates_terms(self) -> bool:
+        """Was the model trained with terms on its sources (`data.terminology`)? It then takes them so."""
+        return self.config.data.terminology.on
+
     def translate_nbest(
         self,
         texts: list[str],
@@ -182,19 +185,28 @@ class CTranslate2Translator:
         constraints: Sequence[Sequence[str] | None] | None = None,
         avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
         glossary: Glossary | str | Path | None = None,
+        terms: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
         """As `Translator.translate_nbest`: n-best hypotheses of each text, best first, in input order.
         Steering as there, except lexical constraints (`constraints`, `glossary`): SteeringError
-        (see the module docstring)."""
+        (see the module docstring), unless they are only annotated on the sources of a model trained with
+        terms (`terms` "annotate", the default for such a model here)."""
         cfg = self.search_config(**options)
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
-        if glossary is not None:
+        annotates = self.annotates_terms
+        mode = term_mode(terms if terms is not None or not annotates else "annotate", annotates, self.path)
+        if glossary is not None and mode != "annotate":
             raise SteeringError(f"{NO_CONSTRAINTS} (a glossary's terms are constraints)")
-        steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, first_line=first_line)
-        if steering is not None and any(s.constraints for s in steering):
+        if glossary is not None and not isinstance(glossary, Glossary):
+            glossary = Glossary.load(glossary)
+        steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
+                                sources=texts, first_line=first_line)
+        if steering is not None and mode != "annotate" and any(s.constraints for s in steering):
             raise SteeringError(NO_CONSTRAINTS)
+        if steering is not None and mode == "annotate":
+            texts = [with_terms(text, steer, mode) for text, steer in zip(texts, steering)]
         warn = warn or log.warning
         if cfg.strategy == "beam" and not cfg.early_stopping and "early_stopping" not in self._warned:
             self._warned.add("early_stopping")
@@ -206,7 +218,7 @@ class CTranslate2Translator:
         banned: dict[int, tuple[tuple[str, ...], ...]] = {}
         for i, s in enumerate(steering or []):
             if s:  # checked before any text is read or translated, as `Translator` does
-                controls = encode_steering(s, tgt, first_line + i)
+                controls = encode_steering(s, tgt, first_line + i, mode)
                 if controls.prefix:
                     prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
                 banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))

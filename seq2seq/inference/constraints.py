@@ -17,7 +17,10 @@ in turns: the best candidate of the highest bank, the best of the next bank, ...
 best of each, ... ("stripes"), so hypotheses that met more constraints survive beside better-scored
 ones that met fewer. A hypothesis may end (EOS) only once it has met every constraint, except at
 the sentence's length limit, where every row ends; such a hypothesis is marked
-`constraints_met=False` (the caller falls back to the unconstrained search, with a warning).
+`constraints_met=False` (the caller falls back to the unconstrained search, with a warning). Nor may it
+end its source's last sentence before (the sentence-end rule, where the caller gives the pieces that end
+a sentence and how many sentences each source ends): the beam used to meet a constraint the model would
+not place by appending it after the translation's full stop ("... Restaurant. Nudeln.").
 
 Progress per row and constraint is how many of the phrase's first tokens end the row's output (after
 a mismatch it restarts from the phrase's first token, so a phrase that repeats its own beginning,
@@ -40,6 +43,8 @@ from torch import Tensor
 from seq2seq.inference.controls import Control, RowPhrases
 from seq2seq.inference.strategies import NEG_INF, Candidates, Strategy
 
+LOTS = 1 << 30  # sentence ends left to a unit without the sentence-end rule
+
 
 class ConstraintTracker(Control):
     """Each row's progress through its unit's constraints, and the EOS rule (no EOS before all are met).
@@ -53,12 +58,21 @@ class ConstraintTracker(Control):
     """
 
     def __init__(self, constraints: Sequence[Sequence[Sequence[int]]], group: int, eos_id: int,
-                 device: torch.device, continuation: Tensor | None = None) -> None:
+                 device: torch.device, continuation: Tensor | None = None, sentence_end: Tensor | None = None,
+                 sentence_ends: Sequence[int | None] | None = None) -> None:
         self.eos_id = eos_id
         self.continuation = None if continuation is None else continuation.to(device)
         self.table = RowPhrases(constraints, group, device)  # phrases [B, C, L], lengths [B, C]
         self.progress = torch.zeros_like(self.table.lengths)
         self.met = self.table.lengths == 0  # [B, C]
+        # The sentence-end rule: sentence_end [V] marks the pieces that end a sentence, sentence_ends[u] how many
+        # sentences unit u's source ends (None: no rule). A row may end no more than all but the last of them
+        # before it has met every constraint, so a term goes into the translation, not after its last full stop.
+        self.sentence_end, self.ends_left = None, None
+        if sentence_end is not None and sentence_ends is not None and any(n is not None for n in sentence_ends):
+            self.sentence_end = sentence_end.to(device)
+            left = [LOTS if n is None else max(n, 1) - 1 for n in sentence_ends]
+            self.ends_left = torch.tensor(left, device=device).repeat_interleave(group)  # [B]
 
     # ---- what the search reads --------------------------------------------------------------
 
@@ -103,11 +117,17 @@ class ConstraintTracker(Control):
 
     def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
         eos = self.eos_id
-        lprobs[:, eos] = torch.where(self.all_met(), lprobs[:, eos], NEG_INF)
+        met = self.all_met()
+        lprobs[:, eos] = torch.where(met, lprobs[:, eos], NEG_INF)
+        if self.ends_left is not None:  # no last full stop before every constraint is met
+            stop = ~met & (self.ends_left <= 0)
+            lprobs.masked_fill_(stop[:, None] & self.sentence_end[None, :], NEG_INF)
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
         rows = parents if parents is not None else torch.arange(new_tokens.numel(), device=new_tokens.device)
         self.progress, self.met = self._advanced(rows, new_tokens)  # (rows number the units before the step)
+        if self.ends_left is not None:
+            self.ends_left = self.ends_left.index_select(0, rows) - self.sentence_end[new_tokens].long()
         if kept_units is not None:
             self.table.keep(kept_units)
 

@@ -34,6 +34,7 @@ class SourceControls:
     prefix: list[int] = field(default_factory=list)
     constraints: list[list[int]] = field(default_factory=list)
     avoid: list[list[int]] = field(default_factory=list)
+    sentence_ends: int | None = None  # how many sentences the source ends (the constraints' sentence-end rule)
 
     def __bool__(self) -> bool:
         return bool(self.prefix or self.constraints or self.avoid)

@@ -90,7 +90,8 @@ class Hypothesis:
 
 def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_lengths: Sequence[int],
                    sources: Sequence[int], eos_id: int, device: torch.device,
-                   continuation: Tensor | None = None) -> tuple[list[Control], ConstraintTracker | None]:
+                   continuation: Tensor | None = None, sentence_end: Tensor | None = None
+                   ) -> tuple[list[Control], ConstraintTracker | None]:
     """The controls of a batch's units (`per_unit[u]`: unit u's, None for none; `sources[u]`: its source
     in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`). Returns
     the masking controls, and the constraint tracker (None without constraints) that the constrained
@@ -107,7 +108,8 @@ def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_le
         out.append(BannedPhrases([c.avoid for c in controls], group, device))
     tracker = None
     if any(c.constraints for c in controls):
-        tracker = ConstraintTracker([c.constraints for c in controls], group, eos_id, device, continuation)
+        tracker = ConstraintTracker([c.constraints for c in controls], group, eos_id, device, continuation,
+                                    sentence_end, [c.sentence_ends for c in controls])
         out.append(tracker)
     if any(c.prefix for c in controls):  # last: the user's prefix wins over every other mask
         out.append(TargetPrefix([c.prefix for c in controls], group, device))
@@ -221,7 +223,7 @@ class _Finished:
 
 def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
            controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
-           use_cache: bool = True) -> list[list[Hypothesis]]:
+           sentence_end: Tensor | None = None, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
 
     Each list holds up to `cfg.nbest` distinct hypotheses sorted by score, best first (fewer only
@@ -230,7 +232,9 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
     phrases; `seq2seq.inference.controls`), None for none; constraints need beam search, and a
     hypothesis that could not meet them ends at the length limit with `constraints_met=False`,
     ranked after those that did; continuation [V] (bool, optional): the target pieces that continue a
-    word, so that constraints are met only as whole words (`ConstraintTracker`). `use_cache=False`
+    word, so that constraints are met only as whole words (`ConstraintTracker`); sentence_end [V] (bool,
+    optional): the pieces that end a sentence, for the sentence-end rule of sources whose controls say how
+    many sentences they end (`SourceControls.sentence_ends`). `use_cache=False`
     recomputes the whole prefix at every step instead of using the key/value cache (slow; for
     testing). The model is run in eval mode and restored. ControlError (a ValueError) naming the
     source for controls that cannot be honoured.
@@ -239,7 +243,7 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
     model.eval()
     try:
         with torch.inference_mode():
-            return _Search(model, cfg, use_cache, controls, continuation).run(src)
+            return _Search(model, cfg, use_cache, controls, continuation, sentence_end).run(src)
     finally:
         model.train(was_training)
 
@@ -255,9 +259,10 @@ class _Search:
     """
 
     def __init__(self, model: SearchableModel, cfg: SearchConfig, use_cache: bool,
-                 controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None) -> None:
+                 controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
+                 sentence_end: Tensor | None = None) -> None:
         self.model, self.cfg, self.use_cache = model, cfg, use_cache
-        self.source_controls, self.continuation = controls, continuation
+        self.source_controls, self.continuation, self.sentence_end = controls, continuation, sentence_end
         self.exact = cfg.strategy == "beam" and not cfg.early_stopping
 
     def run(self, src: Any) -> list[list[Hypothesis]]:
@@ -316,7 +321,7 @@ class _Search:
         units = self.units
         per_unit = [self.source_controls[s] for s in units.source]
         self.controls, self.tracker = build_controls(per_unit, group, units.max_host, units.source, self.cfg.eos_id,
-                                                     self.device, self.continuation)
+                                                     self.device, self.continuation, self.sentence_end)
         if self.tracker is not None:
             if self.cfg.strategy != "beam":
                 raise ValueError(f"constraints need beam search, not {self.cfg.strategy} search")

@@ -15,6 +15,7 @@ those tokens (see docs/decoding-controls.md for what this means for case and wor
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -22,6 +23,7 @@ import torch
 
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
+from seq2seq.text.terminology import annotate
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.inference.glossary import Glossary
@@ -62,6 +64,11 @@ def _phrases(name: str, value: Any, line: int) -> list[str]:
     return list(value)
 
 
+def steering_asked(prefix: Any, constraints: Any, avoid: Any, glossary: Any) -> bool:
+    """Does a call ask for any steering?"""
+    return not (prefix is None and constraints is None and avoid is None and glossary is None)
+
+
 def steer_inputs(n: int, *, prefix: Sequence[str | None] | None = None,
                  constraints: Sequence[Sequence[str] | None] | None = None,
                  avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
@@ -74,7 +81,7 @@ def steer_inputs(n: int, *, prefix: Sequence[str | None] | None = None,
     terms become constraints of the inputs (`sources`, the input texts) whose text holds their
     source terms. SteeringError for arguments of the wrong shape.
     """
-    if prefix is None and constraints is None and avoid is None and glossary is None:
+    if not steering_asked(prefix, constraints, avoid, glossary):
         return None
     prefixes = _per_input("prefix", prefix, n)
     wanted = _per_input("constraints", constraints, n)
@@ -96,9 +103,38 @@ def steer_inputs(n: int, *, prefix: Sequence[str | None] | None = None,
     return out
 
 
-def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int) -> SourceControls:
-    """The token ids of one input's controls (see the module docstring). SteeringError naming the line
-    for an empty constraint or banned phrase, or text the target vocabulary cannot represent."""
+TERM_MODES = ("annotate", "constrain", "both")
+
+
+def term_mode(asked: str | None, annotates: bool, model: Any) -> str:
+    """How a call's terms (its constraints and glossary terms) reach the model: "annotate" (appended to the
+    source, for a model trained with `data.terminology`: it places them itself, nothing guaranteed),
+    "constrain" (the constrained beam: guaranteed), or "both" (annotated, and the beam guarantees them).
+    None: "both" for a model that takes annotations, else "constrain". SteeringError for another value, or
+    for annotations asked of a model not trained with them."""
+    if asked is None:
+        return "both" if annotates else "constrain"
+    if asked not in TERM_MODES:
+        raise SteeringError(f"terms must be one of {', '.join(TERM_MODES)}, got {asked!r}")
+    if asked != "constrain" and not annotates:
+        raise SteeringError(f"terms {asked}: {model} was not trained with terms on its sources (data.terminology); "
+                            f"it takes terms as constraints only (terms constrain)")
+    return asked
+
+
+def with_terms(text: str, steering: Steering | None, mode: str) -> str:
+    """The source text the model reads: `text`, with the input's terms appended where `mode` annotates."""
+    if steering is None or mode == "constrain" or not (steering.constraints or steering.terms):
+        return text
+    return annotate(text, steering.constraints + steering.terms)
+
+
+def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: str = "constrain",
+                    source: str | None = None) -> SourceControls:
+    """The token ids of one input's controls (see the module docstring); its terms (constraints and
+    glossary terms) as constraints unless `mode` only annotates, with the sentence-end rule of `source`
+    (`sentence_ends`). SteeringError naming the line for an empty constraint or banned phrase, or text
+    the target vocabulary cannot represent."""
 
     def phrase(kind: str, text: str) -> list[int]:
         if not text.strip():
@@ -111,10 +147,12 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int) -> Sour
     if steering.prefix.strip():
         prefix = tokenizer.encode([steering.prefix.strip()])[0]
         _check_representable("prefix", steering.prefix, prefix, tokenizer, line)
+    constraints = [phrase("constraint", c) for c in steering.constraints + steering.terms]
     return SourceControls(
         prefix=prefix,
-        constraints=[phrase("constraint", c) for c in steering.constraints + steering.terms],
+        constraints=[] if mode == "annotate" else constraints,
         avoid=[phrase("banned phrase", a) for a in steering.avoid],
+        sentence_ends=sentence_ends(source) if source is not None and constraints and mode != "annotate" else None,
     )
 
 
@@ -131,6 +169,24 @@ def continuation_pieces(tokenizer: Tokenizer, vocab_size: int) -> torch.Tensor:
     return out
 
 
+SENTENCE_END = frozenset(".!?…。！？")
+
+
+def sentence_end_pieces(tokenizer: Tokenizer, vocab_size: int) -> torch.Tensor:
+    """[vocab_size] bool: the target pieces that end a sentence (full stop, question or exclamation mark, with
+    or without the word-start mark), for the constraints' sentence-end rule (`ConstraintTracker`)."""
+    out = torch.zeros(vocab_size, dtype=torch.bool)
+    for i in range(min(vocab_size, tokenizer.vocab_size)):
+        text = tokenizer.id_to_piece(i).lstrip("\u2581")
+        out[i] = bool(text) and set(text) <= SENTENCE_END
+    return out
+
+
+def sentence_ends(text: str) -> int:
+    """How many sentences `text` ends: its runs of sentence-end punctuation before a space or the end."""
+    return len(re.findall(r"[.!?…。！？]+(?=[\s\"'”’)\]]*(?:\s|$))", text.strip()))
+
+
 def _check_representable(kind: str, text: str, ids: list[int], tokenizer: Tokenizer, line: int) -> None:
     if tokenizer.unk_id in ids:
         unknown = [ch for ch in dict.fromkeys(text) if not ch.isspace() and tokenizer.unk_id in tokenizer.encode([ch])[0]]
@@ -139,13 +195,14 @@ def _check_representable(kind: str, text: str, ids: list[int], tokenizer: Tokeni
                             f"({shown!r} would become <unk>)")
 
 
-def check_steering(steering: Steering, cfg: SearchConfig, line: int) -> list[str]:
+def check_steering(steering: Steering, cfg: SearchConfig, line: int, mode: str = "constrain") -> list[str]:
     """SteeringError naming the line where the search `cfg` cannot honour the input's constraints:
     they need beam search, and a beam of k holds at most k - 1 constraints (one bank each, and one
     for hypotheses that met none yet). Glossary terms beyond what the beam holds are dropped from
-    `steering.terms` (the first ones found stay) and returned, for a warning."""
+    `steering.terms` (the first ones found stay) and returned, for a warning. Terms that are only
+    annotated (`mode` "annotate") ask nothing of the search."""
     n = len(steering.constraints)
-    if not n and not steering.terms:
+    if mode == "annotate" or (not n and not steering.terms):
         return []
     what = "glossary terms" if not n else "constraints"
     if cfg.strategy != "beam":

@@ -42,7 +42,8 @@ from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import Hypothesis, search
 from seq2seq.inference.steering import (
-    Steering, SteeringError, check_steering, continuation_pieces, encode_steering, steer_inputs,
+    Steering, SteeringError, check_steering, continuation_pieces, encode_steering, sentence_end_pieces,
+    steer_inputs, term_mode, with_terms,
 )
 from seq2seq.model.encoders.base import Encoder, SourceError, SourceKind, source_kind, source_processor
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
@@ -187,6 +188,7 @@ class Translator:
         constraints: Sequence[Sequence[str] | None] | None = None,
         avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
         glossary: Glossary | str | Path | None = None,
+        terms: str | None = None,
         tgt_lang: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
@@ -201,12 +203,18 @@ class Translator:
         one list of words or phrases per source that must appear (beam search); avoid, phrases that
         must not appear (one list for all sources, or one per source); glossary (a `Glossary` or its
         TSV file; text sources): its target terms become constraints where its source terms occur.
+        terms: how constraints and glossary terms reach the model: "annotate", "constrain" or "both"
+        (`seq2seq.inference.steering.term_mode`; default: "both" for a model trained with terms on its
+        sources, docs/terminology.md, else "constrain").
         tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
         bilingual model refuses it (LanguageError, a ValueError). options: see `search_config`.
         """
         cfg = self.search_config(**options)
         check_batch_tokens(batch_tokens)
-        steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, glossary, warn)
+        mode = term_mode(terms, self.annotates_terms, self.loaded.path)
+        steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, glossary, warn, mode)
+        if steering is not None and mode != "constrain":  # the terms on the sources, as the model was trained
+            texts = [with_terms(text, steer, mode) for text, steer in zip(texts, steering)]
         processor = self.processor_for(tgt_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
@@ -216,7 +224,8 @@ class Translator:
             controls = {}
             for i in examples:
                 steer = steering[i] if steering is not None else None
-                c = encode_steering(steer, self.tokenizers.tgt, first_line + i) if steer else SourceControls()
+                c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i]) if steer else \
+                    SourceControls()
                 if c or forced:
                     controls[i] = dataclasses.replace(c, prefix=[*forced, *c.prefix])
         done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,
@@ -224,8 +233,14 @@ class Translator:
                             given=len(forced))
         return [done.get(i, []) for i in range(len(texts))]
 
+    @property
+    def annotates_terms(self) -> bool:
+        """Was the model (every member of an ensemble) trained with terms on its sources (`data.terminology`)?"""
+        return all(m.config.data.terminology.on for m in self.members)
+
     def _steering(self, texts: list[str], first_line: int, cfg: SearchConfig, prefix: Any, constraints: Any,
-                  avoid: Any, glossary: Any, warn: Callable[[str], None] | None = None) -> list[Steering] | None:
+                  avoid: Any, glossary: Any, warn: Callable[[str], None] | None = None,
+                  mode: str = "constrain") -> list[Steering] | None:
         """Each source's `Steering` (None for none), checked against the search before any decoding."""
         if glossary is not None and not isinstance(glossary, Glossary):
             glossary = Glossary.load(glossary)
@@ -235,7 +250,7 @@ class Translator:
         steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
                                 sources=texts, first_line=first_line)
         for i, s in enumerate(steering or []):
-            dropped = check_steering(s, cfg, first_line + i)
+            dropped = check_steering(s, cfg, first_line + i, mode)
             if dropped:
                 (warn or log.warning)(f"line {first_line + i}: a beam of {cfg.beam} holds {cfg.beam - 1} constraints; "
                                       f"glossary term(s) {dropped} not enforced (pass a larger --beam)")
@@ -304,7 +319,8 @@ class Translator:
             try:
                 with torch.inference_mode(), autocast_context(self.device, autocast):
                     hyps = search(self.model, src, cfg, controls=steer,
-                                  continuation=None if steer is None else self._continuation())
+                                  continuation=None if steer is None else self._continuation(),
+                                  sentence_end=None if steer is None else self._sentence_end())
             except ControlError as e:
                 raise SteeringError(f"line {line(batch[e.index])}: {e}") from None
             for k, nbest in zip(batch, hyps):
@@ -327,6 +343,12 @@ class Translator:
         if getattr(self, "_continues", None) is None:
             self._continues = continuation_pieces(self.tokenizers.tgt, self.loaded.config.model.tgt_vocab_size)
         return self._continues
+
+    def _sentence_end(self) -> torch.Tensor:
+        """[V] bool: the target pieces that end a sentence (the constraints' sentence-end rule)."""
+        if getattr(self, "_sentence_ends", None) is None:
+            self._sentence_ends = sentence_end_pieces(self.tokenizers.tgt, self.loaded.config.model.tgt_vocab_size)
+        return self._sentence_ends
 
     def _translation(self, h: Hypothesis, about: dict[str, Any], given: int = 0) -> Translation:
         """The Translation of hypothesis `h` without its first `given` tokens (a forced language tag):

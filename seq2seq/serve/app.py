@@ -67,7 +67,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from seq2seq.inference.formats import formatter
 from seq2seq.inference.generator import Transcriber
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.steering import Steering, SteeringError, check_steering, encode_steering, steer_inputs
+from seq2seq.inference.steering import (Steering, SteeringError, check_steering, encode_steering, steer_inputs,
+                                       term_mode)
 from seq2seq.model.encoders.base import SourceError
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.demo import attention_png, demo_page, model_info
@@ -133,7 +134,7 @@ class RequireApiKey:
 
 
 # options of a call that are not search options: a Transcriber's, and a multilingual model's target language
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang")
+CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms")
 
 # The demo page runs only its own inline script and style, loads nothing from elsewhere, and is not framed.
 PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -312,7 +313,7 @@ class ModelServer:
                 "avoid": [list(s.avoid) for s in steering]}
 
     def _steering(self, items: list[str], steering: list[Steering] | None, cfg: Any,
-                  name: Any) -> list[Steering | None]:
+                  name: Any, terms: str | None = None) -> list[Steering | None]:
         """Each item's steering (None for none), checked with the glossary's terms as the model will
         check it (`check_steering`, `encode_steering`) before it is queued: 422 naming the item
         (name(index)) where it cannot be honoured. The terms themselves are found again by the model
@@ -321,13 +322,14 @@ class ModelServer:
             return [None] * len(items)
         steering = steering or [Steering() for _ in items]
         try:
+            mode = term_mode(terms, getattr(self.model, "annotates_terms", False), self.model_path)
             steered = steer_inputs(len(items), prefix=[s.prefix for s in steering],
                                    constraints=[s.constraints for s in steering], avoid=[s.avoid for s in steering],
                                    glossary=self.glossary, sources=items) or []
             for i, s in enumerate(steered):
                 if s:
-                    check_steering(s, cfg, i + 1)
-                    encode_steering(s, self.model.tokenizers.tgt, i + 1)
+                    check_steering(s, cfg, i + 1, mode)
+                    encode_steering(s, self.model.tokenizers.tgt, i + 1, mode)
         except SteeringError as e:
             raise RequestError(422, renamed(str(e), name)) from None
         return [s if s else None for s in steering]
@@ -345,7 +347,7 @@ class ModelServer:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest, []
-        jobs = list(zip(items, self._steering(items, steering, cfg, name)))
+        jobs = list(zip(items, self._steering(items, steering, cfg, name, options.get("terms"))))
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
         future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample")
         try:

@@ -186,20 +186,21 @@ async def read_body(request: Request, limit: int, what: str) -> bytes:
 
 
 def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
-    """Search options from a request's fields (already without text/texts/paths), and `tgt_lang` (a
-    multilingual model's target language): 422 for an unknown field or a value of the wrong type, 413
+    """Search options from a request's fields (already without text/texts/paths), `tgt_lang` (a
+    multilingual model's target language) and `terms` (how terms reach the model, docs/terminology.md): 422 for an unknown field or a value of the wrong type, 413
     for a beam or nbest over the limit. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options = {}
     for name, value in fields.items():
-        if name == "tgt_lang":  # a multilingual model's target language (checked by the model)
+        if name in ("tgt_lang", "terms"):  # a multilingual model's target language; how terms reach the model
+            example = "\"de\"" if name == "tgt_lang" else "\"annotate\", \"constrain\" or \"both\""
             if value is not None and not isinstance(value, str):
-                raise RequestError(422, f"tgt_lang must be a string such as \"de\", got {json.dumps(value)[:40]}")
+                raise RequestError(422, f"{name} must be a string such as {example}, got {json.dumps(value)[:40]}")
             if value is not None:
-                options[name] = value
+                options[name] = value  # (checked by the model)
             continue
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
-                                    f"steering: {', '.join(STEERING_FIELDS)}; tgt_lang")
+                                    f"steering: {', '.join(STEERING_FIELDS)}; tgt_lang; terms")
         if value is None:
             continue
         try:

@@ -33,6 +33,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from seq2seq.text.terminology import TERM
 from seq2seq.config.sections import CORPUS_TAG, LANGUAGE_CODE, CorpusConfig, DataConfig, ValidSetConfig
 
 LANGUAGE_TAG = re.compile(r"<2([^\s<>]+)>")
@@ -93,10 +94,12 @@ def target_reserved_pieces(config: Any) -> list[str]:
 def reserved_pieces(config: Any) -> list[str]:
     """Every reserved source piece the model's tokenizer needs: the language tags (multilingual
     models with the tag on the source), then the corpus tags in the order the corpora first name
-    them, then `data.reserved` (e.g. "<BLANK>", the filler of noised back-translation)."""
+    them, then `data.reserved` (e.g. "<BLANK>", the filler of noised back-translation), then <term> for a
+    model whose sources carry terms (`data.terminology`)."""
     data = _data(config)
     pieces = [] if tags_on_decoder(data) else [language_tag(lang) for lang in model_languages(data)]
-    for piece in [c.tag for c in data.corpora] + list(data.reserved):
+    terms = [TERM] if data.terminology.on else []
+    for piece in [c.tag for c in data.corpora] + list(data.reserved) + terms:
         if piece is not None and piece not in pieces:
             pieces.append(piece)
     return pieces

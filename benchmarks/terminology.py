@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Terminology measured like the WMT 2021 terminology task: terms drawn from the references, rarest first.
+
+    python benchmarks/terminology.py --model-dir runs/terms --plain-dir runs/multi30k_en_de      # test_2016_flickr
+    python benchmarks/terminology.py --model-dir runs/terms_base --base-forms                     # terms as lemmas
+
+Terms: for each sentence, up to `--terms` (2) words of its reference that the plain model's output
+(beam 5, no terms) does not hold as whole words, the rarest in the training targets first (words the
+training data never has included), none of the 100 most frequent target words, digits or words the
+target vocabulary cannot write; with --base-forms each term is given as its base form
+(`seq2seq.text.terminology.base_forms` of the training targets; a word the training data lacks is its
+own). Sentences without such a word get no terms.
+
+Systems, each decoding the whole split with beam 5 and timed in this run: the plain model without terms
+and with the constrained beam (--terms constrain); the model trained with terms (data.terminology)
+without terms, annotated (the terms appended to the source: --terms annotate), constrained, and both.
+
+Reported for each: term exact-match accuracy (the term, or with --base-forms the reference's own form, as
+a whole word of the output; with --base-forms also any form of the lemma); window overlap (for each term
+found in both, the share of the reference's words within 2 words of it that are also within 2 words of it
+in the output: placement); BLEU, chrF and the length ratio (output words / reference words) against the
+references; the share of outputs with terms that hold a term after a sentence end although their source
+is one sentence ("appended"); and the decoding time against the plain model's. The data directory holds
+{split}.{lang}.gz and train.{lang}.gz (../shared/data/multi30k by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from common import DATA, machine_info, read_gz
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from seq2seq.inference.steering import sentence_ends  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.text.metrics import score  # noqa: E402
+from seq2seq.text.terminology import base_forms, forms_of, word_counts, words  # noqa: E402
+
+WINDOW = 2
+END = re.compile(r"[.!?]")
+
+
+def has_word(text: str, word: str) -> bool:
+    return word in words(text)
+
+
+def choose_terms(hyps: list[str], refs: list[str], counts: Counter[str], per_sentence: int, skip: int,
+                 writable) -> list[list[str]]:
+    """Up to `per_sentence` reference words each output misses, rarest in training first (see the docstring)."""
+    lowered: Counter[str] = Counter()
+    for w, n in counts.items():
+        lowered[w.lower()] += n
+    frequent = {w for w, _ in lowered.most_common(skip)}
+    out = []
+    for hyp, ref in zip(hyps, refs):
+        missed = [w for w in dict.fromkeys(words(ref)) if not w.isdigit() and w.lower() not in frequent
+                  and len(w) >= 2 and not has_word(hyp, w) and writable(w)]
+        out.append(sorted(missed, key=lambda w: (counts[w], missed.index(w)))[:per_sentence])
+    return out
+
+
+def window(tokens: list[str], i: int) -> set[str]:
+    return set(tokens[max(0, i - WINDOW): i] + tokens[i + 1: i + 1 + WINDOW])
+
+
+def window_overlap(hyps: list[str], refs: list[str], wanted: list[list[str]]) -> float:
+    """Mean, over terms in both output and reference, of |output window & reference window| / |reference window|."""
+    shares = []
+    for hyp, ref, terms in zip(hyps, refs, wanted):
+        h, r = words(hyp), words(ref)
+        for term in terms:
+            if term in h and term in r:
+                ref_window = window(r, r.index(term))
+                if ref_window:
+                    shares.append(len(window(h, h.index(term)) & ref_window) / len(ref_window))
+    return 100 * sum(shares) / max(len(shares), 1)
+
+
+def appended(hyps: list[str], sources: list[str], given: list[list[str]]) -> float:
+    """Share of outputs with terms, of one-sentence sources, holding a term after a sentence end."""
+    late = total = 0
+    for hyp, src, terms in zip(hyps, sources, given):
+        if not terms or sentence_ends(src) > 1:
+            continue
+        total += 1
+        first_end = END.search(hyp)
+        if first_end is None:
+            continue
+        tail = hyp[first_end.end():]
+        late += any(any(has_word(tail, f) for f in forms_of(t)) for t in terms)
+    return 100 * late / max(total, 1)
+
+
+def evaluate(name: str, hyps: list[str], seconds: float, base_seconds: float, sources: list[str], refs: list[str],
+             given: list[list[str]], exact: list[list[str]], lemmas: bool) -> dict:
+    s = score(hyps, [refs], metrics=("bleu", "chrf"))
+    n = sum(len(t) for t in exact)
+    hits = sum(has_word(h, t) for h, ts in zip(hyps, exact) for t in ts)
+    row = {"system": name, "terms": f"{100 * hits / max(n, 1):.1f}%"}
+    if lemmas:
+        anyform = sum(any(has_word(h, f) for f in forms_of(t)) for h, ts in zip(hyps, given) for t in ts)
+        row["any form"] = f"{100 * anyform / max(n, 1):.1f}%"
+    row.update({"window": f"{window_overlap(hyps, refs, exact):.1f}", "BLEU": f"{s['bleu']['score']:.2f}",
+                "chrF": f"{s['chrf']['score']:.2f}",
+                "length": f"{sum(len(words(h)) for h in hyps) / sum(len(words(r)) for r in refs):.3f}",
+                "appended": f"{appended(hyps, sources, given):.1f}%", "time": f"{seconds / base_seconds:.2f}x"})
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", required=True, help="a model trained with data.terminology")
+    p.add_argument("--plain-dir", default=None, help="a model trained without it (default: --model-dir's own)")
+    p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--terms", type=int, default=2, help="terms per sentence, at most")
+    p.add_argument("--base-forms", action="store_true", help="give each term as its base form (a lemma)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print(machine_info(args.threads))
+    sources = read_gz(args.data_dir / f"{args.split}.{args.src}.gz", args.limit)
+    refs = read_gz(args.data_dir / f"{args.split}.{args.tgt}.gz", args.limit)
+    counts = word_counts(read_gz(args.data_dir / f"train.{args.tgt}.gz"))
+    model = Translator.load(args.model_dir, device="cpu")
+    plain_model = Translator.load(args.plain_dir, device="cpu") if args.plain_dir else model
+    opts = {"beam": args.beam}
+    quiet = [].append
+
+    def timed(translator: Translator, **steering) -> tuple[list[str], float]:
+        translator.translate(sources[:20], **opts, **steering if not steering.get("constraints") else {})  # warm-up
+        start = time.perf_counter()
+        out = translator.translate(sources, warn=quiet, **opts, **steering)
+        return out, time.perf_counter() - start
+
+    plain, plain_s = timed(plain_model)
+    tok = model.tokenizers.tgt
+    exact = choose_terms(plain, refs, counts, args.terms, 100, lambda w: tok.unk_id not in tok.encode([w])[0])
+    bases = base_forms(counts)
+    given = [[bases.get(t, t) for t in ts] for ts in exact] if args.base_forms else exact
+    print(f"\n{args.split} {args.src}->{args.tgt}: {len(sources)} sentences, beam {args.beam}; {sum(map(len, given))} "
+          f"terms on {sum(bool(t) for t in given)} sentences ({sum(counts[t] == 0 for ts in exact for t in ts)} never "
+          f"in the training targets){'; given as base forms' if args.base_forms else ''}")
+    rows = [evaluate("plain model", plain, plain_s, plain_s, sources, refs, given, exact, args.base_forms)]
+    systems = [("plain model, constrained beam", plain_model, "constrain")] if args.plain_dir else []
+    systems += [("terms model, no terms", model, None), ("terms model, annotated", model, "annotate"),
+                ("terms model, constrained beam", model, "constrain"), ("terms model, both", model, "both")]
+    for name, translator, mode in systems:
+        steering = {} if mode is None else {"constraints": given, "terms": mode}
+        hyps, secs = timed(translator, **steering)
+        rows.append(evaluate(name, hyps, secs, plain_s, sources, refs, given, exact, args.base_forms))
+    keys = list(rows[0])
+    print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
+    for row in rows:
+        print("| " + " | ".join(row[k] for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()

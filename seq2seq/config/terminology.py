@@ -1,0 +1,40 @@
+"""The `data.terminology` section: training sources annotated with target terms (docs/terminology.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seq2seq.config.schema import ConfigError
+
+
+@dataclass
+class TerminologyConfig:
+    """Which training pairs carry target terms on their source, and which terms.
+
+    share: the fraction of training pairs whose source is annotated (0: none, the model takes no
+        annotations); each annotated pair gets 1 to `max_terms` words of its own target, drawn at random
+        among those that are not one of the `skip_frequent` most frequent target words, appended to the
+        source after the reserved piece <term> (`seq2seq.text.terminology.annotate`). A model so trained
+        takes a translation's terms the same way (`seq2seq translate --terms`), and learns where they go.
+    base_forms: annotate with a word's base form (its corpus's shortest form without an inflection
+        ending, `seq2seq.text.terminology.base_forms`) instead of the word as the target has it: the model
+        learns to inflect a term given as a lemma ("schlank" -> "schlanker").
+    """
+
+    share: float = 0.0
+    max_terms: int = 2
+    skip_frequent: int = 100
+    base_forms: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ConfigError(f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
+        if self.max_terms < 1:
+            raise ConfigError(f"data.terminology.max_terms must be >= 1, got {self.max_terms}")
+        if self.skip_frequent < 0:
+            raise ConfigError(f"data.terminology.skip_frequent must be >= 0, got {self.skip_frequent}")
+
+    @property
+    def on(self) -> bool:
+        """Does the model take terms on its sources?"""
+        return self.share > 0

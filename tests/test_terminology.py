@@ -1,0 +1,162 @@
+"""Terms on the source (data.terminology, seq2seq.text.terminology, seq2seq.data.terminology) and how a
+translation's terms reach the model (--terms annotate, constrain, both)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from seq2seq.cli import cli
+from seq2seq.config import ConfigError, load_config
+from seq2seq.config.terminology import TerminologyConfig
+from seq2seq.data.terminology import TermSampler
+from seq2seq.inference.steering import SteeringError, sentence_ends
+from seq2seq.inference.translator import Translator
+from seq2seq.text.terminology import TERM, annotate, base_forms, forms_of, stem, word_counts, words
+
+
+def test_a_term_is_appended_after_its_marker():
+    assert annotate("A man slices noodles. ", ["Nudeln", " schlanker"]) == \
+        "A man slices noodles. <term> Nudeln <term> schlanker"
+    assert annotate("A man.", []) == "A man."
+    assert words("Ein Kinder-Fahrrad, 2 Männer's Hut.") == ["Ein", "Kinder-Fahrrad", "2", "Männer's", "Hut"]
+
+
+def test_base_forms_join_a_words_inflections():
+    counts = Counter({"Hund": 5, "Hunde": 9, "Hunden": 2, "schlanke": 4, "schlanker": 3, "schlank": 1,
+                      "Rosen": 3, "Rose": 1, "Männer": 2, "Bier": 4})
+    bases = base_forms(counts)
+    assert bases["Hunde"] == bases["Hunden"] == bases["Hund"] == "Hund"  # the stem is a word of the corpus
+    assert bases["schlanker"] == bases["schlanke"] == "schlank"
+    assert bases["Rosen"] == bases["Rose"] == "Rosen"  # no word "Ros": the family's most frequent
+    assert bases["Männer"] == "Männer" and bases["Bier"] == "Bier"  # no umlauts; "Bi" is too short a stem
+    assert stem("schlanken") == "schlank" and "schlanken" in forms_of("schlank") and forms_of("Hund")[0] == "Hund"
+
+
+def test_the_sampler_annotates_a_share_of_pairs_with_their_own_rarer_target_words():
+    targets = [f"Ein Mann mit einem {w} und {v} ." for w, v in zip(["Hund", "Hut", "Ball", "Baum"] * 250,
+                                                                  ["Katzen", "Rosen", "Frauen", "Bieren"] * 250)]
+    counts = word_counts(targets)
+    sampler = TermSampler(TerminologyConfig(share=0.3, max_terms=2, skip_frequent=5), counts)
+    assert sampler.frequent == {"ein", "mann", "mit", "einem", "und"}
+    rng = np.random.default_rng(0)
+    chosen = [sampler.terms(t, rng) for t in targets]
+    annotated = [c for c in chosen if c]
+    assert 0.25 < len(annotated) / len(targets) < 0.35
+    assert all(1 <= len(c) <= 2 and all(w in t.split()[4::2] for w in c) for c, t in zip(chosen, targets) if c)
+    assert {len(c) for c in annotated} == {1, 2}
+    chunks = list(sampler.annotated([(["s"] * 500, targets[:500]), (["s"] * 500, targets[500:])], seed=1))
+    again = list(sampler.annotated([(["s"] * 500, targets[:500]), (["s"] * 500, targets[500:])], seed=1))
+    assert chunks == again and any(TERM in s for s in chunks[0][0]) and chunks[0][1] == targets[:500]
+    lemmas = TermSampler(TerminologyConfig(share=1.0, base_forms=True, skip_frequent=0),
+                         Counter({"Hund": 3, "Hunde": 1}))
+    assert lemmas.terms("Hunde", rng) == ["Hund"]  # a base form, which the model learns to inflect
+
+
+def test_the_section_is_checked():
+    with pytest.raises(ConfigError, match="data.terminology.share"):
+        TerminologyConfig(share=1.5)
+    with pytest.raises(ConfigError, match="data.terminology.max_terms"):
+        TerminologyConfig(max_terms=0)
+    with pytest.raises(ConfigError, match="unknown config key 'data.terminology.shar'"):
+        load_config(None, ["data.terminology.shar=0.3"])
+
+
+def test_sentence_ends_counts_the_sentences_a_source_ends():
+    assert [sentence_ends(t) for t in ("A dog.", "A dog", "Hi. A dog runs!", "Stop?! Go.")] == [1, 0, 2, 2]
+
+
+@pytest.fixture(scope="module")
+def term_model(multi30k_small, tmp_path_factory):
+    """A tiny model trained with half its training sources annotated (data.terminology.share 0.5)."""
+    root = tmp_path_factory.mktemp("terms")
+    files = multi30k_small
+    cfg = {
+        "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
+                 "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"]),
+                 "terminology": {"share": 0.5}},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "share_embeddings": True},
+        "training": {"output_dir": str(root / "model"), "max_steps": 30, "valid_every": 30, "max_tokens": 1500,
+                     "lr": 0.003, "warmup_steps": 10, "device": "cpu", "valid_bleu": False, "best_metric": "loss",
+                     "threads": 1},
+        "decoding": {"beam": 4, "max_len_b": 10},
+    }
+    (root / "c.yaml").write_text(yaml.safe_dump(cfg))
+    result = CliRunner().invoke(cli, ["train", str(root / "c.yaml")])
+    assert result.exit_code == 0, result.output
+    return root / "model"
+
+
+def test_training_annotates_a_share_of_the_sources_and_keeps_the_marker_whole(term_model, multi30k_small):
+    from seq2seq.data import prepare
+
+    translator = Translator.load(term_model, device="cpu")
+    assert translator.annotates_terms
+    tok = translator.tokenizers.src
+    assert tok.piece_id(TERM) is not None and tok.pieces(f"red {TERM} Hund") .count(TERM) == 1
+    cfg = translator.loaded.config
+    prepared = prepare(cfg.data, cfg.tokenizer, term_model / "again")
+    sources = list(prepared.train["src"])
+    share = sum(TERM in s for s in sources) / len(sources)
+    assert 0.4 < share < 0.6
+    for src in sources[:50]:
+        if TERM in src:  # the appended words are words of the pair's own target
+            i = sources.index(src)
+            assert all(term in prepared.train["tgt"][i] for term in src.split(f" {TERM} ")[1:])
+    assert not any(TERM in s for s in prepared.valid["src"])  # validation is plain
+
+
+def test_terms_are_annotated_constrained_or_both(term_model):
+    translator = Translator.load(term_model, device="cpu")
+    texts = ["A man in a red shirt.", "Two dogs play."]
+    constraints = [["Hund"], []]
+    for mode in ("annotate", "both", None):
+        out = translator.translate_nbest(texts, constraints=constraints, terms=mode)
+        assert TERM in out[0][0].src_pieces and TERM not in out[1][0].src_pieces
+        assert "Hund" in "".join(out[0][0].src_pieces[out[0][0].src_pieces.index(TERM):]).replace("\u2581", "")
+    both = translator.translate_nbest(texts, constraints=constraints, terms="both")
+    assert "Hund" in words(both[0][0].text)  # the beam guarantees it
+    constrained = translator.translate_nbest(texts, constraints=constraints, terms="constrain")
+    assert TERM not in constrained[0][0].src_pieces and "Hund" in words(constrained[0][0].text)
+    plain = translator.translate_nbest(texts)
+    assert TERM not in plain[0][0].src_pieces
+    # annotation alone asks nothing of the search: greedy decoding takes it
+    assert translator.translate(texts, constraints=constraints, terms="annotate", greedy=True)
+    with pytest.raises(SteeringError, match="constraints need beam search"):
+        translator.translate(texts, constraints=constraints, terms="both", greedy=True)
+    with pytest.raises(SteeringError, match="terms must be one of annotate, constrain, both"):
+        translator.translate(texts, constraints=constraints, terms="soft")
+
+
+def test_a_model_trained_without_terms_refuses_annotations_with_one_line(tiny_model_dir, tmp_path):
+    translator = Translator.load(tiny_model_dir, device="cpu")
+    assert not translator.annotates_terms
+    with pytest.raises(SteeringError, match=r"was not trained with terms on its sources \(data.terminology\); it "
+                                            r"takes terms as constraints only \(terms constrain\)"):
+        translator.translate(["A dog."], constraints=[["Hund"]], terms="annotate")
+    (tmp_path / "in.txt").write_text("A dog.\n")
+    (tmp_path / "c.txt").write_text("Hund\n")
+    result = CliRunner().invoke(cli, ["translate", str(tiny_model_dir), "-i", str(tmp_path / "in.txt"),
+                                      "--constraints-file", str(tmp_path / "c.txt"), "--terms", "both"])
+    assert result.exit_code == 1 and "was not trained with terms" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_command_line_and_the_server_take_the_terms_mode(term_model, tmp_path):
+    from seq2seq.serve.requests import Limits, RequestError, parse_options
+
+    (tmp_path / "in.txt").write_text("A man in a red shirt.\nTwo dogs play.\n")
+    (tmp_path / "c.txt").write_text("Hund\n\n")
+    result = CliRunner().invoke(cli, ["translate", str(term_model), "-i", str(tmp_path / "in.txt"), "--json",
+                                      "--constraints-file", str(tmp_path / "c.txt"), "--terms", "annotate", "--alignment"])
+    assert result.exit_code == 0, result.output
+    lines = [yaml.safe_load(line) for line in result.output.splitlines()]
+    assert len(lines) == 2 and TERM in lines[0]["src_tokens"] and TERM not in lines[1]["src_tokens"]
+    assert parse_options({"terms": "annotate", "beam": 4}, Limits()) == {"terms": "annotate", "beam": 4}
+    with pytest.raises(RequestError, match="terms must be a string"):
+        parse_options({"terms": 3}, Limits())
