@@ -27,6 +27,7 @@ is one sentence ("appended"); and the decoding time against the plain model's. T
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import sys
@@ -127,6 +128,7 @@ def main() -> None:
     p.add_argument("--base-forms", action="store_true", help="give each term as its base form (a lemma)")
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
     import torch
@@ -167,6 +169,9 @@ def main() -> None:
     print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     for row in rows:
         print("| " + " | ".join(row[k] for k in keys) + " |")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"split": args.split, "terms": given, "rows": rows}, indent=1) + "\n",
+                             encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -234,3 +234,25 @@ def test_a_source_of_two_sentences_may_end_one_before_its_constraints():
     lprobs = torch.zeros(2, 8)
     tracker.mask(lprobs, torch.zeros(2, 3, dtype=torch.long), 2, None)
     assert (lprobs[:, 6] == 0).all()
+
+
+def test_a_constraint_of_several_forms_is_met_by_the_one_the_model_prefers():
+    """Forms (a lemma and its inflections): the constraint is met by any one of them, so the model writes the
+    form it finds likely (6, "schlanker") where the lemma as written (7, "schlank") is forced otherwise; it
+    is one constraint, done when one form is met (the beam's capacity counts it once)."""
+    lemma, inflected, word = 7, 6, 5
+    script = {(): {word: 0.6, inflected: 0.3, lemma: 0.1}, (word,): {inflected: 0.7, lemma: 0.1, EOS: 0.2},
+              (inflected,): {word: 0.9, EOS: 0.1}, (lemma,): {word: 0.5, EOS: 0.5}}
+    model, src = scripted(script)
+    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=4, lenpen=0.0)
+    exact = search(model, src, cfg, controls=[SourceControls(constraints=[[lemma]])])[0][0]
+    assert lemma in exact.tokens
+    any_form = search(model, src, cfg, controls=[SourceControls(constraints=[[lemma], [inflected]], forms=[0, 0])])
+    assert any_form[0][0].tokens == [word, inflected] and any_form[0][0].constraints_met
+    tracker = ConstraintTracker([[[lemma], [inflected], [4]]], group=1, eos_id=EOS, device=torch.device("cpu"),
+                                forms=[[0, 0, 1]])
+    tracker.follow(None, None, torch.tensor([inflected]))
+    assert tracker.next_tokens().tolist() == [[-1, -1, 4]]  # the lemma is no longer wanted: its constraint is met
+    assert tracker.all_met().tolist() == [False]
+    tracker.follow(None, None, torch.tensor([4]))
+    assert tracker.all_met().tolist() == [True]

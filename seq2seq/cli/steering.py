@@ -7,6 +7,7 @@ line by line beside the input (docs/decoding-controls.md).
     --avoid-file FILE        per input line, phrases that must not appear, TAB-separated
     --glossary FILE          TSV of source term, target term (seq2seq.inference.glossary)
     --terms MODE             annotate, constrain or both: how the terms reach the model (docs/terminology.md)
+    --term-forms inflected   a term given as a lemma is met by any of its inflected forms
     --json-input             each input line is {"text": ..., "prefix": ..., "constraints": [...], "avoid": [...]}
 
 The files are read in step with the input, chunk by chunk, so they stream as the input does; one
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from seq2seq.inference.steering import TERM_MODES, SteeringError
+from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
 
 JSON_FIELDS = ("text", "prefix", "constraints", "avoid")
@@ -49,6 +50,10 @@ def steering_options(glossary: bool = True, json_input: bool = True) -> Callable
                                          "on its sources (docs/terminology.md): annotate (the model places them), "
                                          "constrain (the constrained beam guarantees them), both. Default: both "
                                          "for such a model, else constrain."))
+        options.append(click.option("--term-forms", type=click.Choice(TERM_FORMS), default=None,
+                                    help="inflected: a constraint or glossary term given as a lemma is met by "
+                                         "any of its inflected forms (schlank: schlanke, schlanker, ...); "
+                                         "exact (the default): only as written."))
     if json_input:
         options.append(click.option("--json-input", is_flag=True,
                                     help='Each input line is a JSON object: {"text": ..., and optionally "prefix", '
@@ -62,7 +67,8 @@ def steering_options(glossary: bool = True, json_input: bool = True) -> Callable
     return decorate
 
 
-STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glossary", "json_input", "terms")
+STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glossary", "json_input", "terms",
+                 "term_forms")
 
 
 class Steerer:
@@ -72,10 +78,10 @@ class Steerer:
 
     def __init__(self, prefix_file: str | None = None, constraints_file: str | None = None,
                  avoid: tuple[str, ...] = (), avoid_file: str | None = None, glossary: str | None = None,
-                 json_input: bool = False, terms: str | None = None) -> None:
+                 json_input: bool = False, terms: str | None = None, term_forms: str | None = None) -> None:
         from seq2seq.inference.glossary import Glossary
 
-        self.json_input, self.terms = json_input, terms
+        self.json_input, self.terms, self.term_forms = json_input, terms, term_forms
         self.avoid = list(avoid)
         self.glossary = Glossary.load(glossary) if glossary else None
         self.files: dict[str, tuple[str, Iterator[str]]] = {}
@@ -118,7 +124,7 @@ class Steerer:
         if self.avoid:
             avoid = [self.avoid + list(a or []) for a in avoid] if avoid is not None else self.avoid
         steering = {"prefix": per_line.get("prefix"), "constraints": per_line.get("constraints"), "avoid": avoid,
-                    "glossary": self.glossary, "terms": self.terms}
+                    "glossary": self.glossary, "terms": self.terms, "term_forms": self.term_forms}
         return texts, {k: v for k, v in steering.items() if v is not None}
 
     def close(self) -> None:

@@ -186,6 +186,7 @@ class CTranslate2Translator:
         avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
         glossary: Glossary | str | Path | None = None,
         terms: str | None = None,
+        term_forms: str = "exact",
         **options: Any,
     ) -> list[list[Translation]]:
         """As `Translator.translate_nbest`: n-best hypotheses of each text, best first, in input order.
@@ -218,7 +219,7 @@ class CTranslate2Translator:
         banned: dict[int, tuple[tuple[str, ...], ...]] = {}
         for i, s in enumerate(steering or []):
             if s:  # checked before any text is read or translated, as `Translator` does
-                controls = encode_steering(s, tgt, first_line + i, mode)
+                controls = encode_steering(s, tgt, first_line + i, mode, forms=term_forms)
                 if controls.prefix:
                     prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
                 banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))

@@ -59,12 +59,24 @@ class ConstraintTracker(Control):
 
     def __init__(self, constraints: Sequence[Sequence[Sequence[int]]], group: int, eos_id: int,
                  device: torch.device, continuation: Tensor | None = None, sentence_end: Tensor | None = None,
-                 sentence_ends: Sequence[int | None] | None = None) -> None:
+                 sentence_ends: Sequence[int | None] | None = None,
+                 forms: Sequence[Sequence[int] | None] | None = None) -> None:
         self.eos_id = eos_id
         self.continuation = None if continuation is None else continuation.to(device)
         self.table = RowPhrases(constraints, group, device)  # phrases [B, C, L], lengths [B, C]
         self.progress = torch.zeros_like(self.table.lengths)
         self.met = self.table.lengths == 0  # [B, C]
+        # Alternative forms: forms[u][i] is the constraint of unit u that its phrase i is a form of (None: each
+        # phrase a constraint of its own), met by any one of its forms. members [B, C, K]: phrase c is a form of
+        # constraint k (K constraints; a unit's padding constraints have no form and count as met).
+        per_unit = [list(f) if f is not None else list(range(len(c))) for c, f in zip(constraints, forms or
+                                                                                        [None] * len(constraints))]
+        k = max([max(f) + 1 for f in per_unit if f] + [1])
+        members = torch.zeros(len(constraints), self.table.lengths.size(1), k, dtype=torch.bool)
+        for u, f in enumerate(per_unit):
+            for i, c in enumerate(f):
+                members[u, i, c] = True
+        self.members = members.repeat_interleave(group, 0).to(device)
         # The sentence-end rule: sentence_end [V] marks the pieces that end a sentence, sentence_ends[u] how many
         # sentences unit u's source ends (None: no rule). A row may end no more than all but the last of them
         # before it has met every constraint, so a term goes into the translation, not after its last full stop.
@@ -83,18 +95,29 @@ class ConstraintTracker(Control):
     def _row_lengths(self, rows: Tensor | None = None) -> Tensor:
         return self.table.lengths if rows is None else self.table.lengths.index_select(0, rows)
 
+    def _members(self, rows: Tensor | None = None) -> Tensor:
+        return self.members if rows is None else self.members.index_select(0, rows)
+
+    @staticmethod
+    def _done(complete: Tensor, members: Tensor) -> Tensor:
+        """[N, K]: is each constraint done (one of its forms complete; one without forms: padding)?"""
+        return (complete[:, :, None] & members).any(dim=1) | ~members.any(dim=1)
+
     def all_met(self, rows: Tensor | None = None) -> Tensor:
         """[B] (or [len(rows)]): would the row meet every constraint if it ended now?"""
         progress, met = (self.progress, self.met) if rows is None else (
             self.progress.index_select(0, rows), self.met.index_select(0, rows))
-        return self._complete(progress, met, self._row_lengths(rows)).all(dim=1)
+        return self._done(self._complete(progress, met, self._row_lengths(rows)), self._members(rows)).all(dim=1)
 
     def next_tokens(self) -> Tensor:
-        """[B, C]: the token that advances each incomplete constraint of each row (-1 for the others)."""
+        """[B, C]: the token that advances each phrase of each row whose constraint is not done (-1 for the
+        others)."""
         phrases = self.table.phrases  # [B, C, L]
         position = self.progress.clamp(max=phrases.size(2) - 1)
         want = phrases.gather(2, position[..., None]).squeeze(2)
-        return want.masked_fill(self._complete(self.progress, self.met, self._row_lengths()), -1)
+        complete = self._complete(self.progress, self.met, self._row_lengths())
+        settled = (self._done(complete, self.members)[:, None, :] & self.members).any(dim=2)  # [B, C]
+        return want.masked_fill(complete | settled, -1)
 
     def word_ends(self, lprobs: Tensor) -> Tensor | None:
         """[B]: for a row that has produced all the tokens of a phrase not yet met (it is met once its
@@ -107,11 +130,15 @@ class ConstraintTracker(Control):
         return torch.where(pending, best, -1)
 
     def banks(self, rows: Tensor, tokens: Tensor) -> Tensor:
-        """The bank of each candidate: row `rows` [N] (global row index) extended by `tokens` [N] -> [N]."""
+        """The bank of each candidate: row `rows` [N] (global row index) extended by `tokens` [N] -> [N]: the
+        tokens of its done constraints (each one's longest complete form) and of the longest phrase under way
+        of a constraint not done."""
         progress, met = self._advanced(rows, tokens)
-        lengths = self._row_lengths(rows)
+        lengths, members = self._row_lengths(rows), self._members(rows)
         complete = self._complete(progress, met, lengths)
-        return (lengths * complete).sum(dim=1) + progress.masked_fill(complete, 0).amax(dim=1)
+        done = ((lengths * complete)[:, :, None] * members).amax(dim=1).sum(dim=1)
+        settled = (self._done(complete, members)[:, None, :] & members).any(dim=2)
+        return done + progress.masked_fill(complete | settled, 0).amax(dim=1)
 
     # ---- Control ------------------------------------------------------------------------------
 
@@ -130,6 +157,7 @@ class ConstraintTracker(Control):
             self.ends_left = self.ends_left.index_select(0, rows) - self.sentence_end[new_tokens].long()
         if kept_units is not None:
             self.table.keep(kept_units)
+            self.members = self.members.index_select(0, self.table.unit_rows(kept_units))
 
     # ---- the progress rule ----------------------------------------------------------------------
 

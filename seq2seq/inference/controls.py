@@ -35,6 +35,7 @@ class SourceControls:
     constraints: list[list[int]] = field(default_factory=list)
     avoid: list[list[int]] = field(default_factory=list)
     sentence_ends: int | None = None  # how many sentences the source ends (the constraints' sentence-end rule)
+    forms: list[int] | None = None  # constraints[i] is a form of constraint forms[i] (None: each its own)
 
     def __bool__(self) -> bool:
         return bool(self.prefix or self.constraints or self.avoid)
@@ -96,8 +97,12 @@ class RowPhrases:
         self.phrases = phrases.repeat_interleave(group, 0).to(device)
         self.lengths = lengths.repeat_interleave(group, 0).to(device)
 
+    def unit_rows(self, kept_units: Tensor) -> Tensor:
+        """The rows [U' * group] of the units kept_units [U']."""
+        offsets = torch.arange(self.group, device=kept_units.device)
+        return (kept_units[:, None] * self.group + offsets).flatten()
+
     def keep(self, kept_units: Tensor) -> None:
         """Only the rows of the units kept_units [U'] remain."""
-        offsets = torch.arange(self.group, device=kept_units.device)
-        rows = (kept_units[:, None] * self.group + offsets).flatten()
+        rows = self.unit_rows(kept_units)
         self.phrases, self.lengths = self.phrases.index_select(0, rows), self.lengths.index_select(0, rows)

@@ -109,7 +109,7 @@ def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_le
     tracker = None
     if any(c.constraints for c in controls):
         tracker = ConstraintTracker([c.constraints for c in controls], group, eos_id, device, continuation,
-                                    sentence_end, [c.sentence_ends for c in controls])
+                                    sentence_end, [c.sentence_ends for c in controls], [c.forms for c in controls])
         out.append(tracker)
     if any(c.prefix for c in controls):  # last: the user's prefix wins over every other mask
         out.append(TargetPrefix([c.prefix for c in controls], group, device))

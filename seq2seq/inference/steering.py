@@ -23,7 +23,7 @@ import torch
 
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
-from seq2seq.text.terminology import annotate
+from seq2seq.text.terminology import annotate, forms_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.inference.glossary import Glossary
@@ -129,12 +129,19 @@ def with_terms(text: str, steering: Steering | None, mode: str) -> str:
     return annotate(text, steering.constraints + steering.terms)
 
 
+TERM_FORMS = ("exact", "inflected")
+
+
 def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: str = "constrain",
-                    source: str | None = None) -> SourceControls:
+                    source: str | None = None, forms: str = "exact") -> SourceControls:
     """The token ids of one input's controls (see the module docstring); its terms (constraints and
     glossary terms) as constraints unless `mode` only annotates, with the sentence-end rule of `source`
-    (`sentence_ends`). SteeringError naming the line for an empty constraint or banned phrase, or text
-    the target vocabulary cannot represent."""
+    (`sentence_ends`). forms "inflected": a term is met by any of its inflected forms (its last word with
+    each ending of `seq2seq.text.terminology.forms_of`; the term as given is a lemma), "exact" only as
+    written. SteeringError naming the line for an empty constraint or banned phrase, or text the target
+    vocabulary cannot represent."""
+    if forms not in TERM_FORMS:
+        raise SteeringError(f"term_forms must be one of {', '.join(TERM_FORMS)}, got {forms!r}")
 
     def phrase(kind: str, text: str) -> list[int]:
         if not text.strip():
@@ -147,12 +154,25 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
     if steering.prefix.strip():
         prefix = tokenizer.encode([steering.prefix.strip()])[0]
         _check_representable("prefix", steering.prefix, prefix, tokenizer, line)
-    constraints = [phrase("constraint", c) for c in steering.constraints + steering.terms]
+    constraints, of = [], []
+    for i, text in enumerate(steering.constraints + steering.terms):
+        first = phrase("constraint", text)
+        written = [first]
+        if forms == "inflected":
+            head, _, last = text.strip().rpartition(" ")
+            for form in forms_of(last)[1:]:
+                ids = tokenizer.encode([f"{head} {form}".strip()])[0]
+                if tokenizer.unk_id not in ids and ids not in written:
+                    written.append(ids)
+        constraints += written
+        of += [i] * len(written)
+    enforced = mode != "annotate" and bool(constraints)
     return SourceControls(
         prefix=prefix,
-        constraints=[] if mode == "annotate" else constraints,
+        constraints=constraints if enforced else [],
         avoid=[phrase("banned phrase", a) for a in steering.avoid],
-        sentence_ends=sentence_ends(source) if source is not None and constraints and mode != "annotate" else None,
+        sentence_ends=sentence_ends(source) if source is not None and enforced else None,
+        forms=of if enforced and forms == "inflected" else None,
     )
 
 

@@ -189,6 +189,7 @@ class Translator:
         avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
         glossary: Glossary | str | Path | None = None,
         terms: str | None = None,
+        term_forms: str = "exact",
         tgt_lang: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
@@ -205,7 +206,8 @@ class Translator:
         TSV file; text sources): its target terms become constraints where its source terms occur.
         terms: how constraints and glossary terms reach the model: "annotate", "constrain" or "both"
         (`seq2seq.inference.steering.term_mode`; default: "both" for a model trained with terms on its
-        sources, docs/terminology.md, else "constrain").
+        sources, docs/terminology.md, else "constrain"); term_forms "inflected": the beam takes any inflected
+        form of a term given as a lemma ("exact": only the term as written).
         tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
         bilingual model refuses it (LanguageError, a ValueError). options: see `search_config`.
         """
@@ -224,8 +226,8 @@ class Translator:
             controls = {}
             for i in examples:
                 steer = steering[i] if steering is not None else None
-                c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i]) if steer else \
-                    SourceControls()
+                c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i], term_forms) \
+                    if steer else SourceControls()
                 if c or forced:
                     controls[i] = dataclasses.replace(c, prefix=[*forced, *c.prefix])
         done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,
@@ -333,7 +335,7 @@ class Translator:
             for k in unmet:
                 warn(f"line {line(k)}: its constraints cannot all be met within its length limit; "
                      "translated without them")
-            relaxed = {k: dataclasses.replace(controls[k], constraints=[]) for k in unmet}
+            relaxed = {k: dataclasses.replace(controls[k], constraints=[], forms=None, sentence_ends=None) for k in unmet}
             results.update(self._search({k: examples[k] for k in unmet}, cfg, batch_tokens, about,
                                         controls=relaxed, line=line, warn=warn, processor=processor, given=given))
         return results

@@ -134,7 +134,7 @@ class RequireApiKey:
 
 
 # options of a call that are not search options: a Transcriber's, and a multilingual model's target language
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms")
+CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms")
 
 # The demo page runs only its own inline script and style, loads nothing from elsewhere, and is not framed.
 PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -313,7 +313,7 @@ class ModelServer:
                 "avoid": [list(s.avoid) for s in steering]}
 
     def _steering(self, items: list[str], steering: list[Steering] | None, cfg: Any,
-                  name: Any, terms: str | None = None) -> list[Steering | None]:
+                  name: Any, terms: str | None = None, forms: str = "exact") -> list[Steering | None]:
         """Each item's steering (None for none), checked with the glossary's terms as the model will
         check it (`check_steering`, `encode_steering`) before it is queued: 422 naming the item
         (name(index)) where it cannot be honoured. The terms themselves are found again by the model
@@ -329,7 +329,7 @@ class ModelServer:
             for i, s in enumerate(steered):
                 if s:
                     check_steering(s, cfg, i + 1, mode)
-                    encode_steering(s, self.model.tokenizers.tgt, i + 1, mode)
+                    encode_steering(s, self.model.tokenizers.tgt, i + 1, mode, forms=forms)
         except SteeringError as e:
             raise RequestError(422, renamed(str(e), name)) from None
         return [s if s else None for s in steering]
@@ -347,7 +347,8 @@ class ModelServer:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest, []
-        jobs = list(zip(items, self._steering(items, steering, cfg, name, options.get("terms"))))
+        jobs = list(zip(items, self._steering(items, steering, cfg, name, options.get("terms"),
+                                              options.get("term_forms", "exact"))))
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
         future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample")
         try:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request needs more than 3
 UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
 STEERING_FIELDS = ("prefix", "constraints", "avoid")  # a request's (or a text's) steering fields
+# A request's fields for the call that are not search options (each checked by the model), with an example:
+CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"'}
 
 
 @dataclass
@@ -187,12 +189,13 @@ async def read_body(request: Request, limit: int, what: str) -> bytes:
 
 def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """Search options from a request's fields (already without text/texts/paths), `tgt_lang` (a
-    multilingual model's target language) and `terms` (how terms reach the model, docs/terminology.md): 422 for an unknown field or a value of the wrong type, 413
+    multilingual model's target language), `terms` and `term_forms` (how terms reach the model,
+    docs/terminology.md): 422 for an unknown field or a value of the wrong type, 413
     for a beam or nbest over the limit. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options = {}
     for name, value in fields.items():
-        if name in ("tgt_lang", "terms"):  # a multilingual model's target language; how terms reach the model
-            example = "\"de\"" if name == "tgt_lang" else "\"annotate\", \"constrain\" or \"both\""
+        if name in CALL_FIELDS:  # a multilingual model's target language; how terms reach the model
+            example = CALL_FIELDS[name]
             if value is not None and not isinstance(value, str):
                 raise RequestError(422, f"{name} must be a string such as {example}, got {json.dumps(value)[:40]}")
             if value is not None:
@@ -200,7 +203,7 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
             continue
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
-                                    f"steering: {', '.join(STEERING_FIELDS)}; tgt_lang; terms")
+                                    f"steering: {', '.join(STEERING_FIELDS)}; {'; '.join(CALL_FIELDS)}")
         if value is None:
             continue
         try:
