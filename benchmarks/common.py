@@ -36,6 +36,27 @@ def read_gz(path: Path, limit: int | None = None) -> list[str]:
 ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
+def split_arguments(p) -> None:
+    """The options of a benchmark that decodes a split of a parallel corpus (--data-dir, --src, --tgt,
+    --split, --beam, --limit, --threads)."""
+    p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    p.add_argument("--threads", type=int, default=2)
+
+
+def read_split(args) -> tuple[list[str], list[str]]:
+    """(sources, references) of the split `split_arguments` named, on args.threads threads (printed with the
+    machine)."""
+    torch.set_num_threads(args.threads)
+    print(machine_info(args.threads))
+    return (read_gz(args.data_dir / f"{args.split}.{args.src}.gz", args.limit),
+            read_gz(args.data_dir / f"{args.split}.{args.tgt}.gz", args.limit))
+
+
 def forced_isa() -> str:
     """The instruction-set limits set in the environment (README: 'CPUs'), or 'ISA not forced'."""
     forced = [f"{name}={os.environ[name]}" for name in ISA_VARIABLES if os.environ.get(name)]

@@ -32,9 +32,8 @@ import random
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
-from common import DATA, machine_info, read_gz
+from common import read_gz, read_split, split_arguments
 
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.translator import Translator
@@ -118,22 +117,11 @@ def term_accuracy(glossary: Glossary, sources: list[str], refs: list[str], hyps:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--data-dir", type=Path, default=DATA)
-    p.add_argument("--src", default="en")
-    p.add_argument("--tgt", default="de")
-    p.add_argument("--split", default="test_2016_flickr")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--limit", type=int, default=None, help="Only the first N sentences.")
+    split_arguments(p)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    print(machine_info(args.threads))
-    sources = read_gz(args.data_dir / f"{args.split}.{args.src}.gz", args.limit)
-    refs = read_gz(args.data_dir / f"{args.split}.{args.tgt}.gz", args.limit)
+    sources, refs = read_split(args)
     t = Translator.load(args.model_dir, device="cpu")
     opts = dict(beam=args.beam)
     t.translate(sources[:20], **opts)  # warm-up

@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import DATA, machine_info, read_gz
+from common import read_gz, read_split, split_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -119,24 +119,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", required=True, help="a model trained with data.terminology")
     p.add_argument("--plain-dir", default=None, help="a model trained without it (default: --model-dir's own)")
-    p.add_argument("--data-dir", type=Path, default=DATA)
-    p.add_argument("--src", default="en")
-    p.add_argument("--tgt", default="de")
-    p.add_argument("--split", default="test_2016_flickr")
-    p.add_argument("--beam", type=int, default=5)
+    split_arguments(p)
     p.add_argument("--terms", type=int, default=2, help="terms per sentence, at most")
     p.add_argument("--base-forms", action="store_true", help="give each term as its base form (a lemma)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N sentences")
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    print(machine_info(args.threads))
-    sources = read_gz(args.data_dir / f"{args.split}.{args.src}.gz", args.limit)
-    refs = read_gz(args.data_dir / f"{args.split}.{args.tgt}.gz", args.limit)
+    sources, refs = read_split(args)
     counts = word_counts(read_gz(args.data_dir / f"train.{args.tgt}.gz"))
     model = Translator.load(args.model_dir, device="cpu")
     plain_model = Translator.load(args.plain_dir, device="cpu") if args.plain_dir else model

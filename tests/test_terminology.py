@@ -153,7 +153,8 @@ def test_the_command_line_and_the_server_take_the_terms_mode(term_model, tmp_pat
     (tmp_path / "in.txt").write_text("A man in a red shirt.\nTwo dogs play.\n")
     (tmp_path / "c.txt").write_text("Hund\n\n")
     result = CliRunner().invoke(cli, ["translate", str(term_model), "-i", str(tmp_path / "in.txt"), "--json",
-                                      "--constraints-file", str(tmp_path / "c.txt"), "--terms", "annotate", "--alignment"])
+                                      "--constraints-file", str(tmp_path / "c.txt"), "--terms", "annotate",
+                                      "--alignment"])
     assert result.exit_code == 0, result.output
     lines = [yaml.safe_load(line) for line in result.output.splitlines()]
     assert len(lines) == 2 and TERM in lines[0]["src_tokens"] and TERM not in lines[1]["src_tokens"]
@@ -178,3 +179,28 @@ def test_a_lemma_term_is_met_by_any_of_its_forms_where_asked(term_model):
         encode_steering(Steering(constraints=["Hund"]), tok, 1, forms="any")
     out = translator.translate(["A man with a dog."], constraints=[["Hund"]], terms="constrain", term_forms="inflected")
     assert any(f in words(out[0]) for f in ("Hund", "Hunde", "Hunden", "Hundes"))
+
+
+def test_the_benchmark_runs_at_its_smallest(term_model, tiny_model_dir, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import MULTI30K
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / "terminology.py"),
+                             "--model-dir", str(term_model),
+                             "--plain-dir", str(tiny_model_dir), "--data-dir", str(MULTI30K), "--split", "val",
+                             "--limit", "12", "--threads", "1", "--json", str(out), "--base-forms"],
+                            capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["system"] for r in rows] == ["plain model", "plain model, constrained beam", "terms model, no terms",
+                                           "terms model, annotated", "terms model, constrained beam",
+                                           "terms model, both"]
+    constrained = next(r for r in rows if r["system"] == "terms model, both")
+    assert float(constrained["any form"].rstrip("%")) == 100.0  # the beam guarantees every lemma as given
+    assert "| system | terms | any form | window | BLEU |" in result.stdout

@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     for share in args.shares:
         models[f"share{share:g}"] = [f"data.terminology.share={share}",
                                      f"data.terminology.base_forms={str(args.base_forms).lower()}"]
-    jobs = [Job(name, lambda name=name, sets=sets: trainer.train(name, args.steps, sets), out / name / "model.safetensors")
-            for name, sets in models.items()]
+    jobs = [Job(name, lambda name=name, sets=sets: trainer.train(name, args.steps, sets),
+                out / name / "model.safetensors") for name, sets in models.items()]
     schedule(jobs, args.jobs)
 
     report: dict = {"steps": args.steps, "base_forms": args.base_forms, "val": {}}
