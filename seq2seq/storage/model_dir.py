@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import yaml
 
-from seq2seq.accel.device import choose_device
+from seq2seq.accel.device import choose_device, use_fast_attention_kernels
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.config import ConfigError, SearchConfig, from_dict, load_dict
 from seq2seq.model.encoders.base import Encoder
@@ -230,7 +230,9 @@ class ModelDir:
         tokenizers = self.tokenizers(cfg)
         model = Seq2SeqTransformer(cfg.model, encoder)
         self.load_weights_into(model, weights)
-        model.to(choose_device(device)).eval()
+        placed = choose_device(device)
+        use_fast_attention_kernels(placed)  # (a decoding step is a new shape: no per-shape cuDNN plans)
+        model.to(placed).eval()
         return LoadedModel(model, cfg, tokenizers, self.path)
 
     # ---- writing (training, import) --------------------------------------------------------------
