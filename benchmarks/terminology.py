@@ -15,6 +15,11 @@ Systems, each decoding the whole split with beam 5 and timed in this run: the pl
 and with the constrained beam (--terms constrain); the model trained with terms (data.terminology)
 without terms, annotated (the terms appended to the source: --terms annotate), constrained, and both.
 
+With --base-forms the constrained beam takes any inflected form of a lemma (`--term-forms inflected`), a
+row forces the lemma as written (for comparison), and a second table gives, for the terms whose lemma
+is not the reference's form, the share whose output holds the reference's form: all, nouns
+(capitalised) and the other words.
+
 Reported for each: term exact-match accuracy (the term, or with --base-forms the reference's own form, as
 a whole word of the output; with --base-forms also any form of the lemma); window overlap (for each term
 found in both, the share of the reference's words within 2 words of it that are also within 2 words of it
@@ -115,6 +120,18 @@ def evaluate(name: str, hyps: list[str], seconds: float, base_seconds: float, so
     return row
 
 
+def right_forms(hyps: list[str], exact: list[list[str]], given: list[list[str]]) -> dict:
+    """With terms given as lemmas: the share of terms whose output holds the reference's own form, where
+    the lemma is not that form, for all of them, nouns (capitalised: German) and the other words."""
+    pairs = [(h, w) for h, ws, bs in zip(hyps, exact, given) for w, b in zip(ws, bs) if w != b]
+    out = {}
+    for name, keep in (("lemma != form", lambda w: True), ("nouns", lambda w: w[:1].isupper()),
+                       ("other words", lambda w: not w[:1].isupper())):
+        kept = [(h, w) for h, w in pairs if keep(w)]
+        out[name] = f"{100 * sum(has_word(h, w) for h, w in kept) / max(len(kept), 1):.1f}% of {len(kept)}"
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", required=True, help="a model trained with data.terminology")
@@ -148,19 +165,28 @@ def main() -> None:
           f"in the training targets){'; given as base forms' if args.base_forms else ''}")
     rows = [evaluate("plain model", plain, plain_s, plain_s, sources, refs, given, exact, args.base_forms)]
     systems = [("plain model, constrained beam", plain_model, "constrain")] if args.plain_dir else []
+    if args.base_forms:  # the lemma forced as written, for comparison
+        systems += [("plain model, constrained beam, lemma as written", plain_model, "constrain")]
     systems += [("terms model, no terms", model, None), ("terms model, annotated", model, "annotate"),
                 ("terms model, constrained beam", model, "constrain"), ("terms model, both", model, "both")]
+    forms_rows = []
     for name, translator, mode in systems:
         steering = {} if mode is None else {"constraints": given, "terms": mode}
+        if mode is not None and args.base_forms and "as written" not in name:  # a lemma met by any of its forms
+            steering["term_forms"] = "inflected"
         hyps, secs = timed(translator, **steering)
         rows.append(evaluate(name, hyps, secs, plain_s, sources, refs, given, exact, args.base_forms))
-    keys = list(rows[0])
-    print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
-    for row in rows:
-        print("| " + " | ".join(row[k] for k in keys) + " |")
+        if args.base_forms and mode is not None:
+            forms_rows.append({"system": name, **right_forms(hyps, exact, given)})
+    for table in (rows, forms_rows):
+        if table:
+            keys = list(table[0])
+            print("\n| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
+            for row in table:
+                print("| " + " | ".join(row[k] for k in keys) + " |")
     if args.json is not None:
-        args.json.write_text(json.dumps({"split": args.split, "terms": given, "rows": rows}, indent=1) + "\n",
-                             encoding="utf-8")
+        args.json.write_text(json.dumps({"split": args.split, "terms": given, "rows": rows, "forms": forms_rows},
+                                        indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ translation's terms reach the model (--terms annotate, constrain, both)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -55,6 +56,16 @@ def test_the_sampler_annotates_a_share_of_pairs_with_their_own_rarer_target_word
     lemmas = TermSampler(TerminologyConfig(share=1.0, base_forms=True, skip_frequent=0),
                          Counter({"Hund": 3, "Hunde": 1}))
     assert lemmas.terms("Hunde", rng) == ["Hund"]  # a base form, which the model learns to inflect
+
+
+def test_the_rare_pick_annotates_the_rarest_candidate_words_first():
+    counts = Counter({"Hund": 50, "Hut": 5, "Rosen": 1, "Ball": 20, "ein": 500, "mit": 400, "und": 300})
+    sampler = TermSampler(TerminologyConfig(share=1.0, max_terms=2, skip_frequent=3, pick="rare"), counts)
+    rng = np.random.default_rng(0)
+    chosen = [sampler.terms("ein Hund mit Hut , Ball und Rosen", rng) for _ in range(50)]
+    assert {tuple(c) for c in chosen} == {("Rosen",), ("Rosen", "Hut")}  # 1 or 2 terms, the rarest first
+    with pytest.raises(ConfigError, match="data.terminology.pick must be one of random, rare, got 'often'"):
+        TerminologyConfig(pick="often")
 
 
 def test_the_section_is_checked():
@@ -198,9 +209,14 @@ def test_the_benchmark_runs_at_its_smallest(term_model, tiny_model_dir, tmp_path
                             capture_output=True, text=True, cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [r["system"] for r in rows] == ["plain model", "plain model, constrained beam", "terms model, no terms",
+    assert [r["system"] for r in rows] == ["plain model", "plain model, constrained beam",
+                                           "plain model, constrained beam, lemma as written", "terms model, no terms",
                                            "terms model, annotated", "terms model, constrained beam",
                                            "terms model, both"]
+    forms = json.loads(out.read_text())["forms"]
+    assert [r["system"] for r in forms] == [r["system"] for r in rows[1:] if r["system"] != "terms model, no terms"]
+    assert all(re.fullmatch(r"\d+\.\d% of \d+", r[k]) for r in forms for k in ("lemma != form", "nouns", "other words"))
     constrained = next(r for r in rows if r["system"] == "terms model, both")
     assert float(constrained["any form"].rstrip("%")) == 100.0  # the beam guarantees every lemma as given
     assert "| system | terms | any form | window | BLEU |" in result.stdout
+    assert "| system | lemma != form | nouns | other words |" in result.stdout

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from seq2seq.config.schema import ConfigError
 
+PICKS = ("random", "rare")  # how a pair's terms are chosen among its candidate words
+
 
 @dataclass
 class TerminologyConfig:
@@ -16,6 +18,9 @@ class TerminologyConfig:
         among those that are not one of the `skip_frequent` most frequent target words, appended to the
         source after the reserved piece <term> (`seq2seq.text.terminology.annotate`). A model so trained
         takes a translation's terms the same way (`seq2seq translate --terms`), and learns where they go.
+    pick: which of the candidate words become the pair's terms: "random" (any of them alike) or "rare"
+        (the rarest in the training targets first: the words a termbase holds and a model gets wrong,
+        so that the annotation tells the model what it could not guess).
     base_forms: annotate with a word's base form (its corpus's shortest form without an inflection
         ending, `seq2seq.text.terminology.base_forms`) instead of the word as the target has it: the model
         learns to inflect a term given as a lemma ("schlank" -> "schlanker").
@@ -25,8 +30,11 @@ class TerminologyConfig:
     max_terms: int = 2
     skip_frequent: int = 100
     base_forms: bool = False
+    pick: str = "random"
 
     def __post_init__(self) -> None:
+        if self.pick not in PICKS:
+            raise ConfigError(f"data.terminology.pick must be one of {', '.join(PICKS)}, got {self.pick!r}")
         if not 0.0 <= self.share <= 1.0:
             raise ConfigError(f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
         if self.max_terms < 1:

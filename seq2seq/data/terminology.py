@@ -6,7 +6,7 @@
 
 A pair is annotated with words of its own target, as the user of a termbase would give them: 1 to
 `max_terms` of them, drawn among the words that are not one of the target side's `skip_frequent`
-most frequent words (function words are not terms), in random order, appended to the source by
+most frequent words (function words are not terms), at random or the rarest first (`pick`), appended to the source by
 `seq2seq.text.terminology.annotate` (as their base forms with `base_forms`). Which pairs and which
 words follow a generator seeded by (`seed`, chunk), so the same corpus is annotated the same way every
 time (the cache key holds the settings). Only training pairs are annotated: validation measures the
@@ -38,6 +38,7 @@ class TermSampler:
         for word, n in counts.items():
             lowered[word.lower()] += n
         self.frequent = {w for w, _ in lowered.most_common(cfg.skip_frequent)}
+        self.counts = lowered
         self.bases = base_forms(counts) if cfg.base_forms else None
 
     def candidates(self, target: str) -> list[str]:
@@ -52,7 +53,10 @@ class TermSampler:
         if not found:
             return []
         k = min(len(found), int(rng.integers(1, self.cfg.max_terms + 1)))
-        chosen = [found[i] for i in rng.permutation(len(found))[:k]]
+        if self.cfg.pick == "rare":  # the rarest first (ties: in the target's order)
+            chosen = sorted(found, key=lambda w: self.counts[w.lower()])[:k]
+        else:
+            chosen = [found[i] for i in rng.permutation(len(found))[:k]]
         return [self.bases.get(w, w) for w in chosen] if self.bases is not None else chosen
 
     def annotated(self, chunks: Iterable[Chunk], seed: int = 0) -> Iterator[Chunk]:
