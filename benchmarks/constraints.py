@@ -81,10 +81,10 @@ def timed(fn, *args, **kwargs):
 
 
 def build_glossary(src: list[str], tgt: list[str], min_count: int = 20, min_dice: float = 0.6,
-                   capitalised: bool = True) -> Glossary:
+                   capitalised: bool = True, tokenizer=None) -> Glossary:
     """Source word -> its best co-occurring target word by Dice, from the training pairs; capitalised:
     only capitalised target words (German nouns: the terms a termbase holds, not function words or
-    inflected adjectives)."""
+    inflected adjectives); tokenizer (the model's target tokenizer): only words it can write."""
     src_sets = [set(w.lower() for w in words(s)) for s in src]
     tgt_sets = [set(words(t)) for t in tgt]
     src_count = Counter(w for s in src_sets for w in s)
@@ -101,7 +101,10 @@ def build_glossary(src: list[str], tgt: list[str], min_count: int = 20, min_dice
         dice = 2 * c / (src_count[a] + tgt_count[b])
         if dice >= min_dice and dice > best.get(a, (0.0, ""))[0]:
             best[a] = (dice, b)
-    return Glossary(sorted((a, b) for a, (_, b) in best.items()), "training-data glossary")
+    entries = sorted((a, b) for a, (_, b) in best.items())
+    if tokenizer is not None:
+        entries = [(a, b) for a, b in entries if tokenizer.unk_id not in tokenizer.encode([b])[0]]
+    return Glossary(entries, "training-data glossary")
 
 
 def term_accuracy(glossary: Glossary, sources: list[str], refs: list[str], hyps: list[str]) -> tuple[float, int]:
@@ -162,7 +165,7 @@ def main() -> None:
 
     train_src = read_gz(args.data_dir / f"train.{args.src}.gz")
     train_tgt = read_gz(args.data_dir / f"train.{args.tgt}.gz")
-    glossary = build_glossary(train_src, train_tgt, capitalised=args.tgt == "de")
+    glossary = build_glossary(train_src, train_tgt, capitalised=args.tgt == "de", tokenizer=t.tokenizers.tgt)
     with_glossary, secs = timed(t.translate, sources, glossary=glossary, **opts)
     before, n_terms = term_accuracy(glossary, sources, refs, plain)
     after, _ = term_accuracy(glossary, sources, refs, with_glossary)

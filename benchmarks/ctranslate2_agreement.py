@@ -79,11 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     b = theirs.translate_nbest(lines, **search)
     t_theirs = time.perf_counter() - start
 
-    ids = ours.tokenizers.src.encode([line.strip() for line in lines])
+    # each line's length limit, from its source ids as the model reads them (truncated, EOS appended)
+    limits = {i: cfg.max_length(len(ids)) for i, ids in ours.processor.prepare(lines).items()}
     differ, at_limit, worst = [], 0, 0.0
     for i, (x, y) in enumerate(zip(a, b)):
         text_x, text_y = (x[0].text if x else ""), (y[0].text if y else "")
-        if x and len(x[0].token_ids) >= theirs._max_len(min(len(ids[i]), ours.max_src_tokens) + 1, cfg):
+        if x and len(x[0].token_ids) >= limits[i]:
             at_limit += 1
         if text_x != text_y:
             differ.append(i)

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import DATA, machine_info, read_gz  # noqa: E402
 
 
-def batches_of(texts: list[str], tokenize, size: int) -> tuple[list[list[str]], list[int]]:
-    """Batches of `size` texts sorted by length, and the order of the texts in them."""
-    order = sorted(range(len(texts)), key=lambda i: len(tokenize(texts[i])))
+def batches_of(texts: list[str], length, size: int) -> tuple[list[list[str]], list[int]]:
+    """Batches of `size` texts sorted by length(index), and the order of the texts in them."""
+    order = sorted(range(len(texts)), key=length)
     return [[texts[i] for i in order[k : k + size]] for k in range(0, len(order), size)], order
 
 
@@ -93,7 +93,9 @@ def main() -> None:
     search = dict(beam=args.beam) if args.beam > 1 else dict(greedy=True)
     cfg = ours.search_config(**search)
     tok_src, tok_tgt = ours.tokenizers.src, ours.tokenizers.tgt
-    batches, order = batches_of(texts, lambda t: tok_src.encode([t])[0], args.batch_size)
+    # each text's source ids as the model reads them (truncated to its positions, EOS appended)
+    examples = {texts[i]: ids for i, ids in ours.processor.prepare(texts).items()}  # every text is non-empty
+    batches, order = batches_of(texts, lambda i: len(examples[texts[i]]), args.batch_size)
     huge = 10**9
 
     systems: dict[str, callable] = {}
@@ -107,17 +109,21 @@ def main() -> None:
     systems["ctranslate2 int8"] = lambda b: ct_int8.translate(b, batch_tokens=huge, **search)
 
     def max_len(batch: list[str]) -> int:
-        return max(ct_fp32._max_len(len(tok_src.encode([t])[0][: ours.max_src_tokens]) + 1, cfg) for t in batch)
+        """The batch's longest length limit (`SearchConfig.max_length` of each source's positions)."""
+        return max(cfg.max_length(len(examples[t])) for t in batch)
+
+    def target_ids(pieces: list[str]) -> list[int]:
+        return [tok_tgt.unk_id if i is None else i for i in map(tok_tgt.piece_id, pieces)]
 
     if not args.skip_raw:
         def raw(engine):
             def run(b: list[str]) -> list[str]:
-                pieces = [[tok_src.id_to_piece(i) for i in tok_src.encode([t])[0][: ours.max_src_tokens]] for t in b]
+                pieces = [[tok_src.id_to_piece(i) for i in examples[t][:-1]] for t in b]  # CTranslate2 adds EOS
                 out = engine.engine.translate_batch(
                     pieces, beam_size=cfg.beam if cfg.strategy == "beam" else 1, length_penalty=cfg.lenpen,
                     max_decoding_length=max_len(b) + 1, max_input_length=0, max_batch_size=0,
                 )
-                return [tok_tgt.decode([[ct_fp32._tgt_ids.get(p, 1) for p in r.hypotheses[0]]])[0] for r in out]
+                return tok_tgt.decode([target_ids(r.hypotheses[0]) for r in out])
             return run
 
         systems["ctranslate2 raw fp32"] = raw(ct_fp32)
@@ -127,15 +133,13 @@ def main() -> None:
         import transformers
         from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
-        from seq2seq.data.batching import pad_sequences
-
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
         hf_dir = export_hf(args.model_dir, work / "hf", force=True)
         hf = AutoModelForSeq2SeqLM.from_pretrained(str(hf_dir)).eval()
 
         def run_hf(b: list[str]) -> list[str]:
-            src = pad_sequences([ids[: ours.max_src_tokens] + [EOS_ID] for ids in tok_src.encode(b)], PAD_ID)
+            src = ours.processor.collate([examples[t] for t in b])  # ids + EOS, padded with PAD_ID
             gen = GenerationConfig(
                 num_beams=args.beam, do_sample=False, max_new_tokens=max_len(b) + 1, length_penalty=cfg.lenpen,
                 early_stopping=True, decoder_start_token_id=hf.config.decoder_start_token_id,

@@ -28,12 +28,24 @@ ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("recipe")
 
 
+class RecipeStopped(Exception):
+    """A recipe cannot go on; its message says why and what to fix (`run_main` prints it and exits 1)."""
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """A recipe's entry point: `main()`, a `RecipeStopped` ending the process with its message (exit 1)."""
+    try:
+        main()
+    except RecipeStopped as e:
+        sys.exit(str(e))
+
+
 def find(data: Path, split: str, lang: str) -> Path:
     """DATA/SPLIT.LANG(.gz); stops the recipe naming the file when it is missing."""
     for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
         if (data / name).is_file():
             return data / name
-    sys.exit(f"recipe stopped: no {split}.{lang}(.gz) in {data}")
+    raise RecipeStopped(f"recipe stopped: no {split}.{lang}(.gz) in {data}")
 
 
 def read_lines(path: Path) -> list[str]:
@@ -68,7 +80,7 @@ def command(*args: object) -> str:
     try:
         return seq2seq(*args)
     except RuntimeError as e:
-        sys.exit(f"recipe stopped: {e}; fix what it said and run the recipe again to continue")
+        raise RecipeStopped(f"recipe stopped: {e}; fix what it said and run the recipe again to continue") from None
 
 
 SCORED = ("bleu", "chrf")  # the metrics the recipes report
@@ -189,7 +201,8 @@ def schedule(jobs: list[Job], workers: int) -> dict[str, float]:
                 pending.remove(job)
                 running[pool.submit(job.run)] = (job, time.perf_counter())
             if not running:
-                sys.exit("recipe stopped: steps wait on steps that cannot run: " + ", ".join(j.name for j in pending))
+                raise RecipeStopped("recipe stopped: steps wait on steps that cannot run: "
+                                    + ", ".join(j.name for j in pending))
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 job, start = running.pop(future)
@@ -202,7 +215,7 @@ def schedule(jobs: list[Job], workers: int) -> dict[str, float]:
                 finished.add(job.name)
                 log.info("done: %s (%.1f min)", job.name, seconds[job.name] / 60)
     if failed:
-        sys.exit(f"recipe stopped: {failed[0]}; fix what it said and run the recipe again to continue")
+        raise RecipeStopped(f"recipe stopped: {failed[0]}; fix what it said and run the recipe again to continue")
     return seconds
 
 

@@ -16,7 +16,7 @@ from seq2seq.config import ConfigError, DataConfig, TokenizerConfig, from_dict
 from seq2seq.data import prepare
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.text.languages import (
-    LanguageError, corpus_prefix, decoder_prefix, reserved_pieces, target_prefix, target_reserved_pieces,
+    LanguageError, corpus_prefix, decoder_prefix, reserved_pieces, source_prefix, target_reserved_pieces,
     valid_prefix,
 )
 from seq2seq.text.tokenizer import EOS_ID
@@ -35,9 +35,9 @@ def test_the_tag_position_is_checked_and_moves_the_language_tag_to_the_target():
     assert reserved_pieces(cfg) == ["<BT>"] and target_reserved_pieces(cfg) == ["<2de>", "<2fr>"]
     assert [corpus_prefix(cfg, c) for c in cfg.corpora] == [[], ["<BT>"]]
     assert [valid_prefix(cfg, v) for v in cfg.valid_sets] == [[], []]
-    assert decoder_prefix(cfg, "fr") == ["<2fr>"] and target_prefix(cfg, "fr", ["<BT>"]) == ["<BT>"]
+    assert decoder_prefix(cfg, "fr") == ["<2fr>"] and source_prefix(cfg, "fr", ["<BT>"]) == ["<BT>"]
     with pytest.raises(LanguageError, match="unknown target language 'es'"):
-        target_prefix(cfg, "es")  # the language is checked wherever its tag goes
+        source_prefix(cfg, "es")  # the language is checked wherever its tag goes
     source = from_dict(DataConfig, {**data_section({k: ("s", "t") for k in ("train_de", "train_fr", "valid_de",
                                                                               "valid_fr")})})
     assert decoder_prefix(source, "fr") == [] and target_reserved_pieces(source) == []

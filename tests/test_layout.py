@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "seq2seq"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "inference", "training", "deploy",
           "serve", "cli"]
 
@@ -119,3 +121,83 @@ def test_the_public_api_is_importable_from_the_top_level():
     # importing the package alone loads neither torch nor any layer
     probe = "import sys, seq2seq; print(sorted(m for m in sys.modules if m.startswith(('torch', 'seq2seq.'))))"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+# ---- the module map: docs/architecture.md and the subpackages' docstrings name every module ----------------
+
+def package_folders() -> dict[str, set[str]]:
+    """{folder under seq2seq/ ("" for seq2seq/ itself, "model/encoders/"): the names of its .py files}."""
+    folders: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        folder = path.parent.relative_to(PACKAGE).as_posix()
+        folders.setdefault("" if folder == "." else folder + "/", set()).add(path.name)
+    return folders
+
+
+SECTION = re.compile(r"^#+ `seq2seq/((?:[a-z_]+/)*)`", re.M)
+HEADING = re.compile(r"^#+ ", re.M)
+ROW = re.compile(r"^\| `([A-Za-z_][A-Za-z0-9_]*\.py)` \|", re.M)
+
+
+def documented_modules(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's module tables: {folder under seq2seq/: the `<name>.py` rows of the section
+    headed `seq2seq/<folder>`, up to the next heading}."""
+    found: dict[str, set[str]] = {}
+    for match in SECTION.finditer(text):
+        following = HEADING.search(text, match.end())
+        body = text[match.end(): following.start() if following else len(text)]
+        found.setdefault(match.group(1), set()).update(ROW.findall(body))
+    return found
+
+
+def test_the_module_map_reader_sees_rows_and_sections():
+    text = "#### `seq2seq/inference/`: x\n\n| module | role |\n| `search.py` | the loop |\n\n### Other\n| `a.py` | y |\n"
+    assert documented_modules(text) == {"inference/": {"search.py"}}
+
+
+def test_every_module_has_a_line_in_the_architecture_doc():
+    """Each seq2seq/<folder>/<name>.py is a row `<name>.py` of the section of docs/architecture.md headed
+    `seq2seq/<folder>/`; a row naming a module that is gone fails too."""
+    documented = documented_modules(ARCHITECTURE.read_text(encoding="utf-8"))
+    actual = package_folders()
+    missing = sorted(f"seq2seq/{folder}{name}" for folder, names in actual.items()
+                     for name in names - documented.get(folder, set()))
+    stale = sorted(f"seq2seq/{folder}{name}" for folder, names in documented.items()
+                   for name in names - actual.get(folder, set()))
+    assert not missing, ("modules without a line in docs/architecture.md (a row | `name.py` | role | in the "
+                         "section of their subpackage):\n" + "\n".join(missing))
+    assert not stale, "docs/architecture.md names modules that do not exist:\n" + "\n".join(stale)
+
+
+LISTING = re.compile(r"^ {4}([a-z_][a-z0-9_]*)(?:\.py|/)? {2,}\S", re.M)
+
+
+def listed_modules(docstring: str) -> set[str]:
+    """The names a docstring lists as `    name  what it is` (also `name.py`, `name/`), one a line."""
+    return set(LISTING.findall(docstring))
+
+
+def test_the_listing_reader_sees_each_form():
+    doc = "Title.\n\n    schema.py    x\n    encoders/    y\n    search  z\n                continued\n  * bullet  no\n"
+    assert listed_modules(doc) == {"schema", "encoders", "search"}
+
+
+def test_subpackage_docstrings_that_list_modules_list_them_all():
+    """A subpackage's __init__ docstring that lists its modules lists every one (and its subpackages), and
+    only modules that exist."""
+    checked, problems = [], []
+    for init in sorted(PACKAGE.rglob("*/__init__.py")):
+        folder = init.parent
+        own = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+        own |= {p.parent.name for p in folder.glob("*/__init__.py")}
+        docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")), clean=False) or ""
+        listed = listed_modules(docstring)
+        if not listed & own:
+            continue  # a docstring that lists no modules
+        checked.append(module_name(init))
+        if own - listed:
+            problems.append(f"{module_name(init)} leaves out {sorted(own - listed)}")
+        if listed - own:
+            problems.append(f"{module_name(init)} lists {sorted(listed - own)}, which are not its modules")
+    assert "seq2seq.inference" in checked  # the reader still finds the listings
+    assert not problems, "\n".join(problems)

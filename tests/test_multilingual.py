@@ -26,7 +26,7 @@ from seq2seq.data.mixing import CorpusMix, MixedBatches, corpus_probabilities
 from seq2seq.model.encoders.base import TextProcessor
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.text.languages import (
-    LanguageError, language_tag, model_languages, reserved_pieces, split_tags, tag_source, tag_language, target_prefix,
+    LanguageError, language_tag, model_languages, reserved_pieces, split_tags, tag_source, tag_language, source_prefix,
 )
 from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer
@@ -152,13 +152,13 @@ def test_languages_of_multilingual_and_bilingual_configs(corpora):
     assert tag_language("<BT>") is None
     assert model_languages(cfg) == model_languages(cfg.data) == ["de", "fr"]
     assert reserved_pieces(cfg) == ["<2de>", "<2fr>", "<BT>"]
-    assert target_prefix(cfg, "fr") == ["<2fr>"] and target_prefix(cfg, "de", ["<BT>"]) == ["<2de>", "<BT>"]
+    assert source_prefix(cfg, "fr") == ["<2fr>"] and source_prefix(cfg, "de", ["<BT>"]) == ["<2de>", "<BT>"]
     with pytest.raises(LanguageError, match="choose a target language, one of de, fr"):
-        target_prefix(cfg, None)
+        source_prefix(cfg, None)
     with pytest.raises(LanguageError, match="unknown target language 'es'; this model's languages: de, fr"):
-        target_prefix(cfg, "es")
+        source_prefix(cfg, "es")
     with pytest.raises(LanguageError, match="unknown corpus tag '<XX>'"):
-        target_prefix(cfg, "de", ["<XX>"])
+        source_prefix(cfg, "de", ["<XX>"])
     with pytest.raises(LanguageError, match="not a language code"):
         language_tag("d e")
 
@@ -167,8 +167,8 @@ def test_languages_of_multilingual_and_bilingual_configs(corpora):
     assert model_languages(bt) == [] and reserved_pieces(bt) == ["<BT>"]
     assert model_languages(Config()) == [] and reserved_pieces(Config()) == []
     with pytest.raises(LanguageError, match="translates into one language only"):
-        target_prefix(bt, "de")
-    assert target_prefix(bt, None) == []
+        source_prefix(bt, "de")
+    assert source_prefix(bt, None) == []
 
 
 def test_declared_languages_of_a_model_without_corpora():
@@ -177,15 +177,15 @@ def test_declared_languages_of_a_model_without_corpora():
     cfg = from_dict(Config, {"data": {"languages": ["zho_Hans", "de", "fra"]}})
     assert cfg.data.multilingual and model_languages(cfg) == ["de", "fra", "zho_Hans"]
     assert reserved_pieces(cfg) == ["<2de>", "<2fra>", "<2zho_Hans>"]
-    assert target_prefix(cfg, "zho_Hans") == ["<2zho_Hans>"]
+    assert source_prefix(cfg, "zho_Hans") == ["<2zho_Hans>"]
     with pytest.raises(LanguageError, match="choose a target language, one of de, fra, zho_Hans"):
-        target_prefix(cfg, None)
+        source_prefix(cfg, None)
     with pytest.raises(LanguageError, match="unknown target language 'fr'; this model's languages: de, fra, zho_Hans"):
-        target_prefix(cfg, "fr")
+        source_prefix(cfg, "fr")
     one = from_dict(Config, {"data": {"languages": ["fr"]}})
-    assert model_languages(one) == ["fr"] and target_prefix(one, "fr") == ["<2fr>"]
+    assert model_languages(one) == ["fr"] and source_prefix(one, "fr") == ["<2fr>"]
     with pytest.raises(LanguageError, match="choose a target language, one of fr"):
-        target_prefix(one, None)
+        source_prefix(one, None)
 
     assert tag_source(" A dog. ", "de", ["<BT>"]) == "<2de> <BT> A dog."
     assert tag_source("A dog.", None) == "A dog."

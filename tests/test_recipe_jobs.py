@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 
-from jobs import Job, markdown_table, schedule  # noqa: E402
+from jobs import Job, RecipeStopped, markdown_table, schedule  # noqa: E402
 
 
 def job(name: str, tmp: Path, log: list[str], after: tuple[str, ...] = (), fail: bool = False,
@@ -59,7 +59,7 @@ def test_a_failure_stops_the_recipe_with_its_message_and_nothing_after_it_runs(t
     log: list[str] = []
     jobs = [job("a", tmp_path, log, fail=True), job("b", tmp_path, log, after=("a",)),
             job("c", tmp_path, log, seconds=0.05)]
-    with pytest.raises(SystemExit, match=r"recipe stopped: `seq2seq train` failed for a; .*run the recipe again"):
+    with pytest.raises(RecipeStopped, match=r"recipe stopped: `seq2seq train` failed for a; .*run the recipe again"):
         schedule(jobs, workers=2)
     assert "start b" not in log and "end c" in log  # the job running beside it finished; none started after
 

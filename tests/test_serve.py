@@ -792,6 +792,8 @@ def test_serve_refuses_a_bad_glossary_in_one_line_before_it_starts(tiny_model_di
     bad = glossary_file(tmp_path, "dog\tHund\ncat\n")
     cases = [(tiny_model_dir, bad, f"glossary {bad} line 2: expected 'source term<TAB>target term'"),
              (tiny_model_dir, tmp_path / "none.tsv", "not found"),
+             (tiny_model_dir, glossary_file(tmp_path, "dog\tHund\ncat\t日本\n", "unwritable.tsv"),
+              "unwritable.tsv line 2: the target term '日本' cannot be written with the model's target vocabulary"),
              (image_model / "model", glossary_file(tmp_path, "dog\tHund\n", "good.tsv"),
               "is an image model; send constraints with the requests instead")]
     for model, glossary, message in cases:

@@ -135,6 +135,149 @@ def test_glossary_terms_become_constraints(translator, tmp_path):
     assert "Straße" in out[0] and "Frau" in out[1]
 
 
+def test_a_source_term_given_twice_with_different_targets_is_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_text("source\ttarget\nAccount\tKonto\ndog\tHund\nDOG\tHund\n\n account \tKundenkonto\n")
+    with pytest.raises(SteeringError) as e:
+        Glossary.load(path)
+    assert str(e.value) == (f"glossary {path} lines 2 and 6: the source term 'account' is given twice, with target "
+                            "terms 'Konto' and 'Kundenkonto'; keep one")
+    path.write_text("dog\tHund\nStraße\tstreet\nDOG\tHund\nSTRASSE\tSTREET\n")  # ß is not "ss" to re either
+    glossary = Glossary.load(path)
+    assert glossary.entries == [("dog", "Hund"), ("Straße", "street"), ("STRASSE", "STREET")]  # the repeat kept once
+    assert glossary.lines == [1, 2, 4]
+    with pytest.raises(SteeringError, match="glossary <glossary> entries 1 and 3: the source term 'ıt' is given"):
+        Glossary([("it", "es"), ("dog", "Hund"), ("ıt", "er")])  # re.IGNORECASE takes ı as i
+
+
+def test_a_glossary_target_the_model_cannot_write_is_refused_before_any_text_naming_its_line(translator, tmp_path):
+    from seq2seq.serve.app import check_glossary
+
+    path = tmp_path / "terms.tsv"
+    path.write_text("source\ttarget\ndog\tHund\ncat\tЖ Katze\n")
+    message = f"glossary {path} line 3: the target term 'Ж Katze' cannot be written with the model's target " \
+              "vocabulary ('Ж' would become <unk>)"
+    calls = (lambda g: translator.translate(["A man."], glossary=g, beam=4), lambda g: check_glossary(translator, g))
+    for call in calls:
+        with pytest.raises(SteeringError) as e:  # though no input holds "cat"
+            call(Glossary.load(path))
+        assert str(e.value) == message
+    path.write_text("dog\tHund\n")
+    glossary = Glossary.load(path)
+    assert translator.translate(["A dog."], glossary=glossary, beam=4) == translator.translate(
+        ["A dog."], constraints=[["Hund"]], beam=4)
+    assert glossary._checked == [translator.tokenizers.tgt]  # checked once, not per call
+
+
+# The matcher the glossary had before issue 59 (one expression per term), the reference of the tests below.
+
+def reference_constraints(entries: list[tuple[str, str]], text: str) -> list[str]:
+    by_length = sorted(range(len(entries)), key=lambda i: -len(entries[i][0]))
+    patterns = [(re.compile(rf"(?<!\w){re.escape(entries[i][0])}(?!\w)", re.IGNORECASE), entries[i][1])
+                for i in by_length]
+    taken: list[tuple[int, int]] = []
+    found: list[tuple[int, str]] = []
+    for pattern, target in patterns:  # longest source terms first
+        for m in pattern.finditer(text):
+            if all(m.end() <= a or m.start() >= b for a, b in taken):
+                taken.append(m.span())
+                found.append((m.start(), target))
+    return list(dict.fromkeys(t for _, t in sorted(found)))
+
+
+TERM_CHARACTERS = "abab" + "sSßẞſ" + "iIİı" + "éÉ" + "σΣς\u0345" + "1_" + " -.'+"
+
+
+def random_text(rng: random.Random, terms: list[str]) -> str:
+    """Glossary terms (each character upper- or lower-cased at random) among random characters, mostly
+    with a space or a punctuation mark between them."""
+    text = ""
+    for _ in range(rng.randint(0, 7)):
+        if terms and rng.random() < 0.6:
+            piece = "".join(rng.choice((c, c.upper(), c.lower())) for c in rng.choice(terms))
+        else:
+            piece = "".join(rng.choice(TERM_CHARACTERS) for _ in range(rng.randint(1, 3)))
+        text += rng.choice(("", " ", " ", ", ", "-")) + piece if text else piece
+    return text
+
+
+def test_glossary_matching_is_what_one_expression_per_term_found_on_random_glossaries():
+    rng = random.Random(59)
+    compared = refused = hits = 0
+    for _ in range(3000):
+        pool = ["".join(rng.choice(TERM_CHARACTERS) for _ in range(rng.randint(1, 4))) for _ in range(4)]
+        pool += [a + rng.choice(" -") + b for a, b in zip(pool, reversed(pool))]  # terms that overlap others
+        entries = [(rng.choice(pool), rng.choice("ABCD")) for _ in range(rng.randint(1, 8))]
+        texts = [random_text(rng, [s for s, _ in entries]) for _ in range(4)]
+        conflict = any(re.fullmatch(re.escape(a), b, re.IGNORECASE) and x != y
+                       for i, (a, x) in enumerate(entries) for b, y in entries[i + 1:])
+        if conflict:
+            with pytest.raises(SteeringError, match="is given twice"):
+                Glossary(entries)
+            refused += 1
+            continue
+        glossary = Glossary(entries)
+        for text in texts:
+            found = glossary.constraints_for(text)
+            assert found == reference_constraints(entries, text), (entries, text)
+            compared, hits = compared + 1, hits + (len(found) > 1)
+    assert compared > 4500 and refused > 1000 and hits > 900, (compared, refused, hits)  # hits: 2+ terms
+
+
+def test_fold_compares_characters_as_re_ignorecase_does():
+    import sys
+
+    from seq2seq.inference.glossary import fold
+
+    everything = "".join(map(chr, range(sys.maxunicode + 1)))
+    folded = fold(everything)
+    assert len(folded) == len(everything)
+    cased = "".join(sorted({c for c, f in zip(everything, folded) if c != f or c.upper() != c or c.lower() != c}))
+    assert set(fold(cased)) <= set(cased)  # so a character without case folds, and is equal, only to itself
+    for i, c in enumerate(cased):
+        by_re = [m.start() for m in re.finditer(re.escape(c), cased, re.IGNORECASE)]
+        assert by_re == [j for j, f in enumerate(fold(cased)) if f == fold(c)], (c, hex(ord(c)))
+
+
+def test_a_termbase_of_100000_entries_matches_as_the_expressions_did():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.glossary import generated_glossary, generated_sentences
+    from seq2seq.inference.glossary import fold
+
+    entries = generated_glossary(100_000)
+    sentences = generated_sentences(entries, 1000)
+    glossary = Glossary(entries, "generated")
+    assert len(glossary.entries) == 100_000
+    found = [glossary.constraints_for(s) for s in sentences]  # the whole run
+    assert sum(map(len, found)) > 2000
+    folded = [(fold(s), s, t) for s, t in entries]
+    for sentence, terms in zip(sentences[:40], found):  # the expressions of the terms that may occur (all others
+        text = fold(sentence)                            # find nothing): 100,000 expressions a sentence are slow
+        assert terms == reference_constraints([(s, t) for f, s, t in folded if f in text], sentence), sentence
+    small = entries[:2000]
+    glossary = Glossary(small)
+    for sentence in generated_sentences(small, 150, seed=1):
+        assert glossary.constraints_for(sentence) == reference_constraints(small, sentence), sentence
+
+
+def test_the_glossary_benchmark_runs_at_its_smallest():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / "glossary.py"), "--entries", "300",
+                             "--sentences", "40", "--old-sentences", "10"], capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "300 entries, 40 sentences" in out and "the matchers agree on the 10 sentences both ran" in out
+    assert "(measured on 10 sentences" in out and "scaled to 40)" in out
+    assert re.search(r"ratio \(old / new\), matching: [\d,]+x", out), out
+
+
 # ---- the command line ---------------------------------------------------------------------------
 
 
@@ -181,6 +324,8 @@ def test_json_input_carries_each_lines_steering(tiny_model_dir):
     ({"prefix.txt": "a\n" * 9}, ["--prefix-file", "prefix.txt"], r"prefix.txt has more lines than the input \(5\)"),
     ({"c.txt": "Hund\n\n\n\t\t\nЖ\n"}, ["--constraints-file", "c.txt"], "line 5: the constraint 'Ж' cannot be"),
     ({"g.tsv": "dog\tHund\nbad row\n"}, ["--glossary", "g.tsv"], "g.tsv line 2: expected"),
+    ({"g.tsv": "dog\tHund\ncat\tЖ\n"}, ["--glossary", "g.tsv"], "g.tsv line 2: the target term 'Ж' cannot be"),
+    ({"g.tsv": "dog\tHund\nDog\tRüde\n"}, ["--glossary", "g.tsv"], "g.tsv lines 1 and 2: the source term 'Dog'"),
     ({}, ["--glossary", "missing.tsv"], "glossary .*missing.tsv not found"),
     ({"c.txt": "Hund\n" * 5}, ["--constraints-file", "c.txt", "--greedy"], "line 1: constraints need beam search"),
 ])

@@ -36,7 +36,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from jobs import Job, Trainer, find, markdown_table, read_lines, schedule, write_lines  # noqa: E402
+from jobs import Job, Trainer, find, markdown_table, read_lines, run_main, schedule, write_lines  # noqa: E402
 
 log = logging.getLogger("recipe")
 
@@ -180,4 +180,4 @@ def report(out: Path, jobs: list[Job], seconds: dict[str, float]) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    main()
+    run_main(main)

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from jobs import budget, train_model, training_arguments  # noqa: E402
+from jobs import budget, run_main, train_model, training_arguments  # noqa: E402
 from jobs import command as seq2seq  # noqa: E402
 from jobs import score as test  # noqa: E402
 
@@ -100,4 +100,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    main()
+    run_main(main)

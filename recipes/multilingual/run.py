@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "recipes"), str(Path(__file__).resolve().parent)]  # jobs.py; language_id.py
 
-from jobs import Job, Trainer, find, markdown_table, schedule  # noqa: E402
+from jobs import Job, Trainer, find, markdown_table, run_main, schedule  # noqa: E402
 from language_id import language_shares  # noqa: E402
 
 log = logging.getLogger("recipe")
@@ -172,4 +172,4 @@ def fmt(scores: dict[str, float]) -> str:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    main()
+    run_main(main)

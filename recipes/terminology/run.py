@@ -3,6 +3,7 @@
 
     python recipes/terminology/run.py ../shared/data/multi30k --output-dir runs/terminology
     python recipes/terminology/run.py ../shared/data/multi30k --shares 0.3 --base-forms --output-dir runs/lemmas
+    python recipes/terminology/run.py ../shared/data/multi30k --shares 0.5 --pick rare --output-dir runs/rare
 
 Steps (each skipped when its result is there, a stopped training resumed; --jobs at a time):
 
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from jobs import Job, Trainer, find, schedule  # noqa: E402
+from jobs import Job, Trainer, find, run_main, schedule  # noqa: E402
 
 log = logging.getLogger("recipe")
 CHOSEN_BY = "terms model, both"  # the row whose val BLEU chooses the share
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output-dir", type=Path, default=Path("runs/terminology"))
     p.add_argument("--shares", type=float, nargs="+", default=[0.3, 0.6], help="data.terminology.share values")
     p.add_argument("--base-forms", action="store_true", help="annotate with base forms; give terms as lemmas")
+    p.add_argument("--pick", choices=("random", "rare"), default="random",
+                   help="data.terminology.pick: which target words annotate a pair (rare: the rarest first)")
     p.add_argument("--steps", type=int, default=4000, help="training steps of every model")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k_en_de.yaml")
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     models = {"plain": []}
     for share in args.shares:
         models[f"share{share:g}"] = [f"data.terminology.share={share}",
-                                     f"data.terminology.base_forms={str(args.base_forms).lower()}"]
+                                     f"data.terminology.base_forms={str(args.base_forms).lower()}",
+                                     f"data.terminology.pick={args.pick}"]
     jobs = [Job(name, lambda name=name, sets=sets: trainer.train(name, args.steps, sets),
                 out / name / "model.safetensors") for name, sets in models.items()]
     schedule(jobs, args.jobs)
@@ -97,4 +101,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -49,6 +49,8 @@ def require_serve_extra() -> None:
               help="Largest beam and nbest a request may ask for; more: 413.")
 @click.option("--max-phrases", type=click.IntRange(min=1), default=256, show_default=True,
               help="Constraints and avoid phrases per text; more: 413.")
+@click.option("--max-len", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Largest max_len_b (output tokens) a request may ask for; more: 413.")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Texts waiting for the model; more: 503.")
 @click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000, show_default=True,
@@ -70,7 +72,7 @@ def require_serve_extra() -> None:
 @user_errors
 def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precision: str, weights: str | None,
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
-          max_chars: int, max_beam: int, max_phrases: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
+          max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
           api_key: str | None, allow_paths: bool, glossary: str | None, no_demo: bool, log_level: str,
           **ensemble_kw: Any) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first);
@@ -94,7 +96,8 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
     try:
         limits = Limits(max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_batch=max_batch,
                         batch_window_ms=batch_window_ms, max_queue=max_queue, batch_tokens=batch_tokens,
-                        max_pixels=max_pixels, max_audio_seconds=max_audio_seconds, max_phrases=max_phrases)
+                        max_pixels=max_pixels, max_audio_seconds=max_audio_seconds, max_phrases=max_phrases,
+                        max_len=max_len)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if api_key is None and os.environ.get(API_KEY_ENV) == "":

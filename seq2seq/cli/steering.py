@@ -23,9 +23,10 @@ from typing import Any, Callable, Iterator
 import click
 
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
+from seq2seq.inference.steering_fields import STEERING_FIELDS, check_unicode, read_steering_fields
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
 
-JSON_FIELDS = ("text", "prefix", "constraints", "avoid")
+JSON_FIELDS = ("text", *STEERING_FIELDS)
 
 
 def steering_options(glossary: bool = True, json_input: bool = True) -> Callable[[Callable], Callable]:
@@ -140,7 +141,8 @@ class Steerer:
 
 
 def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, list[Any]]]:
-    """The texts and per-line fields of a chunk of --json-input lines (a blank line is an empty text)."""
+    """The texts and per-line fields of a chunk of --json-input lines (a blank line is an empty text), the
+    fields read as the server reads a request's (`seq2seq.inference.steering_fields`)."""
     texts: list[str] = []
     fields: dict[str, list[Any]] = {k: [] for k in JSON_FIELDS[1:]}
     for number, line in enumerate(lines, first):
@@ -156,7 +158,10 @@ def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, list
         unknown = sorted(set(obj) - set(JSON_FIELDS))
         if unknown:
             raise SteeringError(f"input line {number}: unknown field(s) {unknown}; valid: {list(JSON_FIELDS)}")
-        texts.append(obj["text"])
-        for k in fields:
-            fields[k].append(obj.get(k))
+        obj = dict(obj)
+        text = obj.pop("text")
+        check_unicode(text, f"input line {number}: text")
+        for name, value in read_steering_fields(obj, f"input line {number}: ").items():
+            fields[name].append(value)
+        texts.append(text)
     return texts, fields

@@ -1,9 +1,10 @@
 """Typed configuration: plain dataclasses that round-trip to and from YAML/JSON, keys checked.
 
-    schema.py    the generic dataclass <-> dict mapping (from_dict, to_dict, load, save, overrides)
-    sections.py  data, tokenizer, model (with its polymorphic encoder) and training sections
-    search.py    the decoding section
-    root.py      the root `Config` of an experiment, `load_config`, `config_yaml`
+    schema.py       the generic dataclass <-> dict mapping (from_dict, to_dict, load, save, overrides)
+    sections.py     data, tokenizer, model (with its polymorphic encoder) and training sections
+    search.py       the decoding section
+    terminology.py  the `data.terminology` section: training sources annotated with target terms
+    root.py         the root `Config` of an experiment, `load_config`, `config_yaml`
 """
 
 from seq2seq.config.root import Config, config_yaml, load_config

@@ -157,3 +157,4 @@ def check_search(values: Mapping[str, Any], where: str = "") -> None:
     check(v["temperature"] > 0.0, f"temperature must be > 0, got {v['temperature']}")
     check(0.0 <= v["ctc_weight"] <= 1.0, f"ctc_weight must be in [0, 1], got {v['ctc_weight']}")
     check(v["ctc_weight"] == 0.0 or strategy != "sample", "ctc_weight needs beam or greedy search, not sample")
+    check(v.get("seed") is None or 0 <= v["seed"] < 2**63, f"seed must be between 0 and 2**63 - 1, got {v['seed']}")

@@ -202,6 +202,8 @@ class CTranslate2Translator:
             raise SteeringError(f"{NO_CONSTRAINTS} (a glossary's terms are constraints)")
         if glossary is not None and not isinstance(glossary, Glossary):
             glossary = Glossary.load(glossary)
+        if glossary is not None:
+            glossary.check_writable(self.tokenizers.tgt)  # every target term, once: naming its line of the file
         steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
                                 sources=texts, first_line=first_line)
         if steering is not None and mode != "annotate" and any(s.constraints for s in steering):
@@ -219,7 +221,7 @@ class CTranslate2Translator:
         banned: dict[int, tuple[tuple[str, ...], ...]] = {}
         for i, s in enumerate(steering or []):
             if s:  # checked before any text is read or translated, as `Translator` does
-                controls = encode_steering(s, tgt, first_line + i, mode, forms=term_forms)
+                controls = encode_steering(s, tgt, first_line + i, mode, forms=term_forms, warn=warn)
                 if controls.prefix:
                     prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
                 banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))

@@ -27,7 +27,7 @@
     vocab.json, which MarianTokenizer takes from the start of a source ("`>>fr<< text`" -> the id of
     `>>fr<<`, then the SentencePiece pieces of " text"), becomes our reserved source piece `<2xx>`
     (USER_DEFINED, its embedding their `>>xx<<` row), and `Reindexed.languages` the model's
-    `data.languages`: `target_prefix` then puts that piece's id before each source, as MarianTokenizer
+    `data.languages`: `source_prefix` then puts that piece's id before each source, as MarianTokenizer
     does. The code is kept as it is (`>>fra<<` -> `<2fra>`, `>>zho_Hans<<` -> `<2zho_Hans>`); a token
     whose code is not a language code (`seq2seq.config.sections.LANGUAGE_CODE`) is refused. On the
     target side they stay UNUSED pieces with their text, like every model piece target.spm lacks.

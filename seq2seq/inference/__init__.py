@@ -1,14 +1,25 @@
 """Decoding with a trained model.
 
-    search      the search loop over `Seq2SeqTransformer.decode_step` (stepping, finishing, scores)
-    strategies  greedy, beam and sampling: which tokens continue
-    ctc         rescoring finished hypotheses with a CTC head
-    options     the per-call search options and `resolve_search` (defaults + options -> SearchConfig)
-    results     `Translation`: one hypothesis for one source
-    translator  `Translator`: the generation loop (sources in, prepared by the model's `SourceProcessor`;
-                n-best `Translation`s out)
-    generator   `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
-    protocol    `TranslationEngine`: what the CLI and the server need of an engine; `SearchableModel`:
-                what the search needs of a model
-    formats     results as output lines; translating a stream of lines
+    search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
+    strategies          greedy, beam and sampling: which tokens continue
+    ctc                 rescoring finished hypotheses with a CTC head
+    ensemble            `EnsembleModel`: several models sharing a target vocabulary, searched as one
+    options             the per-call search options and `resolve_search` (defaults + options -> SearchConfig)
+    results             `Translation`: one hypothesis for one source
+    translator          `Translator`: the generation loop (sources in, prepared by the model's
+                        `SourceProcessor`; n-best `Translation`s out)
+    generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
+    protocol            `TranslationEngine`: what the CLI and the server need of an engine;
+                        `SearchableModel`: what the search needs of a model
+    formats             results as output lines; translating a stream of lines
+    steering_fields     the JSON form of one input's steering, one parser for every front-end
+    steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
+                        checked and encoded to token ids (`encode_steering`)
+    controls            `SourceControls`: one source's controls as token ids; the search's `Control`
+    prefix              `TargetPrefix`: the output starts with given tokens
+    constraints         lexically constrained beam search (dynamic beam allocation)
+    avoid               `BannedPhrases`: phrases that must never appear in an output
+    glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
+    corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
+    noise               word noise for noised back-translation
 """

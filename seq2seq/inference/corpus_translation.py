@@ -55,7 +55,7 @@ import numpy as np
 
 from seq2seq.inference.noise import WordNoise, noise_line
 from seq2seq.storage.atomic import read_json, write_json_atomic, write_text_atomic
-from seq2seq.text.languages import target_prefix
+from seq2seq.text.languages import source_prefix
 from seq2seq.text.lines import InputError, decoded_lines, one_line, open_binary
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ class CorpusTranslation:
         self.out = Path(job.output_dir)
         self.settings = job.settings(translator, models)
         self.search = job.search_options()
-        self.prefix = target_prefix(translator.loaded.config, job.tgt_lang)  # LanguageError for a wrong language
+        self.prefix = source_prefix(translator.loaded.config, job.tgt_lang)  # LanguageError for a wrong language
         self.limits = self._limits()
 
     # ---- paths --------------------------------------------------------------------------------

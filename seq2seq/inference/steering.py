@@ -15,15 +15,18 @@ those tokens (see docs/decoding-controls.md for what this means for case and wor
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
+from seq2seq.inference.steering_fields import read_phrases, read_prefix
 from seq2seq.text.terminology import annotate, forms_of
+from seq2seq.text.tokenizer import unwritable
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.inference.glossary import Glossary
@@ -57,11 +60,7 @@ def _per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
 
 
 def _phrases(name: str, value: Any, line: int) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise SteeringError(f"line {line}: {name} must be a list of strings, got {value!r}")
-    return list(value)
+    return read_phrases(name, value, f"line {line}: ") or []
 
 
 def steering_asked(prefix: Any, constraints: Any, avoid: Any, glossary: Any) -> bool:
@@ -92,9 +91,7 @@ def steer_inputs(n: int, *, prefix: Sequence[str | None] | None = None,
     out = []
     for i in range(n):
         line = first_line + i
-        p = prefixes[i] or ""
-        if not isinstance(p, str):
-            raise SteeringError(f"line {line}: prefix must be a string, got {p!r}")
+        p = read_prefix(prefixes[i], f"line {line}: ") or ""
         given = _phrases("constraints", wanted[i], line)
         terms = []
         if glossary is not None and sources is not None:
@@ -124,7 +121,7 @@ def term_mode(asked: str | None, annotates: bool, model: Any) -> str:
 
 def with_terms(text: str, steering: Steering | None, mode: str) -> str:
     """The source text the model reads: `text`, with the input's terms appended where `mode` annotates."""
-    if steering is None or mode == "constrain" or not (steering.constraints or steering.terms):
+    if steering is None or mode == "constrain" or not (steering.constraints or steering.terms) or not text.strip():
         return text
     return annotate(text, steering.constraints + steering.terms)
 
@@ -133,13 +130,15 @@ TERM_FORMS = ("exact", "inflected")
 
 
 def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: str = "constrain",
-                    source: str | None = None, forms: str = "exact") -> SourceControls:
+                    source: str | None = None, forms: str = "exact",
+                    warn: Callable[[str], None] | None = None) -> SourceControls:
     """The token ids of one input's controls (see the module docstring); its terms (constraints and
     glossary terms) as constraints unless `mode` only annotates, with the sentence-end rule of `source`
     (`sentence_ends`). forms "inflected": a term is met by any of its inflected forms (its last word with
     each ending of `seq2seq.text.terminology.forms_of`; the term as given is a lemma), "exact" only as
-    written. SteeringError naming the line for an empty constraint or banned phrase, or text the target
-    vocabulary cannot represent."""
+    written. SteeringError naming the line for an empty constraint or banned phrase, text the target
+    vocabulary cannot represent, or a term that holds a banned phrase; `warn` is told of a prefix that
+    holds one (`_check_contradictions`)."""
     if forms not in TERM_FORMS:
         raise SteeringError(f"term_forms must be one of {', '.join(TERM_FORMS)}, got {forms!r}")
 
@@ -166,11 +165,13 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
                     written.append(ids)
         constraints += written
         of += [i] * len(written)
+    avoided = [phrase("banned phrase", a) for a in steering.avoid]
+    _check_contradictions(steering, prefix, constraints, of, avoided, line, warn)
     enforced = mode != "annotate" and bool(constraints)
     return SourceControls(
         prefix=prefix,
         constraints=constraints if enforced else [],
-        avoid=[phrase("banned phrase", a) for a in steering.avoid],
+        avoid=avoided,
         sentence_ends=sentence_ends(source) if source is not None and enforced else None,
         forms=of if enforced and forms == "inflected" else None,
     )
@@ -208,22 +209,51 @@ def sentence_ends(text: str) -> int:
 
 
 def _check_representable(kind: str, text: str, ids: list[int], tokenizer: Tokenizer, line: int) -> None:
-    if tokenizer.unk_id in ids:
-        unknown = [ch for ch in dict.fromkeys(text) if not ch.isspace() and tokenizer.unk_id in tokenizer.encode([ch])[0]]
-        shown = "".join(unknown) or text
+    shown = unwritable(tokenizer, text, ids)
+    if shown is not None:
         raise SteeringError(f"line {line}: the {kind} {text!r} cannot be written with the model's target vocabulary "
                             f"({shown!r} would become <unk>)")
 
 
-def check_steering(steering: Steering, cfg: SearchConfig, line: int, mode: str = "constrain") -> list[str]:
-    """SteeringError naming the line where the search `cfg` cannot honour the input's constraints:
-    they need beam search, and a beam of k holds at most k - 1 constraints (one bank each, and one
-    for hypotheses that met none yet). Glossary terms beyond what the beam holds are dropped from
-    `steering.terms` (the first ones found stay) and returned, for a warning. Terms that are only
-    annotated (`mode` "annotate") ask nothing of the search."""
+def _holds(ids: list[int], part: list[int]) -> bool:
+    """Does the token sequence `ids` hold `part` as a contiguous run?"""
+    return any(ids[i: i + len(part)] == part for i in range(len(ids) - len(part) + 1))
+
+
+def _check_contradictions(steering: Steering, prefix: list[int], constraints: list[list[int]], of: list[int],
+                          avoided: list[list[int]], line: int, warn: Callable[[str], None] | None) -> None:
+    """Where an input asks for what it also bans, one line naming the two fields: SteeringError for a
+    constraint or glossary term (every form of it, `of` mapping forms to terms) that holds an avoided
+    phrase (as tokens: the banned phrase can never be produced, so neither can the term); a warning
+    (`warn`) for a prefix that holds one, which is kept as given (a prefix wins over a banned phrase)."""
+    if not avoided:
+        return
+    terms = steering.constraints + steering.terms
+    for text, banned in zip(steering.avoid, avoided):
+        if prefix and _holds(prefix, banned) and warn is not None:
+            warn(f"line {line}: the prefix {steering.prefix!r} holds the avoided phrase {text!r}; the prefix is "
+                 "kept as given (a prefix wins over a banned phrase)")
+        for i, term in enumerate(terms):
+            if all(_holds(ids, banned) for ids, t in zip(constraints, of) if t == i):
+                kind = "constraint" if i < len(steering.constraints) else "glossary term"
+                raise SteeringError(f"line {line}: the {kind} {term!r} holds the avoided phrase {text!r}; an output "
+                                    "cannot contain it and avoid it: drop one of the two")
+
+
+MAX_CONSTRAINT_PAIRS = 1 << 24  # beam x candidates x constraints a constrained search step tracks (about 1 GB)
+
+
+def check_steering(steering: Steering, cfg: SearchConfig, line: int,
+                   mode: str = "constrain") -> tuple[Steering, list[str]]:
+    """(the steering the search gets, the glossary terms it drops); SteeringError naming the line where
+    the search `cfg` cannot honour the input's constraints: they need beam search, a beam of k holds at
+    most k - 1 constraints (one bank each, and one for hypotheses that met none yet), and tracking them
+    must fit in memory (`MAX_CONSTRAINT_PAIRS`). Glossary terms beyond what the beam holds are dropped
+    (the first ones found stay) and returned, for a warning; `steering` itself is not changed. Terms that
+    are only annotated (`mode` "annotate") ask nothing of the search."""
     n = len(steering.constraints)
     if mode == "annotate" or (not n and not steering.terms):
-        return []
+        return steering, []
     what = "glossary terms" if not n else "constraints"
     if cfg.strategy != "beam":
         raise SteeringError(f"line {line}: {what} need beam search (--beam 2 or more), not {cfg.strategy} search")
@@ -231,6 +261,11 @@ def check_steering(steering: Steering, cfg: SearchConfig, line: int, mode: str =
     if n > room:
         raise SteeringError(f"line {line}: {n} constraints, but a beam of {cfg.beam} holds at most {room}; "
                             f"pass --beam {n + 1} or more")
-    dropped = steering.terms[room - n:]
-    steering.terms = steering.terms[: room - n]
-    return dropped
+    kept = steering.terms[: room - n]
+    tracked = n + len(kept)
+    pairs = cfg.beam * (tracked + 3) * tracked
+    if pairs > MAX_CONSTRAINT_PAIRS:
+        raise SteeringError(f"line {line}: {tracked} constraints in a beam of {cfg.beam} are too many to track "
+                            f"({pairs:,} candidate-constraint pairs a step; at most {MAX_CONSTRAINT_PAIRS:,}): "
+                            "give fewer constraints or a smaller beam")
+    return dataclasses.replace(steering, terms=kept), steering.terms[room - n:]

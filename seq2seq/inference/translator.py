@@ -47,7 +47,7 @@ from seq2seq.inference.steering import (
 )
 from seq2seq.model.encoders.base import Encoder, SourceError, SourceKind, source_kind, source_processor
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
-from seq2seq.text.languages import LanguageError, decoder_prefix, model_languages, target_prefix
+from seq2seq.text.languages import LanguageError, decoder_prefix, model_languages, source_prefix
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +220,18 @@ class Translator:
         processor = self.processor_for(tgt_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
+        for i in [] if steering is None else range(len(texts)):
+            if steering[i] and i not in examples and not texts[i].strip():
+                (warn or log.warning)(f"line {first_line + i}: an empty input: its prefix, constraints and terms "
+                                      "are not used (its output is empty)")
         about = processor.describe
         controls = None
         if steering is not None or forced:
             controls = {}
             for i in examples:
                 steer = steering[i] if steering is not None else None
-                c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i], term_forms) \
-                    if steer else SourceControls()
+                c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i], term_forms,
+                                    warn or log.warning) if steer else SourceControls()
                 if c or forced:
                     controls[i] = dataclasses.replace(c, prefix=[*forced, *c.prefix])
         done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,
@@ -249,14 +253,20 @@ class Translator:
         if glossary is not None and self.processor.kind.reads_files:
             raise SteeringError(f"a glossary matches source text, but {self.loaded.path} reads "
                                 f"{self.processor.kind.name} files; give constraints instead")
+        if glossary is not None:
+            glossary.check_writable(self.tokenizers.tgt)  # every target term, once: naming its line of the file
         steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
                                 sources=texts, first_line=first_line)
-        for i, s in enumerate(steering or []):
-            dropped = check_steering(s, cfg, first_line + i, mode)
+        if steering is None:
+            return None
+        checked = []
+        for i, s in enumerate(steering):
+            s, dropped = check_steering(s, cfg, first_line + i, mode)
+            checked.append(s)
             if dropped:
                 (warn or log.warning)(f"line {first_line + i}: a beam of {cfg.beam} holds {cfg.beam - 1} constraints; "
                                       f"glossary term(s) {dropped} not enforced (pass a larger --beam)")
-        return steering
+        return checked
 
     @property
     def languages(self) -> list[str]:
@@ -265,11 +275,11 @@ class Translator:
 
     def processor_for(self, tgt_lang: str | None) -> Any:
         """The source processor of a call into `tgt_lang`: sources start with the model's tag for it
-        (`seq2seq.text.languages.target_prefix`). LanguageError (a ValueError) when a multilingual model
+        (`seq2seq.text.languages.source_prefix`). LanguageError (a ValueError) when a multilingual model
         gets no language or one it does not know, or a bilingual model gets one."""
         if not self.languages and tgt_lang is None:
             return self.processor
-        members = [target_prefix(m.config, tgt_lang) for m in self.members]
+        members = [source_prefix(m.config, tgt_lang) for m in self.members]
         if not any(members):  # the language tag goes on the decoder (`decoder_prefix_ids`)
             return self.processor
         if isinstance(self.processor, EnsembleProcessor):

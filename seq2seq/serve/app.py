@@ -214,10 +214,13 @@ def create_app(model: Any, limits: Limits | None = None, allow_paths: bool = Fal
 
 
 def check_glossary(model: Any, glossary: Glossary | None) -> None:
-    """SteeringError (one line) for a glossary on a model that reads files: it matches source text."""
+    """SteeringError (one line) for a glossary on a model that reads files (it matches source text), or
+    with a target term the model's target vocabulary cannot write (naming its line of the file)."""
     if glossary is not None and model.processor.kind.reads_files:
         raise SteeringError(f"a glossary matches terms in source text, but {model.loaded.path} is an "
                             f"{model.processor.kind.name} model; send constraints with the requests instead")
+    if glossary is not None:
+        glossary.check_writable(model.tokenizers.tgt)
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -328,8 +331,8 @@ class ModelServer:
                                    glossary=self.glossary, sources=items) or []
             for i, s in enumerate(steered):
                 if s:
-                    check_steering(s, cfg, i + 1, mode)
-                    encode_steering(s, self.model.tokenizers.tgt, i + 1, mode, forms=forms)
+                    checked, _ = check_steering(s, cfg, i + 1, mode)
+                    encode_steering(checked, self.model.tokenizers.tgt, i + 1, mode, forms=forms)
         except SteeringError as e:
             raise RequestError(422, renamed(str(e), name)) from None
         return [s if s else None for s in steering]

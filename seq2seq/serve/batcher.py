@@ -33,12 +33,15 @@ class _Job:
 _STOP = object()
 
 
+RECENT_CALLS = 1000  # model calls whose batch sizes a Batcher keeps (for tests and monitoring)
+
+
 class Batcher:
     """Runs `run(items, options) -> results` (one result per item) on one worker thread, merging the
     items of jobs that arrive within `window_s` of each other and have the same key into one call of
     at most `max_batch` items.
 
-    `calls` counts the model calls, `batch_sizes` records the items of each.
+    `calls` counts the model calls, `batch_sizes` records the items of each of the last `RECENT_CALLS`.
     """
 
     def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch: int, window_s: float,
@@ -132,6 +135,7 @@ class Batcher:
         try:
             self.calls += 1
             self.batch_sizes.append(len(items))
+            del self.batch_sizes[:-RECENT_CALLS]  # a long-running server keeps the recent ones only
             results = self.run(items, jobs[0].options) if items else []
         except BaseException as e:  # noqa: BLE001 - handed to the requests, which answer 500
             if len(jobs) > 1 and isinstance(e, Exception):

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
+from seq2seq.inference import steering_fields
 from seq2seq.inference.steering import Steering
+from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, read_steering_fields
 from seq2seq.model.encoders.base import SourceLimits, SourceProcessor, SourceTooLarge
 
 if TYPE_CHECKING:
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
 
 MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request needs more than 3
 UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
-STEERING_FIELDS = ("prefix", "constraints", "avoid")  # a request's (or a text's) steering fields
 # A request's fields for the call that are not search options (each checked by the model), with an example:
 CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"'}
 
@@ -57,10 +58,11 @@ class Limits:
     max_pixels: int = 40_000_000  # width x height of an image (read from its header, before decoding)
     max_audio_seconds: float = 300.0  # duration of an audio file (read from its header, before decoding)
     max_phrases: int = 256  # constraints + avoid phrases per text (each at most max_chars characters)
+    max_len: int = 512  # the largest max_len_b (output tokens beyond max_len_a x the source) a request may ask for
 
     def __post_init__(self) -> None:
         for name in ("max_texts", "max_chars", "max_body_bytes", "max_upload_bytes", "max_beam", "max_batch",
-                     "max_queue", "batch_tokens", "max_pixels", "max_phrases"):
+                     "max_queue", "batch_tokens", "max_pixels", "max_phrases", "max_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.max_audio_seconds > 0:
@@ -165,13 +167,11 @@ def too_deep(value: Any, limit: int) -> bool:
 
 def check_unicode(text: str, where: str) -> None:
     """422 for a string that UTF-8 cannot encode: a lone surrogate (\\ud800 to \\udfff), which JSON
-    can spell as an escape; the model's tokenizer would fail on it."""
+    can spell as an escape; the model's tokenizer would fail on it (`steering_fields.check_unicode`)."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise RequestError(422, f"{where} is not valid Unicode: character {e.start} is a lone surrogate "
-                                f"({text[e.start].encode('unicode_escape').decode()}); send each character "
-                                "as itself, or a surrogate pair") from None
+        steering_fields.check_unicode(text, where)
+    except FieldError as e:
+        raise RequestError(422, str(e)) from None
 
 
 async def read_body(request: Request, limit: int, what: str) -> bytes:
@@ -191,7 +191,7 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """Search options from a request's fields (already without text/texts/paths), `tgt_lang` (a
     multilingual model's target language), `terms` and `term_forms` (how terms reach the model,
     docs/terminology.md): 422 for an unknown field or a value of the wrong type, 413
-    for a beam or nbest over the limit. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
+    for a beam or nbest over the limit, or a max_len_b over max_len. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options = {}
     for name, value in fields.items():
         if name in CALL_FIELDS:  # a multilingual model's target language; how terms reach the model
@@ -213,6 +213,9 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     for name in ("beam", "nbest"):
         if options.get(name, 0) > limits.max_beam:
             raise RequestError(413, f"{name} {options[name]} is over this server's limit of {limits.max_beam}")
+    if options.get("max_len_b", 0) > limits.max_len:
+        raise RequestError(413, f"max_len_b {options['max_len_b']} is over this server's limit of {limits.max_len} "
+                                "output tokens")
     return options
 
 
@@ -273,26 +276,17 @@ def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, list[Steeri
 
 
 def parse_steering(fields: dict[str, Any], limits: Limits, where: str = "") -> Steering | None:
-    """The steering fields (`STEERING_FIELDS`) popped from `fields`: 422 for a wrong type or text that is
-    not valid Unicode, 413 over max_chars characters (a prefix or phrase) or max_phrases phrases.
-    None when there are none (null counts as absent). `where` prefixes the names in messages."""
-    prefix = fields.pop("prefix", None)
-    phrases = {name: fields.pop(name, None) for name in ("constraints", "avoid")}
-    if prefix is None and all(v is None for v in phrases.values()):
+    """The steering fields (`STEERING_FIELDS`) popped from `fields`, read as every front-end reads them
+    (`seq2seq.inference.steering_fields`): 422 for a wrong type or text that is not valid Unicode, 413
+    over max_chars characters (a prefix or phrase) or max_phrases phrases. None when there are none
+    (null counts as absent). `where` prefixes the names in messages."""
+    try:
+        read = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits))
+    except FieldError as e:
+        raise RequestError(422, str(e)) from None
+    if all(value is None for value in read.values()):
         return None
-    if prefix is not None:
-        if not isinstance(prefix, str):
-            raise RequestError(422, f"{where}prefix must be a string, got {json.dumps(prefix)[:80]}")
-        _check_text(prefix, f"{where}prefix", limits)
-    for name, value in phrases.items():
-        if value is None:
-            phrases[name] = []
-            continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise RequestError(422, f"{where}{name} must be a list of strings, got {json.dumps(value)[:80]}")
-        for k, phrase in enumerate(value):
-            _check_text(phrase, f"{where}{name}[{k}]", limits)
-    steering = Steering(prefix or "", list(phrases["constraints"]), list(phrases["avoid"]))
+    steering = Steering(read["prefix"] or "", read["constraints"] or [], read["avoid"] or [])
     _check_phrase_count(steering, where.rstrip(".") or "the request", limits)
     return steering
 

@@ -16,7 +16,7 @@ model knows:
     language_tag("de")                              -> "<2de>"
     model_languages(config)                         -> ["de", "fr"]    ([] for a bilingual model)
     reserved_pieces(config)                         -> ["<2de>", "<2fr>", "<BT>"]  (+ data.reserved)
-    target_prefix(config, "fr")                     -> ["<2fr>"]        (checks the language; [] on the decoder)
+    source_prefix(config, "fr")                     -> ["<2fr>"]        (checks the language; [] on the decoder)
     decoder_prefix(config, "fr")                    -> ["<2fr>"] with language_tag: decoder, else []
     tag_source("A dog.", "de", ["<BT>"])            -> "<2de> <BT> A dog."
     split_tags("<2de> <BT> A dog.")                 -> (["<2de>", "<BT>"], "A dog.")
@@ -130,7 +130,7 @@ def decoder_prefix(config: Any, tgt_lang: str | None) -> list[str]:
     return [language_tag(tgt_lang)] if tgt_lang is not None and tags_on_decoder(config) else []
 
 
-def target_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
+def source_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
     """The pieces a source to translate into `tgt_lang` starts with: its language tag (unless the
     model puts it on the decoder, `decoder_prefix`), then `tags` (e.g. ["<BT>"]).
 

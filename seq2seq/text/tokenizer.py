@@ -208,6 +208,15 @@ def train_tokenizer(
     return tokenizer
 
 
+def unwritable(tokenizer: Tokenizer, text: str, ids: list[int]) -> str | None:
+    """None when `ids` (`text` encoded by `tokenizer`) hold no <unk>; else the characters of `text` that
+    the vocabulary cannot write (or `text` itself when none is alone), for a message."""
+    if tokenizer.unk_id not in ids:
+        return None
+    unknown = [ch for ch in dict.fromkeys(text) if not ch.isspace() and tokenizer.unk_id in tokenizer.encode([ch])[0]]
+    return "".join(unknown) or text
+
+
 @dataclass
 class TokenizerPair:
     """Source and target tokenizers; with `joint` they are one and the same model."""

@@ -7,6 +7,7 @@
     optim        optimizer and learning-rate schedule
     validation   validation loss and scores during training
     run_state    a run's checkpoints and resume state on disk
+    throughput   how many steps a time budget buys: a short timed probe of the run
     distributed  torchrun process groups
     finetune     `train --init-from`: starting from another model directory
     quickstart   the built-in corpus job behind `seq2seq quickstart`

@@ -331,7 +331,7 @@ class TextProcessor(SourceProcessor):
         (corpus tags such as "<BT>"), as training did for that target language. ValueError (a
         `LanguageError` for a malformed code) naming a tag the source tokenizer lacks, with the
         reserved pieces it has. Which languages a model translates into, and whether it needs one,
-        is `seq2seq.text.languages.model_languages` / `target_prefix` of its config."""
+        is `seq2seq.text.languages.model_languages` / `source_prefix` of its config."""
         return self.with_prefix(([language_tag(lang)] if lang is not None else []) + list(tags))
 
     def load(self, path: str) -> Any:
