@@ -2,12 +2,15 @@
 
 import gzip
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
 MULTI30K = DATA / "multi30k"
 
 
@@ -42,6 +45,20 @@ def require_data(path: Path) -> None:
         if os.environ.get("SEQ2SEQ_REQUIRE_DATA"):
             pytest.fail(f"{path} not found (SEQ2SEQ_REQUIRE_DATA is set)")
         pytest.skip(f"{path} not found: these tests read ../shared/data beside the project")
+
+
+def run_script(script: Path, *argv, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a benchmark or recipe script (one CPU thread, the repository as working directory); its result,
+    asserted to have exited 0 (the message shows the end of its output)."""
+    result = subprocess.run([sys.executable, str(script), *map(str, argv)], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def run_benchmark(script: str, *argv, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`run_script` of benchmarks/SCRIPT."""
+    return run_script(ROOT / "benchmarks" / script, *argv, env=env)
 
 
 def head_gz(path: Path, n: int) -> list[str]:

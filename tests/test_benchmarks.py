@@ -7,31 +7,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import MULTI30K, head_gz
+from conftest import MULTI30K, head_gz, run_benchmark, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ROOT / "benchmarks"
 RECIPES = ROOT / "recipes"
-
-
-def run_script(script: Path, *argv) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, str(script), *map(str, argv)], capture_output=True,
-                            text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return result
-
-
-def run_benchmark(script: str, *argv) -> subprocess.CompletedProcess:
-    return run_script(BENCHMARKS / script, *argv)
 
 
 @pytest.fixture(scope="session")

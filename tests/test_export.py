@@ -594,23 +594,14 @@ def test_import_refuses_a_vocabulary_in_another_order(tmp_path, tokenizers):
 # The deployment benchmarks at their smallest (benchmarks/deploy.py, benchmarks/ctranslate2_agreement.py)
 # --------------------------------------------------------------------------------------------
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _run_benchmark(script: str, *argv, env: dict | None = None):
-    import subprocess
-
-    return subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, argv)], capture_output=True, text=True,
-                          cwd=BENCHMARKS.parent, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-
-
 def test_the_deploy_benchmark_runs_at_its_smallest(tiny_model_dir, multi30k_small, tmp_path):
     """8 sentences, beam 4 in batches of 4, one repeat: a row for every system, seq2seq's CTranslate2
     engine giving (nearly) seq2seq's output, as test_ctranslate2_engine_on_multi30k_with_the_session_model."""
-    result = _run_benchmark("deploy.py", "--model-dir", tiny_model_dir, "--src", multi30k_small["val.en"],
+    from conftest import run_benchmark
+
+    result = run_benchmark("deploy.py", "--model-dir", tiny_model_dir, "--src", multi30k_small["val.en"],
                             "--limit", 8, "--beam", 4, "--batch-size", 4, "--threads", 1, "--repeats", 1,
                             "--work-dir", tmp_path / "work")
-    assert result.returncode == 0, result.stderr[-2000:]
     table = result.stdout.split("\nsystem")[1].split("\nexports in")[0].strip().splitlines()[1:]
     rows = {line[:22].strip(): line[22:].split() for line in table}
     assert list(rows) == ["seq2seq", "ctranslate2 fp32", "ctranslate2 int8", "ctranslate2 raw fp32",
@@ -624,10 +615,11 @@ def test_the_deploy_benchmark_runs_at_its_smallest(tiny_model_dir, multi30k_smal
 
 def test_the_ctranslate2_agreement_benchmark_runs_at_its_smallest(tiny_model_dir, multi30k_small, tmp_path):
     """8 sentences, beam 4: the model directory has no export, so the benchmark makes one (in TMPDIR)."""
-    result = _run_benchmark("ctranslate2_agreement.py", "--model-dir", tiny_model_dir,
+    from conftest import run_benchmark
+
+    result = run_benchmark("ctranslate2_agreement.py", "--model-dir", tiny_model_dir,
                             "--src", multi30k_small["val.en"], "--limit", 8, "--beam", 4, "--threads", 1,
                             "--min-agreement", 0.75, env={"TMPDIR": str(tmp_path)})
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     out = result.stdout
     assert f"exported {tiny_model_dir} -> {tmp_path}" in out
     same = re.search(r"identical output: (\d+)/8 lines = ([\d.]+)%", out)

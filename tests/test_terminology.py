@@ -194,20 +194,13 @@ def test_a_lemma_term_is_met_by_any_of_its_forms_where_asked(term_model):
 
 def test_the_benchmark_runs_at_its_smallest(term_model, tiny_model_dir, tmp_path):
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    from conftest import MULTI30K
+    from conftest import MULTI30K, run_benchmark
 
-    root = Path(__file__).resolve().parents[1]
     out = tmp_path / "rows.json"
-    result = subprocess.run([sys.executable, str(root / "benchmarks" / "terminology.py"),
-                             "--model-dir", str(term_model),
-                             "--plain-dir", str(tiny_model_dir), "--data-dir", str(MULTI30K), "--split", "val",
-                             "--limit", "12", "--threads", "1", "--json", str(out), "--base-forms"],
-                            capture_output=True, text=True, cwd=root)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_benchmark("terminology.py", "--model-dir", term_model, "--plain-dir", tiny_model_dir,
+                           "--data-dir", MULTI30K, "--split", "val", "--limit", 12, "--threads", 1, "--json", out,
+                           "--base-forms")
     rows = json.loads(out.read_text())["rows"]
     assert [r["system"] for r in rows] == ["plain model", "plain model, constrained beam",
                                            "plain model, constrained beam, lemma as written", "terms model, no terms",

@@ -72,7 +72,8 @@ def require_serve_extra() -> None:
 @user_errors
 def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precision: str, weights: str | None,
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
-          max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_pixels: int, max_audio_seconds: float,
+          max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_pixels: int,
+          max_audio_seconds: float,
           api_key: str | None, allow_paths: bool, glossary: str | None, no_demo: bool, log_level: str,
           **ensemble_kw: Any) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first);

@@ -11,6 +11,7 @@ write (a lone surrogate such as "\\ud800", which JSON can spell).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from seq2seq.inference.controls import SteeringError
@@ -29,8 +30,6 @@ class FieldError(SteeringError):
 
 def shown(value: Any, width: int = 80) -> str:
     """`value` as JSON would spell it, cut to `width` characters (for messages)."""
-    import json
-
     try:
         return json.dumps(value)[:width]
     except (TypeError, ValueError):

@@ -220,8 +220,8 @@ class Translator:
         processor = self.processor_for(tgt_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
-        for i in [] if steering is None else range(len(texts)):
-            if steering[i] and i not in examples and not texts[i].strip():
+        for i, steer in enumerate(steering or []):
+            if steer and i not in examples and not texts[i].strip():
                 (warn or log.warning)(f"line {first_line + i}: an empty input: its prefix, constraints and terms "
                                       "are not used (its output is empty)")
         about = processor.describe

@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 from seq2seq.inference import steering_fields
+from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 from seq2seq.inference.steering import Steering
 from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, read_steering_fields
 from seq2seq.model.encoders.base import SourceLimits, SourceProcessor, SourceTooLarge
