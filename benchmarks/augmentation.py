@@ -3,6 +3,7 @@
     python recipes/speech_digits/make_data.py --data-dir ../shared/data/fsdd/recordings --out /tmp/digits \
         --n-train 350 --n-val 20 --n-test 20
     python benchmarks/augmentation.py --train /tmp/digits/train.tsv [--config recipes/speech_digits/config.yaml]
+    python benchmarks/augmentation.py --train /tmp/digits/train.tsv --batches 2 --set model.encoder_layers=1  # smoke
 
 Builds the recipe's training batches (its max_tokens, ~35 utterances of ~2.3 s), then times, per batch,
 `collate` with augmentation off and with each setting below on, and one training step of the recipe's
@@ -48,10 +49,12 @@ def main() -> None:
     parser.add_argument("--train", required=True, help="a training table (audio<TAB>text)")
     parser.add_argument("--config", default=str(ROOT / "recipes" / "speech_digits" / "config.yaml"))
     parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="config override (e.g. a smaller model or batch for a smoke run; repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     out = Path(tempfile.mkdtemp())
-    cfg = load_config(args.config, [f"data.train={args.train}", f"training.output_dir={out}"])
+    cfg = load_config(args.config, [f"data.train={args.train}", f"training.output_dir={out}", *args.overrides])
     data = media_training_data(cfg, out)
     batches = data.sampler.batches()[: args.batches]
     print(f"{len(batches)} batches of {statistics.mean(len(b) for b in batches):.1f} utterances")

@@ -8,6 +8,7 @@ Hugging Face `MarianMTModel` (`pip install -e ".[bench]"`), never a runtime depe
 from __future__ import annotations
 
 import gzip
+import importlib.metadata
 import os
 import platform
 import sys
@@ -77,11 +78,9 @@ def machine_info(threads: int) -> str:
     except OSError:
         cpu = platform.processor() or cpu
     isa = [f for f in ("avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
-    try:
-        import transformers
-
-        hf = transformers.__version__
-    except ImportError:
+    try:  # the installed version, without importing it (a second or more)
+        hf = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         hf = "not installed"
     load = "n/a"
     if hasattr(os, "getloadavg"):

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-agreement", type=float, default=0.99, help="Exit 1 below this share.")
     args = parser.parse_args(argv)
 
-    from seq2seq.deploy.engine import CTranslate2Translator, find_export
+    from seq2seq.deploy.engine import CTranslate2Translator
+    from seq2seq.deploy.export_lookup import find_export
     from seq2seq.deploy.ctranslate2 import export_ctranslate2
     from seq2seq.deploy.staging import ExportError
     from seq2seq.text.lines import read_input_lines

@@ -3,8 +3,9 @@
 
     python benchmarks/serve_soak.py                         # text, image and audio servers, 32 clients, 90 s each
     python benchmarks/serve_soak.py --models text --seconds 300
+    python benchmarks/serve_soak.py --models text --seconds 2 --clients 2 --steps 2   # a smoke run
 
-For each model kind a small model directory is made (generated data, `seq2seq train`, a few steps),
+For each model kind a small model directory is made (generated data, `seq2seq train`, --steps steps),
 served by `seq2seq serve` in a subprocess on 127.0.0.1 (a free port; no other address is ever
 contacted), and --clients threads send requests until --seconds have passed. A quarter of the
 requests are invalid, of a rotating kind: not JSON, nested too deeply, a lone surrogate, text over
@@ -52,9 +53,10 @@ WORDS = ["red", "green", "blue", "one", "two", "three"]
 # --------------------------------------------------------------------------------------------
 
 
-def train(config: dict, out: Path) -> Path:
+def train(config: dict, out: Path, steps: int) -> Path:
     import yaml
 
+    config = {**config, "training": {**config["training"], "max_steps": steps, "valid_every": steps}}
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     subprocess.run([sys.executable, "-m", "seq2seq", "train", str(path), "-o", str(out)], check=True,
@@ -67,16 +69,16 @@ TRAINING = {"max_steps": 60, "valid_every": 60, "device": "cpu", "threads": 1, "
             "valid_bleu": False, "max_tokens": 512}
 
 
-def text_model(work: Path) -> Path:
+def text_model(work: Path, steps: int) -> Path:
     from seq2seq.data.synthetic import make_splits, write_splits
 
     paths = write_splits(make_splits(n_train=1500, n_valid=50, n_test=100, seed=5), work / "text")
     return train({"data": {"train_src": str(paths["train"][0]), "train_tgt": str(paths["train"][1]),
                            "valid_src": str(paths["valid"][0]), "valid_tgt": str(paths["valid"][1])},
-                  "tokenizer": {"vocab_size": 300}, "model": SMALL, "training": TRAINING}, work / "text_model")
+                  "tokenizer": {"vocab_size": 300}, "model": SMALL, "training": TRAINING}, work / "text_model", steps)
 
 
-def image_model(work: Path) -> Path:
+def image_model(work: Path, steps: int) -> Path:
     from PIL import Image
 
     rng = np.random.default_rng(0)
@@ -92,7 +94,8 @@ def image_model(work: Path) -> Path:
     (root / "train.tsv").write_text("\n".join(rows) + "\n")
     return train({"data": {"train": str(root / "train.tsv"), "valid": str(root / "train.tsv")},
                   "tokenizer": {"vocab_size": 20}, "model": {**SMALL, "encoder": {
-                      "type": "image", "image_size": 32, "patch_size": 8}}, "training": TRAINING}, work / "image_model")
+                      "type": "image", "image_size": 32, "patch_size": 8}}, "training": TRAINING}, work / "image_model",
+                 steps)
 
 
 def tone(words: list[str], rate: int, rng: np.random.Generator) -> np.ndarray:
@@ -104,7 +107,7 @@ def tone(words: list[str], rate: int, rng: np.random.Generator) -> np.ndarray:
     return (np.concatenate(parts) + rng.normal(0, 0.01, sum(len(p) for p in parts))).astype(np.float32)
 
 
-def audio_model(work: Path) -> Path:
+def audio_model(work: Path, steps: int) -> Path:
     import soundfile as sf
 
     rng = np.random.default_rng(1)
@@ -119,7 +122,7 @@ def audio_model(work: Path) -> Path:
     return train({"data": {"train": str(root / "train.tsv"), "valid": str(root / "train.tsv")},
                   "tokenizer": {"vocab_size": 20}, "model": {**SMALL, "encoder": {
                       "type": "audio", "sample_rate": 8000, "n_fft": 256, "hop_length": 80, "win_length": 200, "n_mels": 20,
-                      "conv_channels": 8}}, "training": TRAINING}, work / "audio_model")
+                      "conv_channels": 8}}, "training": TRAINING}, work / "audio_model", steps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,6 +293,8 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=90.0, help="load per model")
     p.add_argument("--rss-growth", type=float, default=0.10, help="largest RSS growth after warm-up (fraction)")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/seq2seq-serve-soak"))
+    p.add_argument("--steps", type=int, default=TRAINING["max_steps"],
+                   help="training steps of each model (default 60; fewer for a smoke run)")
     args = p.parse_args()
     print(machine_info(int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count() or 1))
     shutil.rmtree(args.work_dir, ignore_errors=True)
@@ -298,9 +303,9 @@ def main() -> int:
     failures: list[str] = []
     for kind in args.models.split(","):
         if kind == "text":
-            failures += soak(kind, text_model(args.work_dir), text_requests(rng), args)
+            failures += soak(kind, text_model(args.work_dir, args.steps), text_requests(rng), args)
         elif kind in ("image", "audio"):
-            model = (image_model if kind == "image" else audio_model)(args.work_dir)
+            model = (image_model if kind == "image" else audio_model)(args.work_dir, args.steps)
             folder = args.work_dir / ("images" if kind == "image" else "audio")
             samples = [f.read_bytes() for f in sorted(folder.glob("*.png" if kind == "image" else "*.wav"))[:10]]
             failures += soak(kind, model, file_requests(kind, samples, rng), args)

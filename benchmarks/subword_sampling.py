@@ -2,6 +2,7 @@
 
     python benchmarks/subword_sampling.py                      # alpha 0.3, the Multi30K recipe's model
     python benchmarks/subword_sampling.py --alpha 0.5 --steps 30
+    python benchmarks/subword_sampling.py --steps 1 --warmup 0 --set model.layers=1   # a smoke run
 
 Two trainers of the recipe's model (configs/multi30k_en_de.yaml: d_model 256, 3+3 layers, bf16
 where the CPU has it) take turns, step by step, each on the first batches of its own first epoch
@@ -50,6 +51,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   help="config override of both trainers (e.g. a smaller model for a smoke run; repeatable)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -60,7 +63,8 @@ def main() -> None:
              f"training.threads={args.threads}"]
     runs = {}
     for name, alpha in (("best segmentation", "null"), (f"sampled, alpha {args.alpha}", str(args.alpha))):
-        cfg = load_config(ROOT / "configs" / "multi30k_en_de.yaml", [*files, f"data.subword_alpha={alpha}"])
+        cfg = load_config(ROOT / "configs" / "multi30k_en_de.yaml",
+                          [*files, *args.overrides, f"data.subword_alpha={alpha}"])
         data = text_training_data(cfg, out)
         start = time.perf_counter()
         batches = len(data.sampler)  # segments the first epoch

@@ -107,3 +107,16 @@ def tiny_model_dir(multi30k_small, tmp_path_factory) -> Path:
     result = CliRunner().invoke(cli, ["train", str(config)])
     assert result.exit_code == 0, result.output
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def m30k_tiny(tmp_path_factory) -> Path:
+    """Multi30K as the recipes read it ({train,val,test_2016_flickr}.{en,de,fr}.gz), at its smallest:
+    the first 200 train pairs, 8 val and 8 test."""
+    require_data(MULTI30K)
+    out = tmp_path_factory.mktemp("m30k_tiny")
+    for split, n in (("train", 200), ("val", 8), ("test_2016_flickr", 8)):
+        for lang in ("en", "de", "fr"):
+            with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(head_gz(MULTI30K / f"{split}.{lang}.gz", n)) + "\n")
+    return out

@@ -1,7 +1,8 @@
 """Benchmarks and recipes at their smallest (a few sentences, the session's tiny model, a few training
 steps): they still run against the current API and print or write what they promise. (Others:
-test_export.py for deploy.py and ctranslate2_agreement.py, test_terminology.py, test_throughput.py for
-probe.py.)"""
+test_export.py for deploy.py and ctranslate2_agreement.py, test_terminology.py for terminology.py,
+test_recipes_smoke.py for most recipes; SMOKE_TESTED at the end names the test of every script, and
+a script without one fails the suite.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import gzip
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,216 @@ def test_the_custom_encoder_recipe_runs_at_its_smallest(tmp_path):
     assert config["injected"]["model"]["encoder"]["type"] == "text"  # the instance was given, not named
     assert all(c["training"]["max_steps"] == 2 for c in config.values())
     assert (tmp_path / "data" / "train.en").read_text().count("\n") == 100
+
+
+def test_the_glossary_benchmark_runs_at_its_smallest():
+    out = run_benchmark("glossary.py", "--entries", 300, "--sentences", 30, "--old-sentences", 10).stdout
+    assert re.search(r"^300 entries, 30 sentences \(\d+ characters on average\)$", out, re.M)
+    found = re.search(r"^the matchers agree on the 10 sentences both ran; (\d+) terms found in all 30", out, re.M)
+    assert found and int(found[1]) > 0  # a quarter of the words start a term
+    assert re.search(r"^build:  new [\d.]+ s, old [\d.]+ s \(compiling 300 expressions\)$", out, re.M)
+    assert re.search(r"^match 30 sentences:  new [\d.]+ s .*\(measured on 10 sentences, [\d.]+ s, scaled to 30\)$",
+                     out, re.M)
+    assert re.search(r"^ratio \(old / new\), matching: [\d,]+x; build and match: [\d,.]+x$", out, re.M)
+
+
+def test_the_refactor_benchmark_finds_a_checkout_decodes_as_itself(tiny_model_dir, m30k_tiny, tmp_path):
+    out = tmp_path / "ab.json"
+    result = run_benchmark("refactor_ab.py", "--base", ROOT, "--model-dir", tiny_model_dir, "--data-dir", m30k_tiny,
+                           "--limit", 4, "--rounds", 1, "--json", out)
+    assert "outputs and scores bit-identical between the checkouts" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("| beam5", "| constrained", "| greedy"))]
+    assert len(rows) == 3
+    figures = json.loads(out.read_text())
+    assert figures["identical"] is True and set(figures["modes"]) == {"beam5", "constrained", "greedy"}
+    assert all(v > 0 for mode in figures["modes"].values() for v in mode.values())
+
+
+def test_the_slow_core_benchmark_runs_a_command_on_its_core():
+    """The command pinned to core 0 beside the busy loop, its exit status passed on. (--probe, which trains the
+    quickstart's model alone and slowed, is left out: tests/test_slow_core.py checks its parts.)"""
+    probe = "import os, sys; print(sorted(os.sched_getaffinity(0))); sys.exit(3)"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "slow_core.py"), "--slowdown", "1.5", "--core", "0",
+                             "--", sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == "[0]\n"
+    assert result.stderr == "core 0: a busy loop at nice 3 leaves the command 66.1% of it (a 1.51x slowdown)\n"
+
+
+def test_the_probe_benchmark_runs_at_its_smallest(tiny_model_dir):
+    """The session model's config with a step budget of 4 inside a minute: the estimate is the step budget, which
+    the run then trains (ratio 1.00, exit 0)."""
+    out = run_benchmark("probe.py", "--config", tiny_model_dir / "config.yaml", "--minutes", 1, "--device", "cpu",
+                        "--set", "training.max_steps=4").stdout
+    assert f"run: {tiny_model_dir / 'config.yaml'} training.max_steps=4, 1 minutes, device cpu" in out
+    assert re.search(r"^probe \([\d.]+ s\): a step [\d.]+ s, warm-up [\d.]+ s more, a validation [\d.]+ s, "
+                     r"a save [\d.]+ s$", out, re.M)
+    assert re.search(r"^estimated 4 steps; trained 4 in [\d.]+ min \(stopped: max_steps\): 1.00x the estimate$", out,
+                     re.M)
+
+
+TINY_MODEL = ["model.d_model=32", "model.heads=2", "model.ffn_dim=64", "model.layers=1", "tokenizer.vocab_size=200",
+              "training.max_tokens=600", "training.precision=fp32"]
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [arg for override in overrides for arg in ("--set", override)]
+
+
+def test_the_subword_sampling_benchmark_runs_at_its_smallest(m30k_tiny):
+    out = run_benchmark("subword_sampling.py", "--data-dir", m30k_tiny, "--steps", 1, "--warmup", 0, "--threads", 1,
+                        *sets(TINY_MODEL)).stdout
+    for name in ("best segmentation", "sampled, alpha 0.3"):
+        assert re.search(rf"^{name}: \d+ batches per epoch, [\d.]+ s to segment and batch it$", out, re.M)
+        row = re.search(rf"^{name}\s+(\d+)\s+(\d+)$", out, re.M)
+        assert row and int(row[1]) >= 0 and 0 < int(row[2]) <= 600
+    assert re.search(r"^sampled / best: [\d.]+x the time per step, [\d.]+x the target tokens; a time budget trains "
+                     r"[\d.]+x the steps$", out, re.M)
+
+
+def test_the_augmentation_benchmark_runs_at_its_smallest(tmp_path):
+    """8 utterances of 0.3 s (tones), 2 batches of a few (of the 4 or more their max_tokens makes), a one-layer
+    model."""
+    import numpy as np
+    import soundfile as sf
+
+    rows = ["audio\ttext"]
+    for i in range(8):
+        t = np.arange(2400) / 8000
+        sf.write(tmp_path / f"{i}.wav", (0.3 * np.sin(2 * np.pi * (300 + 100 * (i % 4)) * t)).astype(np.float32), 8000)
+        rows.append(f"{i}.wav\t{['zero', 'one', 'two', 'three'][i % 4]}")
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    tiny = ["training.max_tokens=12", "model.d_model=32", "model.heads=2", "model.ffn_dim=64", "model.encoder_layers=1",
+            "model.decoder_layers=1", "model.encoder.conv_channels=8", "tokenizer.vocab_size=15"]
+    out = run_benchmark("augmentation.py", "--train", tmp_path / "train.tsv", "--batches", 2, *sets(tiny)).stdout
+    assert re.search(r"^2 batches of [\d.]+ utterances$", out, re.M)
+    assert re.search(r"^collate, augmentation off: [\d.]+ ms/batch$", out, re.M)
+    settings = re.findall(r"^collate, (.+): [\d.]+ ms/batch \(\+-?[\d.]+\)$", out, re.M)
+    assert settings == ["speed [0.9, 1.0, 1.1]", "vtlp [0.9, 1.1]", "noise_prob 1 (white, pink)", "gain_prob 1",
+                        "reverb_prob 1", "all: speed, vtlp, noise 0.5, gain 0.5, reverb 0.3"]
+    steps = re.findall(r"^training step \((?:fp32|bf16), 1 thread\), augmentation (off|all): [\d.]+ ms/batch$", out, re.M)
+    assert steps == ["off", "all"]
+
+
+def test_the_data_scale_benchmark_runs_at_its_smallest(tmp_path):
+    """One corpus of 500 pairs (300 distinct, repeated), 2 steps of a one-layer model: the cold run only, no peer
+    run (each run is a `seq2seq train` process of ~10 s)."""
+    work = tmp_path / "work"
+    out = run_benchmark("data_scale.py", "--sizes", 0.0005, "--steps", 2, "--distinct", 300, "--peer-pairs", 0,
+                        "--cold-only", "--work", work, *sets([*TINY_MODEL, "training.threads=1"])).stdout
+    rows = re.findall(r"^\| 0.0005M \| 0 \| (cold|warm) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|.* \| ([\d.]+) \| - \|$",
+                      out, re.M)
+    assert [kind for kind, *_ in rows] == ["cold"]
+    for _, ready, first, rss, speed in rows:
+        assert 0 < float(ready) <= float(first) and 0 < float(rss) < 2 and float(speed) > 0
+    assert re.search(r"^peak RSS of the training process, largest: [\d.]+ GiB \(target < 2 GiB\)$", out, re.M)
+    lines = (work / "train-0.0005M-300.en").read_text().splitlines()
+    assert len(lines) == 500 and lines[300:] == lines[:200]
+    assert not list(work.glob("run-*"))  # the training runs are removed, the corpora kept
+
+
+def test_the_kill_soak_benchmark_runs_at_its_smallest(tmp_path):
+    """One kill (during the first checkpoint write) of a 4-step run on 100 generated pairs, its resume compared with
+    the reference run: three `seq2seq train` processes of ~10 s."""
+    out = run_benchmark("kill_soak.py", "--kills", 1, "--steps", 4, "--valid-every", 4, "--checkpoint-every", 1,
+                        "--n-train", 100, "--work-dir", tmp_path / "soak").stdout
+    assert re.search(r"^reference run: 4 steps in [\d.]+ s", out, re.M)
+    assert re.search(r"^kill  1 \(checkpoint write, +[\d.]+ s after the start\): train_state at step (-|\d+)$", out,
+                     re.M)
+    # (a round whose saves were all too quick to catch ends unkilled, and another one starts)
+    rounds = re.findall(r"^round done after ([01]) kills: final training loss (\S+) \(reference (\S+)\), largest "
+                        r"weight difference (\S+), 0 failures$", out, re.M)
+    assert rounds and rounds[-1][0] == "1" and all(loss == ref and float(diff) <= 1e-6 for _, loss, ref, diff in rounds)
+    assert re.search(rf"^1 kills in {len(rounds)} rounds \({len(rounds) + 1} starts\); 0 failures$", out, re.M)
+
+
+def test_the_serve_soak_benchmark_runs_at_its_smallest(tmp_path):
+    """The audio model (2 training steps) served to 2 clients for 2 s, valid and invalid requests mixed. (The text
+    and image models differ in their model's config and requests only; a soak of each would cost ~15 s more.)"""
+    out = run_benchmark("serve_soak.py", "--models", "audio", "--seconds", 2, "--clients", 2, "--steps", 2,
+                        "--rss-growth", 1.0, "--work-dir", tmp_path / "soak").stdout
+    line = re.search(r"^audio: \d+ s, 2 clients: (\d+) valid requests answered \([\d.]+/s\), (\d+) invalid ones "
+                     r"refused; 5xx other than 503: 0; latency p50 \d+ ms, p99 \d+ ms; RSS \d+ MB after warm-up", out, re.M)
+    assert line and int(line[1]) > 0 and int(line[2]) > 0
+    statuses = re.search(r"^  statuses: (.+)$", out, re.M)[1].split(", ")
+    assert all(re.fullmatch(r"(valid 200|valid 503|invalid (403|404|415|422)): \d+", s) for s in statuses), statuses
+    assert out.rstrip().endswith("0 failures")
+    config = yaml.safe_load((tmp_path / "soak" / "audio_model" / "config.yaml").read_text())
+    assert config["training"]["max_steps"] == 2 and config["model"]["encoder"]["type"] == "audio"
+
+
+# --------------------------------------------------------------------------------------------
+# Every benchmark and recipe script has a smoke test
+# --------------------------------------------------------------------------------------------
+
+# script -> the test that runs it at its smallest (as a subprocess, or its main()) and checks what it writes.
+SMOKE_TESTED = {
+    "benchmarks/augmentation.py": "tests/test_benchmarks.py::test_the_augmentation_benchmark_runs_at_its_smallest",
+    "benchmarks/beam_select.py": "tests/test_benchmarks.py::test_the_beam_select_benchmark_runs_at_its_smallest",
+    "benchmarks/constraints.py": "tests/test_benchmarks.py::test_the_constraints_benchmark_runs_at_its_smallest",
+    "benchmarks/refactor_ab.py": "tests/test_benchmarks.py::test_the_refactor_benchmark_finds_a_checkout_decodes_as_itself",
+    "benchmarks/ctranslate2_agreement.py":
+        "tests/test_export.py::test_the_ctranslate2_agreement_benchmark_runs_at_its_smallest",
+    "benchmarks/data_scale.py": "tests/test_benchmarks.py::test_the_data_scale_benchmark_runs_at_its_smallest",
+    "benchmarks/decode.py": "tests/test_benchmarks.py::test_the_decode_benchmark_runs_at_its_smallest",
+    "benchmarks/deploy.py": "tests/test_export.py::test_the_deploy_benchmark_runs_at_its_smallest",
+    "benchmarks/ensemble.py": "tests/test_benchmarks.py::test_the_ensemble_benchmark_runs_at_its_smallest",
+    "benchmarks/ensemble_cost.py": "tests/test_benchmarks.py::test_the_ensemble_cost_benchmark_runs_at_its_smallest",
+    "benchmarks/glossary.py": "tests/test_benchmarks.py::test_the_glossary_benchmark_runs_at_its_smallest",
+    "benchmarks/kill_soak.py": "tests/test_benchmarks.py::test_the_kill_soak_benchmark_runs_at_its_smallest",
+    "benchmarks/probe.py": "tests/test_benchmarks.py::test_the_probe_benchmark_runs_at_its_smallest",
+    "benchmarks/serve_soak.py": "tests/test_benchmarks.py::test_the_serve_soak_benchmark_runs_at_its_smallest",
+    "benchmarks/slow_core.py": "tests/test_benchmarks.py::test_the_slow_core_benchmark_runs_a_command_on_its_core",
+    "benchmarks/subword_sampling.py":
+        "tests/test_benchmarks.py::test_the_subword_sampling_benchmark_runs_at_its_smallest",
+    "benchmarks/terminology.py": "tests/test_terminology.py::test_the_benchmark_runs_at_its_smallest",
+    "benchmarks/train_speed.py": "tests/test_benchmarks.py::test_the_train_speed_benchmark_runs_at_its_smallest",
+    "recipes/backtranslation/multi30k_low_resource.py":
+        "tests/test_recipes_smoke.py::test_the_low_resource_backtranslation_experiment_runs_at_its_smallest",
+    "recipes/backtranslation/run.py": "tests/test_recipes_smoke.py::test_the_backtranslation_recipe_runs_at_its_smallest",
+    "recipes/captioning/run.py": "tests/test_recipes_smoke.py::test_the_captioning_recipe_runs_at_its_smallest",
+    "recipes/captioning/scenes.py": "tests/test_recipes_smoke.py::test_the_scene_generator_runs_at_its_smallest",
+    "recipes/custom_encoder/run.py": "tests/test_benchmarks.py::test_the_custom_encoder_recipe_runs_at_its_smallest",
+    "recipes/digit_strings/run.py": "tests/test_digit_strings.py::test_recipe_runs_end_to_end_and_reports_per_length",
+    "recipes/digit_strings/strings.py":
+        "tests/test_recipes_smoke.py::test_the_digit_string_generator_runs_at_its_smallest",
+    "recipes/distillation/run.py": "tests/test_recipes_smoke.py::test_the_distillation_recipe_runs_at_its_smallest",
+    "recipes/multi30k/run.py": "tests/test_recipes_smoke.py::test_the_multi30k_recipe_runs_at_its_smallest",
+    "recipes/multilingual/run.py": "tests/test_recipes_smoke.py::test_the_multilingual_recipe_runs_at_its_smallest",
+    "recipes/speech_digits/make_data.py":
+        "tests/test_audio.py::test_digit_utterances_keep_the_official_split_and_one_speaker",
+    "recipes/speech_digits/run.py":
+        "tests/test_audio.py::test_speech_recipe_runs_end_to_end_and_chooses_the_ctc_weight_on_val",
+    "recipes/speech_digits/synth.py":
+        "tests/test_recipes_smoke.py::test_the_synthetic_speaker_script_runs_at_its_smallest",
+    "recipes/terminology/run.py": "tests/test_benchmarks.py::test_the_terminology_recipe_runs_at_its_smallest",
+}
+
+
+def runnable_scripts() -> set[str]:
+    """Every benchmark (but common.py and __init__.py) and every recipe script: each recipe's run.py and any other
+    file under recipes/ run as a script (an `if __name__ == "__main__":` block; not recipes/jobs.py or a module a
+    recipe imports, such as language_id.py)."""
+    benchmarks = {p for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("common.py", "__init__.py")}
+    recipes = {p for p in RECIPES.rglob("*.py")
+               if p.name == "run.py" or re.search(r'^if __name__ == "__main__":', p.read_text(encoding="utf-8"), re.M)}
+    return {p.relative_to(ROOT).as_posix() for p in benchmarks | recipes}
+
+
+def test_every_benchmark_and_recipe_script_has_a_smoke_test():
+    import ast
+
+    scripts = runnable_scripts()
+    assert scripts == set(SMOKE_TESTED), (
+        f"scripts without a smoke test in SMOKE_TESTED: {sorted(scripts - set(SMOKE_TESTED))}; "
+        f"named there but not on disk: {sorted(set(SMOKE_TESTED) - scripts)}")
+    for script, test in SMOKE_TESTED.items():
+        path, _, name = test.partition("::")
+        source = (ROOT / path).read_text(encoding="utf-8")
+        functions = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+        assert name in functions, f"{script}: {test} does not exist"
+        body = ast.get_source_segment(source, functions[name])
+        where = Path(script)
+        assert where.name in body, f"{script}: {test} does not name {where.name}"
+        folder = "benchmark" if where.parts[0] == "benchmarks" else where.parent.name  # (run_benchmark: benchmarks/)
+        assert folder in body or folder in source, f"{script}: {test} does not name {where.parent}"

@@ -133,7 +133,7 @@ def shipped_configs() -> dict[Path, dict[str, Any]]:
 
 def encoder_types() -> list[str]:
     import seq2seq.model.encoders  # noqa: F401 - registers the built-in encoder types
-    from seq2seq.config.sections import _ENCODER_CONFIGS
+    from seq2seq.config.encoder_section import _ENCODER_CONFIGS
 
     return sorted(t for t in _ENCODER_CONFIGS if t != "text")
 
@@ -200,7 +200,7 @@ def test_a_config_is_pure_data_the_same_on_every_machine(tmp_path):
     """Parsing reads no file and asks nothing of this machine: a model too large for its memory, or a
     backbone directory that is not there, is a config like any other; the run refuses it when it starts
     (tests/test_bad_input.py, tests/test_hf_encoder.py)."""
-    from seq2seq.config.sections import check_fits_in_memory
+    from seq2seq.config.model_section import check_fits_in_memory
 
     huge = load_config(None, ["model.layers=10000000000"])
     assert huge.model.layers == 10_000_000_000 and run("config", "--set", "model.layers=10000000000").exit_code == 0

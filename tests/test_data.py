@@ -17,7 +17,7 @@ from seq2seq.data import (
     CleaningReport, DataConfig, DataError, fingerprint, hf_pairs, keep_mask, prepare, read_lines,
     read_parallel, read_table, truncate_ids,
 )
-from seq2seq.data.cache import default_cache_root
+from seq2seq.data.shared_cache import default_cache_root
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, JOINT_MODEL
 from seq2seq.config import TokenizerConfig
 
@@ -276,11 +276,11 @@ def test_prepare_from_hf_dataset_translation_rows(tmp_path: Path, monkeypatch) -
 def test_package_re_exports_what_its_users_import() -> None:
     """seq2seq.data is a package (readers, cleaning, cache); the names the recipes, seq2seq.training.experiment,
     seq2seq.data.media and these tests import from it stay there, as the same objects."""
-    import seq2seq.config.sections
+    import seq2seq.config.data_section
     import seq2seq.data as data
     from seq2seq.data import cache, cleaning, readers
 
-    assert data.DataConfig is seq2seq.config.sections.DataConfig
+    assert data.DataConfig is seq2seq.config.data_section.DataConfig
     assert data.DataError is readers.DataError and issubclass(data.DataError, ValueError)
     assert (data.read_table, data.read_lines, data.fingerprint, data.read_text) == (
         readers.read_table, readers.read_lines, readers.fingerprint, readers.read_text)

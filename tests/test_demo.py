@@ -153,6 +153,36 @@ def test_a_text_model_translates_what_the_command_line_translates(browser, tiny_
         page.close()
 
 
+def test_the_page_steers_every_line_as_json_input_does_and_shows_warnings(browser, tiny_model_dir):
+    lines = ["A dog runs.", "Two men talk in the park."]
+    steering = {"prefix": "Ein", "constraints": ["Mann", "Frau"], "avoid": ["Hund"]}
+    expected = [obj["text"] for obj in cli_json(tiny_model_dir, [json.dumps({"text": t, **steering}) for t in lines],
+                                                "--json-input", "--beam", "3")]
+    assert all(t.startswith("Ein") and "Mann" in t and "Hund" not in t for t in expected)
+    with serving(create_app(load_model(tiny_model_dir, device="cpu"))) as (port, _):
+        page = open_page(browser, port)
+        page.wait_for_selector("#steering:not(.hidden)")
+        assert page.locator("#terms-mode").is_hidden()  # the model takes no terms on its sources
+        page.fill("#opt-beam", "3")
+        page.fill("#source", "\n".join(lines))
+        page.fill("#prefix", "Ein")
+        page.fill("#constraints", "Mann; Frau")
+        page.fill("#avoid", " Hund ;")
+        page.click("#run")
+        wait_for_results(page, 2)
+        assert result_texts(page) == expected
+        page.fill("#prefix", "")
+        page.fill("#avoid", "")
+        page.fill("#constraints", "Hund Hund Hund Hund")  # cannot fit: translated without it, and said so
+        page.fill("#opt-max_len_a", "0")
+        page.fill("#opt-max_len_b", "3")
+        page.click("#run")
+        wait_for_results(page, 2)
+        assert page.locator("#results > li .warning").all_text_contents() == [
+            "its constraints cannot all be met within its length limit; translated without them"] * 2
+        page.close()
+
+
 def test_an_image_model_captions_an_upload_and_shows_the_apis_errors(browser, image_model, tmp_path):
     image = image_model / "img" / "1.png"
     expected = json.loads(CliRunner().invoke(cli, ["caption", str(image_model / "model"), str(image),

@@ -89,7 +89,7 @@ def test_bad_weights_are_refused(weights, message):
 
 
 def fake_member(path: str, proto: bytes = b"spm", vocab: int = 300, eos: int = 3, encoder: str = "text"):
-    from seq2seq.config.sections import EncoderConfig
+    from seq2seq.config.encoder_section import EncoderConfig
 
     return SimpleNamespace(path=path, tokenizers=SimpleNamespace(tgt=SimpleNamespace(model_proto=proto)),
                            config=SimpleNamespace(model=SimpleNamespace(tgt_vocab_size=vocab, encoder=EncoderConfig()),
@@ -172,3 +172,80 @@ def test_more_checkpoints_than_the_run_kept_are_refused_naming_the_directory(tin
     assert f"{tiny_model_dir / 'checkpoints'} holds only 2 checkpoint(s), not 5" in result.output
     with pytest.raises(ValueError, match="an ensemble needs 2 or more models"):
         Translator.load(tiny_model_dir, last_checkpoints=1)
+
+
+def test_an_ensemble_keeps_each_members_memory_and_moves_it_with_the_search():
+    a, b, src = two_members()
+    ensemble = EnsembleModel([a, b])
+    with torch.no_grad():
+        memory, pad = ensemble.encode(src)
+    assert [m.shape[1] for m, _ in memory] == [src[0].shape[1], src[1].shape[1]]  # each its own length, unpadded
+    index = torch.tensor([2, 2, 0])
+    moved = ensemble.reorder_memory(memory, index)
+    for (m, mask), (n, nmask) in zip(memory, moved):
+        assert torch.equal(n, m[index]) and torch.equal(nmask, mask[index])
+
+
+def ctc_pair():
+    from test_ctc import tiny_model as ctc_model
+
+    return ctc_model(3), ctc_model(4), torch.tensor([[5, 6, 7, 8, 9, 10, 3], [5, 9, 11, 3, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("combine", ["prob", "logprob"])
+def test_an_ensemble_rescores_with_its_members_ctc_heads_mixed(combine):
+    from seq2seq.inference.ctc import CTCScorer
+
+    a, b, src = ctc_pair()
+    ensemble = EnsembleModel([a, b], weights=[3.0, 1.0], combine=combine).eval()
+    cfg = SearchConfig(beam=3, nbest=3, max_len_a=0.0, max_len_b=5, early_stopping=False, ctc_weight=0.5)
+    with torch.no_grad():
+        nbest = search(ensemble, (src, src), cfg)
+        scorers = [CTCScorer(m, *m.encode(src), blank=0) for m in (a, b)]
+    checked = 0
+    for s, hyps in enumerate(nbest):
+        for h in hyps:
+            pa, pb = (scorer.log_likelihood([s], [h.tokens])[0] for scorer in scorers)
+            if combine == "prob":
+                expected = math.log(0.75 * math.exp(pa) + 0.25 * math.exp(pb)) if max(pa, pb) > -math.inf else -math.inf
+            else:
+                expected = 0.75 * pa + 0.25 * pb
+            assert h.ctc_logprob == pytest.approx(expected, abs=1e-4)
+            checked += 1
+    assert checked >= 4
+
+
+def test_an_ensemble_of_one_model_twice_rescores_as_the_model():
+    a, _, src = ctc_pair()
+    cfg = SearchConfig(beam=3, nbest=2, max_len_a=0.0, max_len_b=5, early_stopping=False, ctc_weight=0.4)
+    with torch.no_grad():
+        ensemble, alone = search(EnsembleModel([a, a]), (src, src), cfg), search(a, src, cfg)
+    assert [[h.tokens for h in hyps] for hyps in ensemble] == [[h.tokens for h in hyps] for hyps in alone]
+    for hyps, ref in zip(ensemble, alone):
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in ref], abs=1e-5)
+
+
+def test_a_source_a_later_member_cannot_read_is_refused_naming_it():
+    from seq2seq.inference.ensemble import EnsembleProcessor
+    from seq2seq.model.encoders.sources import SourceError
+
+    class Reads:  # prepares the sources that do not hold `blind`
+        def __init__(self, blind: str) -> None:
+            self.blind = blind
+
+        def prepare(self, sources, first_line=1, warn=None, skipped=None):
+            return {i: [1] for i, s in enumerate(sources) if s and self.blind not in s}
+
+    processor = EnsembleProcessor.__new__(EnsembleProcessor)
+    processor.processors, processor.names = [Reads("#"), Reads("x")], ["runs/a", "runs/b"]
+    assert processor.prepare(["a", "", "b"]) == {0: ([1], [1]), 2: ([1], [1])}  # an empty line: no example
+    with pytest.raises(SourceError, match=r"^line 12: the ensemble's runs/b cannot read this source, which "
+                                          r"runs/a reads"):
+        processor.prepare(["a", "", "x"], first_line=10)
+
+
+def test_an_ensemble_needs_a_ctc_head_in_every_member_for_ctc_weight(tiny_model_dir):
+    result = CliRunner().invoke(cli, ["translate", str(tiny_model_dir), str(tiny_model_dir), "--ctc-weight", "0.5"],
+                                input="A man.\n")
+    assert result.exit_code != 0 and f"{tiny_model_dir} was trained without CTC" in result.output
+    assert "Traceback" not in result.output

@@ -225,7 +225,8 @@ def test_ctranslate2_engine_handles_empty_and_overlong_lines(engines):
     warnings: list[str] = []
     results = theirs.translate_nbest(texts, warn=warnings.append, first_line=10)
     assert [bool(r) for r in results] == [False, True, False, True]
-    assert len(warnings) == 1 and "line 13" in warnings[0] and "truncated" in warnings[0]
+    assert len(warnings) == 1 and str(warnings[0]).startswith("line 13: ") and "truncated" in warnings[0].message
+    assert (warnings[0].line, warnings[0].code) == (13, "source_truncated")
     assert results[1][0].text == ours.translate(["red cat"])[0]
     with pytest.raises(ValueError, match="not available with the ctranslate2 engine"):
         theirs.translate_nbest(["red cat"], attention_layer=-1)

@@ -32,7 +32,8 @@ from seq2seq.config import ConfigError, ModelConfig, from_dict, load_config, to_
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.inference.generator import Captioner
 from seq2seq.model.encoders import SourceError, get_modality
-from seq2seq.model.encoders.base import AUDIO, IMAGE, resolve_encoder_config, source_kind
+from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
+from seq2seq.model.encoders.sources import AUDIO, IMAGE
 from seq2seq.model.encoders.hf import HFEncoder, HFEncoderConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage.model_dir import load_model_dir

@@ -201,3 +201,70 @@ def test_subpackage_docstrings_that_list_modules_list_them_all():
             problems.append(f"{module_name(init)} lists {sorted(listed - own)}, which are not its modules")
     assert "seq2seq.inference" in checked  # the reader still finds the listings
     assert not problems, "\n".join(problems)
+
+
+# ---- sizes: no module over MAX_MODULE_LINES lines, no function or method over MAX_FUNCTION_LINES ------------
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+# The modules over the limit today, each being split into modules of one job (path under the repository:
+# why it is still long). A module that comes under the limit must leave this list, so that it only shrinks.
+OVER_LIMIT: dict[str, str] = {}
+
+# The functions and methods over the limit today ("path::Class.method"; nested: "path::outer.inner"), each
+# being split; like OVER_LIMIT, one that comes under the limit must leave it.
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def module_lines() -> dict[str, int]:
+    """{path under the repository: its number of lines} of every module of seq2seq/."""
+    return {p.relative_to(PACKAGE.parent).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+            for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def function_lines(source: str) -> dict[str, int]:
+    """{"function", "Class.method" or "outer.inner": its number of lines, `def` to its last line} of a module's
+    source (decorators not counted; of two definitions of one name, the longer)."""
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                found[name] = max(found.get(name, 0), child.end_lineno - child.lineno + 1)
+                visit(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_the_function_sizer_sees_functions_methods_and_nested_functions():
+    source = "def f():\n    pass\n\n\nclass C:\n    @property\n    def m(self):\n        def inner():\n" \
+             "            return 1\n        return inner()\n"
+    assert function_lines(source) == {"f": 2, "C.m": 4, "C.m.inner": 2}
+
+
+def test_no_module_is_over_the_line_limit():
+    sizes = module_lines()
+    over = sorted(f"{path}: {n} lines" for path, n in sizes.items() if n > MAX_MODULE_LINES and path not in OVER_LIMIT)
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them into modules of one job each):\n" + \
+        "\n".join(over)
+    done = sorted(f"{path}: {sizes.get(path, 'gone')}" for path in OVER_LIMIT
+                  if sizes.get(path, 0) <= MAX_MODULE_LINES)
+    assert not done, "OVER_LIMIT lists modules no longer over the limit; take them off the list:\n" + "\n".join(done)
+
+
+def test_no_function_is_over_the_line_limit():
+    sizes = {f"{path}::{name}": n for path in module_lines()
+             for name, n in function_lines((PACKAGE.parent / path).read_text(encoding="utf-8")).items()}
+    over = sorted(f"{name}: {n} lines" for name, n in sizes.items()
+                  if n > MAX_FUNCTION_LINES and name not in LONG_FUNCTIONS)
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(over)
+    done = sorted(name for name in LONG_FUNCTIONS if sizes.get(name, 0) <= MAX_FUNCTION_LINES)
+    assert not done, "LONG_FUNCTIONS lists functions no longer over the limit; take them off the list:\n" + \
+        "\n".join(done)

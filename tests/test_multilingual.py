@@ -23,7 +23,7 @@ from seq2seq.config.search import SearchConfig
 from seq2seq.data import prepare
 from seq2seq.data.batching import collate_text
 from seq2seq.data.mixing import CorpusMix, MixedBatches, corpus_probabilities
-from seq2seq.model.encoders.base import TextProcessor
+from seq2seq.model.encoders.text_processor import TextProcessor
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.text.languages import (
     LanguageError, language_tag, model_languages, reserved_pieces, split_tags, tag_source, tag_language, source_prefix,
@@ -255,7 +255,7 @@ def test_prepare_tags_each_source_with_its_target_language_and_corpus_tag(tmp_pa
     short.bind(tok, max_positions=4)
     warnings: list[str] = []
     example = short.with_target_language("de").prepare(["one two three four five six"], warn=warnings.append)[0]
-    assert len(example) == 4 and example[0] == ids["<2de>"] and example[-1] == EOS_ID and "truncated" in warnings[0]
+    assert len(example) == 4 and example[0] == ids["<2de>"] and example[-1] == EOS_ID and "truncated" in warnings[0].message
     described = short.with_target_language("de").describe("one two three four five six", example)["src_pieces"]
     assert len(described) == len(example) and described[0] == "<2de>"
 

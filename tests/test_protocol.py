@@ -11,7 +11,7 @@ import pytest
 from seq2seq.config import SearchConfig
 from seq2seq.deploy.engine import CTranslate2Translator
 from seq2seq.inference.generator import Captioner, Generator, Transcriber
-from seq2seq.inference.protocol import TranslationEngine
+from seq2seq.inference.protocol import ServedModel, TranslationEngine
 from seq2seq.inference.translator import Translator
 
 ENGINES = [Translator, Generator, Captioner, Transcriber, CTranslate2Translator]
@@ -47,6 +47,9 @@ def test_each_engine_has_the_protocols_methods_with_compatible_parameters(engine
 def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate2_engine(tiny_model_dir, tmp_path):
     translator = Translator.load(tiny_model_dir, device="cpu")
     assert isinstance(translator, TranslationEngine)
+    assert isinstance(translator, ServedModel)  # what the server reads of it, without reaching inside
+    assert translator.path == tiny_model_dir and translator.config.model == translator.loaded.config.model
+    assert translator.parameters == sum(p.numel() for p in translator.loaded.model.parameters())
     assert isinstance(translator.search_config(), SearchConfig)
     pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
     from seq2seq.deploy.ctranslate2 import export_ctranslate2
@@ -62,3 +65,15 @@ def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate
         with pytest.raises(ValueError) as theirs:
             engine.search_config(**bad)
         assert str(ours.value) == str(theirs.value)
+
+
+def test_one_loader_picks_the_engine_from_what_the_model_reads(tiny_model_dir, tmp_path):
+    from seq2seq.inference.loading import engine_class, load_engine
+    from seq2seq.model.encoders.sources import AUDIO, IMAGE, TEXT
+    from seq2seq.storage import CheckpointError
+
+    assert (engine_class(TEXT), engine_class(IMAGE), engine_class(AUDIO)) == (Translator, Generator, Transcriber)
+    engine = load_engine(tiny_model_dir, device="cpu")
+    assert type(engine) is Translator and isinstance(engine, ServedModel)
+    with pytest.raises(CheckpointError, match=f"^{tmp_path} is not a model directory"):
+        load_engine(tmp_path, device="cpu")

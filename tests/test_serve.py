@@ -289,7 +289,8 @@ def test_a_lone_surrogate_fails_only_its_own_request_with_422(translator):
     assert [status for status, _ in results] == [200, 422, 200, 422, 200], results
     assert [results[i][1]["text"] for i in (0, 2, 4)] == expected
     assert results[1][1] == {"error": "text is not valid Unicode: character 0 is a lone surrogate (\\ud800); "
-                                      "send each character as itself, or a surrogate pair"}
+                                      "send each character as itself, or a surrogate pair",
+                             "code": "bad_field", "field": "text"}
     assert results[3][1]["error"].startswith("texts[1] is not valid Unicode: character 2 is a lone surrogate")
     assert batcher.calls == 2  # the first request, then the three good ones together
 
@@ -703,6 +704,8 @@ def test_constraints_that_cannot_be_met_give_the_plain_output_with_a_warning(tra
         assert status == 200, answer
         assert answer["warnings"] == ["its constraints cannot all be met within its length limit; "
                                       "translated without them"]
+        assert answer["diagnostics"] == [{"message": answer["warnings"][0], "code": "constraints_unmet",
+                                          "field": "constraints", "index": 0}]
         assert answer["text"] == translator.translate(["A dog runs."], max_len_a=0, max_len_b=3)[0]
 
 
@@ -755,9 +758,25 @@ def test_malformed_steering_gets_a_4xx_with_a_message_and_the_server_goes_on(tra
     with serving(create_app(translator, limits)) as (port, _):
         for body, status, message in BAD_STEERING:
             got, answer = call(port, "POST", "/translate", body)
-            assert got == status and set(answer) == {"error"} and message in answer["error"], (body, answer)
+            assert got == status and message in answer["error"], (body, answer)
+            assert set(answer) - {"error"} <= {"code", "field", "index"}, answer  # details of a refused input
             assert "line" not in answer["error"], answer  # the server names texts as the request does
         assert call(port, "POST", "/translate", {"text": "A dog runs.", "constraints": ["Hund"]})[0] == 200
+
+
+@pytest.mark.parametrize("body, details", [
+    ({"texts": ["a", {"text": "b", "constraints": [""]}]}, {"code": "empty_phrase", "field": "constraints", "index": 1}),
+    ({"text": "a", "beam": 2, "constraints": ["Hund", "Mann"]}, {"code": "beam_too_small", "field": "beam", "index": 0}),
+    ({"text": "a", "prefix": "Ein Hund " * 20, "max_len_a": 0, "max_len_b": 3},
+     {"code": "prefix_too_long", "field": "prefix", "index": 0}),
+    ({"texts": [{"text": "a", "avoid": "Mann"}]}, {"code": "bad_field", "field": "texts[0].avoid"}),
+    ({"text": "a", "constraints": ["Hund"], "avoid": ["Hund"]}, {"code": "term_avoided", "field": "constraints",
+                                                                  "index": 0}),
+])
+def test_a_refused_input_is_named_by_code_field_and_index_beside_the_message(translator, body, details):
+    with serving(create_app(translator)) as (port, _):
+        status, answer = call(port, "POST", "/translate", body)
+    assert status == 422 and {k: v for k, v in answer.items() if k != "error"} == details, answer
 
 
 def glossary_file(tmp_path, rows: str, name: str = "terms.tsv"):

@@ -13,7 +13,7 @@ import pytest
 from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.data import DataError, prepare, read_parallel
 from seq2seq.data import cache as cache_module
-from seq2seq.data import readers, shards
+from seq2seq.data import readers, shards, splits
 from seq2seq.data.batching import PackedBatches, TokenBatchSampler, pack_in_order, padding_ratio
 from seq2seq.data.shards import ShardedRows, pair_lengths, sample_sentences
 
@@ -83,7 +83,7 @@ def test_sample_is_everything_in_order_when_small_and_uniform_when_large() -> No
 def test_worker_processes_build_the_same_shards_as_one_process(tmp_path: Path, monkeypatch) -> None:
     src, tgt = corpus(tmp_path, 600)
     cfg = DataConfig(train_src=str(src), train_tgt=str(tgt), valid_src=str(src), valid_tgt=str(tgt), max_len=10)
-    monkeypatch.setattr(cache_module, "CHUNK_PAIRS", 64)
+    monkeypatch.setattr(splits, "CHUNK_PAIRS", 64)
     monkeypatch.setattr(readers, "CHUNK_PAIRS", 64)
     one = prepare(cfg, TokenizerConfig(vocab_size=60), tmp_path / "one", tmp_path / "cache1")
     monkeypatch.setattr(cache_module, "PARALLEL_BYTES", 0)  # any corpus goes to workers
@@ -111,7 +111,7 @@ def test_a_second_run_elsewhere_reuses_the_shared_cache_and_tokenizer(tmp_path: 
 def test_a_failed_build_leaves_no_entry(tmp_path: Path, monkeypatch) -> None:
     src, tgt = corpus(tmp_path, 300)
     cfg = DataConfig(train_src=str(src), train_tgt=str(tgt))
-    monkeypatch.setattr(cache_module, "CHUNK_PAIRS", 50)
+    monkeypatch.setattr(splits, "CHUNK_PAIRS", 50)
     calls = []
     real_run = shards.ShardJob.run
 
@@ -134,7 +134,7 @@ def test_a_failed_build_leaves_no_entry(tmp_path: Path, monkeypatch) -> None:
 def test_rows_are_read_from_the_shards(tmp_path: Path, monkeypatch, in_memory: bool) -> None:
     """Both ways: a small corpus's id arrays read once into memory, a large one's rows read one by one."""
     src, tgt = corpus(tmp_path, 400)
-    monkeypatch.setattr(cache_module, "CHUNK_PAIRS", 30)
+    monkeypatch.setattr(splits, "CHUNK_PAIRS", 30)
     data = prepare(DataConfig(train_src=str(src), train_tgt=str(tgt)), TokenizerConfig(vocab_size=60), tmp_path / "o")
     monkeypatch.setattr(ShardedRows, "IN_MEMORY_BYTES", 1 << 30 if in_memory else 0)
     rows = ShardedRows(data.train)

@@ -1,4 +1,4 @@
-"""The processor contract, for every kind of source the registry knows (seq2seq/model/encoders/base.py).
+"""The processor contract, for every kind of source the registry knows (seq2seq/model/encoders/sources.py).
 
 Each registered encoder type has example configs here (`EXAMPLES`, Hugging Face backbones included);
 a type without one fails `test_every_registered_encoder_type_has_examples`, so a new kind cannot skip
@@ -29,10 +29,11 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 transformers = pytest.importorskip("transformers", reason="the hf extra: pip install -e '.[hf]'")
 
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.config.sections import encoder_types  # noqa: E402
+from seq2seq.config.encoder_section import encoder_types  # noqa: E402
 from seq2seq.inference.generator import Captioner, Generator, Transcriber  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
-from seq2seq.model.encoders.base import AUDIO, IMAGE, TEXT, SourceError, source_kind  # noqa: E402
+from seq2seq.model.encoders.base import source_kind  # noqa: E402
+from seq2seq.model.encoders.sources import AUDIO, IMAGE, TEXT, SourceError  # noqa: E402
 from seq2seq.serve.app import create_app, load_model  # noqa: E402
 from seq2seq.serve.requests import Limits, RequestError, check_source_size  # noqa: E402
 from test_hf_encoder import TONES, colour_image, save_backbone, tone_utterance  # noqa: E402

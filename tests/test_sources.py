@@ -13,7 +13,7 @@ import torch
 from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError
 from seq2seq.model.encoders import Modality, SourceError, SourceProcessor
-from seq2seq.model.encoders.base import SourceKind
+from seq2seq.model.encoders.sources import SourceKind
 from seq2seq.data.media import collate_media, load_sources, prepare_media, read_source_table, source_lengths
 from seq2seq.config import TokenizerConfig
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from seq2seq.cli import cli
+from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.steering import SteeringError
 from seq2seq.inference.translator import Translator
@@ -83,7 +84,9 @@ def test_constraints_that_cannot_be_met_warn_and_fall_back_to_the_unconstrained_
     options = dict(beam=4, max_len_a=0.0, max_len_b=3)
     out = translator.translate(SOURCES[:2], constraints=[[], ["einem roten Hund auf der Straße"]],
                                prefix=["", "Zwei"], warn=warnings.append, first_line=7, **options)
-    assert warnings == ["line 8: its constraints cannot all be met within its length limit; translated without them"]
+    assert warnings == [Diagnostic("its constraints cannot all be met within its length limit; translated without them",
+                                   line=8, field="constraints", code="constraints_unmet")]
+    assert str(warnings[0]).startswith("line 8: its constraints")
     assert out == translator.translate(SOURCES[:2], prefix=["", "Zwei"], **options)
 
 
@@ -372,6 +375,7 @@ def test_glossary_terms_beyond_what_the_beam_holds_are_dropped_with_a_warning(tr
     warnings: list[str] = []
     out = translator.translate_nbest(["A man rides a bike."], glossary=Glossary.load(path), beam=3, max_len_b=40,
                                      warn=warnings.append)
-    assert warnings == ["line 1: a beam of 3 holds 2 constraints; glossary term(s) ['Fahrrad'] not enforced "
-                        "(pass a larger --beam)"]
+    assert [str(w) for w in warnings] == ["line 1: a beam of 3 holds 2 constraints; glossary term(s) ['Fahrrad'] "
+                                          "not enforced (pass a larger --beam)"]
+    assert (warnings[0].field, warnings[0].code) == ("glossary", "terms_dropped")
     assert "Mann" in out[0][0].text and "fährt" in out[0][0].text

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from seq2seq.cli import cli
+from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.steering import Steering, SteeringError, check_steering
 from seq2seq.inference.translator import Translator
@@ -100,8 +101,8 @@ def test_a_prefix_that_holds_an_avoided_phrase_is_kept_with_a_warning_naming_bot
     warnings: list[str] = []
     out = translator.translate(["A dog."], prefix=["Ein Hund"], avoid=["Hund"], max_len_b=20, warn=warnings.append)
     assert out[0].startswith("Ein Hund")
-    assert warnings == ["line 1: the prefix 'Ein Hund' holds the avoided phrase 'Hund'; the prefix is kept as given "
-                        "(a prefix wins over a banned phrase)"]
+    assert warnings == [Diagnostic("the prefix 'Ein Hund' holds the avoided phrase 'Hund'; the prefix is kept as "
+                                   "given (a prefix wins over a banned phrase)", 1, "prefix", "prefix_avoided")]
 
 
 def test_a_glossary_term_that_is_also_avoided_is_named_as_such(translator, tmp_path):
@@ -133,8 +134,9 @@ def test_an_empty_input_with_steering_says_its_steering_is_not_used(translator):
     warnings: list[str] = []
     out = translator.translate(["A dog.", "  "], constraints=[["Hund"], ["Katze"]], beam=3, max_len_b=20,
                                warn=warnings.append)
-    assert out[1] == "" and warnings == ["line 2: an empty input: its prefix, constraints and terms are not used "
-                                         "(its output is empty)"]
+    assert out[1] == "" and [str(w) for w in warnings] == ["line 2: an empty input: its prefix, constraints and "
+                                                           "terms are not used (its output is empty)"]
+    assert warnings[0].index == 1 and warnings[0].code == "empty_input"
 
 
 def test_a_seed_torch_cannot_take_is_one_line_on_the_cli_and_422_on_the_server(tiny_model_dir, translator):

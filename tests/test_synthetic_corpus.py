@@ -188,7 +188,7 @@ def test_other_settings_or_another_input_are_refused_in_one_line(tiny_model_dir,
     base = ["back-translate", tiny_model_dir, "-i", mono, "-o", tmp_path / "out", "--chunk-lines", "8",
             "--device", "cpu", "--min-len", "2"]
     translator = Translator.load(tiny_model_dir, device="cpu")
-    from seq2seq.inference.corpus_translation import model_fingerprint
+    from seq2seq.inference.fingerprint import model_fingerprint
 
     job = CorpusJob(str(mono), str(tmp_path / "out"), chunk_lines=8, search={"min_len": 2}, seed=1)
     CorpusTranslation(translator, job, model_fingerprint([tiny_model_dir])).run(stop_after_chunks=2)

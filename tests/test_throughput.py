@@ -221,3 +221,30 @@ def test_the_probe_benchmark_runs_at_its_smallest():
                             capture_output=True, text=True, cwd=root)
     assert result.returncode in (0, 1), result.stderr[-2000:]  # 1: outside 20% (3 seconds of training are noise)
     assert "estimated" in result.stdout and "x the estimate" in result.stdout
+
+
+def test_one_validations_time_is_estimated_from_the_sampled_batches_alone():
+    """The probe times a validation of a sample of the batches and scales it up by their share of the
+    target tokens: timing the whole set instead would overestimate it by the inverse of that share."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from seq2seq.config.search import SearchConfig
+    from seq2seq.training.validation import ValidData
+
+    batches = [SimpleNamespace(src=torch.ones(2, 5, dtype=torch.long), n_tgt_tokens=10) for _ in range(12)]
+    now = [0.0]
+
+    class Trainer:  # a validation takes one second per batch it validates
+        valid = ValidData(batches, [], lambda ids: [])
+        search_cfg = SearchConfig()
+
+        def validate(self) -> None:
+            now[0] += len(self.valid.batches)
+
+    trainer = Trainer()
+    seconds = throughput._validation_seconds(trainer, 3, lambda: now[0])
+    assert now[0] == 3  # three batches validated, not twelve
+    assert seconds == pytest.approx(12.0)  # scaled up to the whole set
+    assert trainer.valid.batches is batches and trainer.search_cfg == SearchConfig()  # restored

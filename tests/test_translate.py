@@ -178,7 +178,8 @@ def test_decoded_lines_split_on_newline_only():
     warnings = []
     raw = io.BytesIO("\ufeffa\r\nb\rc\n\u2028d\n\xff".encode("utf-8").replace("\xff".encode(), b"\xff"))
     assert list(decoded_lines(raw, "x", warnings.append)) == ["a", "b\rc", "\u2028d", "\ufffd"]
-    assert warnings and "x line 4" in warnings[0]
+    assert [(str(w), w.code) for w in warnings] == [("x line 4: invalid UTF-8 (byte 0) replaced with U+FFFD",
+                                                    "invalid_utf8")]
 
 
 def test_json_output_has_text_score_tokens_and_optional_alignment(tiny_model_dir):
@@ -511,7 +512,7 @@ def test_truncation_warning_names_the_line(translator):
     long_line = "a dog runs after the red ball " * 200
     out = translator.translate_nbest(["A man.", "", long_line], first_line=41, warn=warnings.append, greedy=True)
     assert len(out) == 3 and out[1] == [] and out[2]
-    assert len(warnings) == 1 and warnings[0].startswith("line 43:") and "limit of 255" in warnings[0]
+    assert len(warnings) == 1 and str(warnings[0]).startswith("line 43:") and "limit of 255" in warnings[0].message
     assert len(out[2][0].src_pieces) == 256  # 255 pieces + EOS
 
 

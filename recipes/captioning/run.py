@@ -40,7 +40,7 @@ import scenes  # noqa: E402
 
 from seq2seq.storage.atomic import write_json_atomic  # noqa: E402
 from seq2seq.storage.model_dir import ModelDir  # noqa: E402
-from seq2seq.cli.common import user_error_types  # noqa: E402
+from seq2seq.config import Seq2SeqError  # noqa: E402
 from seq2seq.training.experiment import run_training  # noqa: E402
 from seq2seq.config import Config, load_config  # noqa: E402
 from seq2seq.text.metrics import score  # noqa: E402
@@ -215,5 +215,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_error_types() as e:  # bad data, config or checkpoint: one line, exit code 1
+    except Seq2SeqError as e:  # bad data, config or checkpoint: one line, exit code 1
         sys.exit(f"error: {e}")

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import ConfigError
-from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.config import ConfigError, EncoderConfig, ModelConfig, register_encoder_config
 from seq2seq.model.encoders import Encoder, Modality, register
 
 

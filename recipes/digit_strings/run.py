@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 
 import strings  # noqa: E402
 
-from seq2seq.cli.common import user_error_types  # noqa: E402
+from seq2seq.config import Seq2SeqError  # noqa: E402
 from seq2seq.config import load_config  # noqa: E402
 from seq2seq.storage.atomic import write_json_atomic  # noqa: E402
 from seq2seq.storage.model_dir import ModelDir  # noqa: E402
@@ -183,5 +183,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (*user_error_types(), FileNotFoundError, ValueError) as e:  # bad data, config or model: one line
+    except (Seq2SeqError, FileNotFoundError, ValueError) as e:  # bad data, config or model: one line
         sys.exit(f"error: {e}")

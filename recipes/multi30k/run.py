@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from seq2seq.storage.atomic import atomic_path, write_json_atomic  # noqa: E402
 from seq2seq.storage.model_dir import ModelDir  # noqa: E402
 from seq2seq.storage.weights import save_weights  # noqa: E402
-from seq2seq.cli.common import user_error_types  # noqa: E402
+from seq2seq.config import Seq2SeqError  # noqa: E402
 from seq2seq.data import DataError, read_lines  # noqa: E402
 from seq2seq.training.experiment import run_training  # noqa: E402
 from seq2seq.config import Config, load_config  # noqa: E402
@@ -344,5 +344,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_error_types() as e:  # bad data, config or checkpoint: one line, exit code 1
+    except Seq2SeqError as e:  # bad data, config or checkpoint: one line, exit code 1
         sys.exit(f"error: {e}")

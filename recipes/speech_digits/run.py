@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE))
 import make_data
 import torch
 
-from seq2seq.cli.common import user_error_types
+from seq2seq.config import Seq2SeqError
 from seq2seq.training.experiment import run_training
 from seq2seq.config import load_config
 from seq2seq.inference.generator import Transcriber
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'mean':16s} |        | {sum(r[2] for r in rows) / len(rows):6.2f}% | "
                   f"{sum(r[3] for r in rows) / len(rows):6.2f}%")
         return 0
-    except user_error_types() as e:
+    except Seq2SeqError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

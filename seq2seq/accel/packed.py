@@ -15,12 +15,18 @@ whose sliced q/k/v projections go through the packed weight).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import MultiHeadAttention
+
+if TYPE_CHECKING:
+    from seq2seq.model.transformer import Decoder
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 MAX_PACKED_ROWS = 128  # above this, packing saves nothing measurable
 
@@ -83,7 +89,7 @@ class PackedAttention(MultiHeadAttention):
         return self.in_proj(x, part)
 
 
-def pack_decoder(model: nn.Module, inplace: bool = False) -> nn.Module:
+def pack_decoder(model: ModuleT, inplace: bool = False) -> ModuleT:
     """`model` (a copy unless `inplace`) whose decoder linears and output projection are PackedLinear.
 
     Only the decoder is packed: it runs once per generated token on few rows; the encoder runs
@@ -94,7 +100,7 @@ def pack_decoder(model: nn.Module, inplace: bool = False) -> nn.Module:
     if not mkl_packing_available():
         return model
     model = model if inplace else copy.deepcopy(model)
-    decoder = model.decoder
+    decoder = cast("Decoder", model.decoder)  # a Seq2SeqTransformer's
     for module in list(decoder.modules()):
         if isinstance(module, MultiHeadAttention):
             module.__class__ = PackedAttention
@@ -102,5 +108,5 @@ def pack_decoder(model: nn.Module, inplace: bool = False) -> nn.Module:
             if isinstance(child, nn.Linear):
                 setattr(module, name, PackedLinear(child.weight, child.bias))
     if decoder.output is None:
-        decoder.output = PackedLinear(decoder.output_weight)
+        decoder.output = PackedLinear(decoder.output_weight)  # type: ignore[assignment]  # nn.Linear's stand-in
     return model

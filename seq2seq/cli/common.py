@@ -14,6 +14,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import click
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.accel.device import INFERENCE_PRECISIONS
 from seq2seq.text.lines import std_binary
 
@@ -31,30 +32,16 @@ def setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def user_error_types() -> tuple[type[Exception], ...]:
-    """The toolkit's errors that are the user's to fix (bad config, data, checkpoint, tokenizer), whose
-    message is the whole report: a command prints it on one line, with no traceback."""
-    from seq2seq.storage import CheckpointError
-    from seq2seq.config import ConfigError
-    from seq2seq.data import DataError
-    from seq2seq.inference.corpus_translation import CorpusRunError
-    from seq2seq.text.languages import LanguageError
-    from seq2seq.text.lines import InputError
-    from seq2seq.text.tokenizer import TokenizerError
-    from seq2seq.training.trainer import TrainingAborted
-
-    return (ConfigError, DataError, CheckpointError, TokenizerError, TrainingAborted, InputError, CorpusRunError,
-            LanguageError)
-
-
 def user_errors(fn: Callable) -> Callable:
-    """Turn the toolkit's user-facing errors into `error: ...` and exit code 1."""
+    """Turn the toolkit's user-facing errors (every `Seq2SeqError`: bad config, data, input, checkpoint,
+    tokenizer, steering ...), whose message is the whole report, into one line `error: ...` and exit
+    code 1, with no traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except user_error_types() as e:
+        except Seq2SeqError as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)

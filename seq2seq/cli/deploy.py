@@ -123,7 +123,8 @@ def load_engine(engine: str, model_dir: str, engine_dir: str | None, device: str
                 weights: str | None, search: dict[str, Any]) -> Any:
     """`translate --engine ctranslate2`: the engine's translator, its search options checked once; every
     problem as a one-line error."""
-    from seq2seq.deploy.engine import CTranslate2Translator, find_export, stale_export_warning
+    from seq2seq.deploy.engine import CTranslate2Translator
+    from seq2seq.deploy.export_lookup import find_export, stale_export_warning
     from seq2seq.deploy.staging import ExportError
 
     if engine != "ctranslate2":

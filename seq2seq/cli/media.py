@@ -19,6 +19,7 @@ from seq2seq.cli.common import (
     check_output_path,
     ensemble_options,
     ensemble_settings,
+    load_translator,
     model_options,
     output_file,
     search_options,
@@ -54,7 +55,7 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
          as_json: bool, with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool,
          device: str, precision: str, weights: str | None, batch_tokens: int, chunk_lines: int,
          **kw: Any) -> None:
-    from seq2seq.model.encoders.base import SourceError
+    from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
     from seq2seq.inference.formats import decode_stream, file_formatter
 
@@ -73,13 +74,9 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
         elif kw["max_window_seconds"] is not None:
             windows["max_window_seconds"] = kw["max_window_seconds"]
     check_output_path(output_path, [*files, *([input_path] if input_path else [])])
-    try:
-        dirs = [model_dir, *members]
-        generator = cls.load(dirs if len(dirs) > 1 else model_dir, device=device, precision=precision, weights=weights,
-                             **ensemble)
-        nbest = generator.search_config(**search).nbest
-    except ValueError as e:  # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options
-        raise click.ClickException(str(e)) from None
+    # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options: one line
+    generator = load_translator((model_dir, *members), device, precision, weights, search, ensemble, cls=cls)
+    nbest = generator.search_config(**search).nbest
     emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest, kw.get("timestamps", False))
     sources = _sources(files, input_path)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -16,13 +16,17 @@ from seq2seq.cli.common import (
 from seq2seq.inference.corpus_translation import CORPUS_FILE, SRC_FILE, TGT_FILE, METHODS
 from seq2seq.text.lines import check_input_file, count_lines
 
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.config.root import Config
+    from seq2seq.config.tokenizer_section import TokenizerConfig
+
 SAMPLING = ("topk", "topp", "temperature")
 
 
 def corpus_options(fn: Callable) -> Callable:
     """The options both commands share: input, output directory, filters, and how the model is loaded
     and searched (the shared decorators of seq2seq.cli.common)."""
-    for option in reversed([
+    decorators: list[Callable[[Callable], Callable]] = [
         click.option("-i", "--input", "input_path", required=True, type=click.Path(dir_okay=False),
                      help="The text file to translate, one sentence a line (.gz read as gzip)."),
         click.option("-o", "--output-dir", "output_dir", required=True, type=click.Path(file_okay=False),
@@ -38,7 +42,8 @@ def corpus_options(fn: Callable) -> Callable:
         ensemble_options,
         PROGRESS_OPTION,
         model_options,
-    ]):
+    ]
+    for option in reversed(decorators):
         fn = option(fn)
     return fn
 
@@ -47,8 +52,9 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
          corpus_of: Callable[[Any], dict[str, Any]], kw: dict[str, Any], noise: Any = None) -> tuple[Any, dict]:
     """Load the model(s), check the options, translate; returns (translator, summary).
     corpus_of(translator): what corpus.yaml says besides the files; it may refuse (LanguageError)."""
-    from seq2seq.config.sections import CorpusConfig
-    from seq2seq.inference.corpus_translation import CorpusJob, model_fingerprint, translate_corpus
+    from seq2seq.config.data_section import CorpusConfig
+    from seq2seq.inference.corpus_translation import CorpusJob, translate_corpus
+    from seq2seq.inference.fingerprint import model_fingerprint
     from seq2seq.text.languages import LanguageError
     from seq2seq.text.lines import warn
 
@@ -102,7 +108,7 @@ def _synthetic_language(translator: Any, tgt_lang: str | None) -> str | None:
     """The language the reverse model writes: --tgt-lang, else its one target language if it names one."""
     if tgt_lang:
         return tgt_lang
-    named = {c.tgt_lang for c in translator.loaded.config.data.corpora if c.tgt_lang}
+    named = {c.tgt_lang for c in translator.config.data.corpora if c.tgt_lang}
     return named.pop() if len(named) == 1 else None
 
 
@@ -182,8 +188,9 @@ def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_la
     """
     from seq2seq.config import load_config
 
-    student = load_config(student_config) if student_config else None
-    if student is not None:
+    student = None
+    if student_config:
+        student = load_config(student_config)
         check_student_tokenizer(student.tokenizer, student_config, model_dir[0], output_dir)
     if references is not None:
         check_references(input_path, references, student_config)
@@ -195,7 +202,7 @@ def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_la
         return {"src_lang": src_lang, "tgt_lang": target} if src_lang and target else {}
 
     translator, summary = _run("distill", model_dir, input_path, output_dir, "beam", corpus_of, kw)
-    if student is not None:
+    if student is not None and student_config:  # (both or neither)
         real = (input_path, references) if references else None
         click.echo("train the student with:\n  " + student_command(student, student_config, model_dir[0], output_dir,
                                                                    real), err=True)
@@ -235,7 +242,7 @@ def tokenizer_overrides(teacher_dir: str) -> list[str]:
             *(f"tokenizer.{key}={path}" for key, path in files.items())]
 
 
-def check_student_tokenizer(tok: Any, config: str, teacher_dir: str, output_dir: str) -> None:
+def check_student_tokenizer(tok: TokenizerConfig, config: str, teacher_dir: str, output_dir: str) -> None:
     """ClickException, one line, when the student config names tokenizer model files whose bytes differ
     from the teacher's (or a joint/separate layout the teacher does not have)."""
     files = teacher_tokenizer(teacher_dir)
@@ -252,7 +259,7 @@ def check_student_tokenizer(tok: Any, config: str, teacher_dir: str, output_dir:
                 f"{' '.join('--set ' + shlex.quote(o) for o in tokenizer_overrides(teacher_dir))}")
 
 
-def student_command(student: Any, config: str, teacher_dir: str, output_dir: str,
+def student_command(student: Config, config: str, teacher_dir: str, output_dir: str,
                     real: tuple[str, str] | None = None) -> str:
     """The `seq2seq train` command line that trains the student on the distilled corpus with the
     teacher's tokenizer (and the teacher's validation files where the student config has none);

@@ -32,8 +32,8 @@ def train(config: str, overrides: tuple[str, ...], resume: bool, output_dir: str
     from seq2seq.training.experiment import run_training
     from seq2seq.config import load_config
 
-    overrides = list(overrides) + ([f"training.output_dir={output_dir}"] if output_dir else [])
-    cfg = load_config(config, overrides)
+    given = list(overrides) + ([f"training.output_dir={output_dir}"] if output_dir else [])
+    cfg = load_config(config, given)
     result = run_training(cfg, resume=resume, config_source=config, init_from=init_from, overwrite=overwrite)
     click.echo(f"model directory: {result['out_dir']} (best {cfg.training.best_metric} "
                f"{result['best'] if result['best'] is not None else float('nan'):.2f} at step {result['best_step']})")

@@ -92,17 +92,10 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     nbest = translator.search_config(**search).nbest
     emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
 
-    def plot(results: list) -> None:
-        from seq2seq.report.plots import plot_attention
-
-        best = results[0][0]
-        plot_attention(best.attention, best.src_pieces, best.pieces + ["</s>"], show_attention)
-        click.echo(f"attention plot: {show_attention}", err=True)
-
     try:
         with output_file(output_path) as out:
             if interactive:
-                _translate_interactively(out, translator, emit, show_attention, plot, {**search, **language},
+                _translate_interactively(out, translator, emit, show_attention, {**search, **language},
                                          batch_tokens, steer)
             elif lines is not None:
                 texts, steering = steer(lines) if steer is not None else (lines, {})
@@ -110,7 +103,8 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
                                                      **search)
                 out.write(emit(0, results[0]).encode("utf-8"))
                 out.flush()
-                plot(results)
+                assert show_attention  # (the one line of --show-attention)
+                _plot(results, show_attention)
             else:
                 show_bar = show_progress(progress, output_path)
                 total = count_lines(input_path) if show_bar and input_path != "-" else None
@@ -127,7 +121,7 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
 
 
 def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int, list], str],
-                             show_attention: str | None, plot: Callable[[list], None], search: dict[str, Any],
+                             show_attention: str | None, search: dict[str, Any],
                              batch_tokens: int, steer: Steerer | None) -> None:
     """Prompt "> " on stderr, translate each line typed, until end of input."""
 
@@ -147,5 +141,14 @@ def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int
         out.write(emit(number - 1, results[0]).encode("utf-8"))
         out.flush()
         if show_attention and results[0]:
-            plot(results)
+            _plot(results, show_attention)
+
+
+def _plot(results: list, path: str) -> None:
+    """--show-attention: draw the attention of the first source's best translation (results[0][0]) into `path`."""
+    from seq2seq.report.plots import plot_attention
+
+    best = results[0][0]
+    plot_attention(best.attention, best.src_pieces, best.pieces + ["</s>"], path)
+    click.echo(f"attention plot: {path}", err=True)
 

@@ -2,14 +2,16 @@
 
     Config = data + tokenizer + model + training + decoding
 
-Each section is a dataclass of the config layer (sections.py: data, tokenizer, model, training;
-search.py: decoding); this module only assembles them and imports nothing above the config package,
-so reading a model directory's config.yaml imports neither the training loop nor the data pipeline
+Each section is a dataclass of the config layer (data_section.py, tokenizer_section.py,
+model_section.py, training_section.py; search.py: decoding); this module only assembles them and
+imports nothing above the config package, so reading a model directory's config.yaml imports neither
+the training loop nor the data pipeline
 (a `model.encoder.type` other than text loads its modality's module, by name, when it is parsed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +19,10 @@ import yaml
 
 from seq2seq.config.schema import apply_overrides, from_dict, load_dict, to_dict
 from seq2seq.config.search import SearchConfig
-from seq2seq.config.sections import DataConfig, ModelConfig, TokenizerConfig, TrainingConfig
+from seq2seq.config.data_section import DataConfig
+from seq2seq.config.model_section import ModelConfig
+from seq2seq.config.tokenizer_section import TokenizerConfig
+from seq2seq.config.training_section import TrainingConfig
 
 
 @dataclass
@@ -34,7 +39,7 @@ class Config:
         self.decoding.check_ctc_head(self.training.ctc_weight)
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """Read a YAML/JSON config, apply `section.key=value` overrides, validate every key."""
     data = load_dict(path) if path is not None else {}
     return from_dict(Config, apply_overrides(data, list(overrides)))

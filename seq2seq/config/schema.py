@@ -1,9 +1,10 @@
 """The generic mapping between dataclasses and YAML/JSON dicts; it knows no particular section.
 
 Every section of a config (model, data, tokenizer, training, decoding) is a plain dataclass
-(`seq2seq.config.sections`, `seq2seq.config.search`). `from_dict` maps a nested dict onto one,
-refusing unknown keys (listing the valid ones and suggesting the closest) and values of the wrong
-type (naming the dotted key). `to_dict` is the inverse, so `from_dict(C, to_dict(c)) == c`.
+(`seq2seq.config.model_section`, `data_section`, `tokenizer_section`, `training_section`,
+`seq2seq.config.search`). `from_dict` maps a nested dict onto one, refusing unknown keys (listing
+the valid ones and suggesting the closest) and values of the wrong type (naming the dotted key).
+`to_dict` is the inverse, so `from_dict(C, to_dict(c)) == c`.
 
 A section whose concrete class depends on its content (e.g. `model.encoder`, parsed into the class
 its `type` names) defines a classmethod `config_class(data, key) -> type`: the mapper calls it with
@@ -18,14 +19,19 @@ import json
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-T = TypeVar("T")
+from seq2seq.config.diagnostics import Seq2SeqError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
-class ConfigError(ValueError):
+class ConfigError(Seq2SeqError, ValueError):
     """A config problem a user can fix: the message names the key or file."""
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from seq2seq.config.schema import ConfigError
 
@@ -83,6 +83,12 @@ class SearchConfig:
     def rows_per_source(self) -> int:
         """Decoder rows one source takes in a search: its beam, its samples, or 1 (greedy)."""
         return self.beam if self.strategy == "beam" else self.nbest if self.strategy == "sample" else 1
+
+    @overload
+    def length_cap(self, max_positions: int) -> int: ...
+
+    @overload
+    def length_cap(self, max_positions: None = None) -> int | float: ...
 
     def length_cap(self, max_positions: int | None = None) -> int | float:
         """The most tokens any sentence may get: max_len (math.inf when unset) and, given a model's

@@ -1,25 +1,29 @@
 """Training data: reading, tokenizing, cleaning, caching, batching, and feeding the training loop.
 
-    readers      two aligned text files, a .tsv/.csv/.jsonl table or a Hugging Face dataset
-                 -> chunks of (sources, targets), streamed (`parallel_chunks`, `table_chunks`), or a
-                 `datasets.Dataset` with string columns "src", "tgt"; `DataError` names the
-                 file and the 1-based line or the column
-    cleaning     `keep_mask` (drop empty, over-long and badly length-ratioed training pairs,
-                 counted), `truncate_ids` (validation: keep every pair, cut to max_len)
-    shards       chunks -> tokenized, cleaned, memory-mapped Arrow shards, in parallel processes;
-                 `ShardedRows` reads a batch's rows from them
-    cache        `prepare(cfg, tok_cfg, out_dir)`: all of the above, plus training or reusing the
-                 tokenizer, cached on disk (shared by runs) under a key of the data, tokenizer and
-                 settings; several corpora (data.corpora) each tagged and cleaned, then concatenated
-                 (`CorpusPart`)
-    batching     `Batch`, collation into padded tensors, `TokenBatchSampler` (token-bounded,
-                 length-bucketed), `length_batches`
-    sampling     subword regularization: each training pair segmented anew every epoch
-    mixing       temperature sampling over several corpora, epoch by epoch (`CorpusMix`, `MixedBatches`)
-    terminology  training sources annotated with words of their own targets (`data.terminology`)
-    prefetch     training steps' batches made ahead on a background thread (`training_steps`, `Prefetcher`)
-    media        image and audio training data: tables of (file, text) rows -> batches (`prepare_media`)
-    synthetic    the seeded English -> German corpus of `seq2seq quickstart`
+    readers          two aligned text files, a .tsv/.csv/.jsonl table or a Hugging Face dataset
+                     -> chunks of (sources, targets), streamed (`parallel_chunks`, `table_chunks`), or a
+                     `datasets.Dataset` with string columns "src", "tgt"; `DataError` names the
+                     file and the 1-based line or the column
+    cleaning         `keep_mask` (drop empty, over-long and badly length-ratioed training pairs,
+                     counted), `truncate_ids` (validation: keep every pair, cut to max_len)
+    shards           chunks -> tokenized, cleaned, memory-mapped Arrow shards, in parallel processes;
+                     `ShardedRows` reads a batch's rows from them
+    splits           where each corpus and validation set comes from (`Split`, tagged as a `Source`)
+    shared_cache     the on-disk cache every run shares: its root, entries built aside and renamed
+                     into place
+    tokenizer_cache  the run's tokenizers, reused when trained on the same data, else trained and cached
+    cache            `prepare(cfg, tok_cfg, out_dir)`: all of the above, plus training or reusing the
+                     tokenizer, cached on disk (shared by runs) under a key of the data, tokenizer and
+                     settings; several corpora (data.corpora) each tagged and cleaned, then concatenated
+                     (`CorpusPart`)
+    batching         `Batch`, collation into padded tensors, `TokenBatchSampler` (token-bounded,
+                     length-bucketed), `length_batches`
+    sampling         subword regularization: each training pair segmented anew every epoch
+    mixing           temperature sampling over several corpora, epoch by epoch (`CorpusMix`, `MixedBatches`)
+    terminology      training sources annotated with words of their own targets (`data.terminology`)
+    prefetch         training steps' batches made ahead on a background thread (`training_steps`, `Prefetcher`)
+    media            image and audio training data: tables of (file, text) rows -> batches (`prepare_media`)
+    synthetic        the seeded English -> German corpus of `seq2seq quickstart`
 
 Sources (one per split, see `DataConfig`):
   * two aligned plain-text files, one sentence per line, optionally gzipped;
@@ -35,7 +39,9 @@ src, tgt (the optionally lowercased texts).
 
 from seq2seq.config import DataConfig
 
-from seq2seq.data.cache import CACHE_VERSION, TOKENIZER_META, CorpusPart, PreparedData, prepare
+from seq2seq.data.cache import CorpusPart, PreparedData, prepare
+from seq2seq.data.shared_cache import CACHE_VERSION
+from seq2seq.data.tokenizer_cache import TOKENIZER_META
 from seq2seq.data.cleaning import FEATURES, RATIO_EXEMPT_LEN, CleaningReport, keep_mask, truncate_ids
 from seq2seq.data.readers import (
     DataError, fingerprint,

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, overload
 
 import numpy as np
 import torch
 
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.model.encoders.base import pad_sequences, round_up
+from seq2seq.model.encoders.text_processor import pad_sequences, round_up
+
+Lengths = Sequence[int] | np.ndarray  # a length per row: a list, or an integer array
 
 
 @dataclass
@@ -181,7 +183,11 @@ class PackedBatches(Sequence[list[int]]):
     def __len__(self) -> int:
         return len(self.starts)
 
-    def __getitem__(self, k):  # type: ignore[override]
+    @overload
+    def __getitem__(self, k: int) -> list[int]: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[list[int]]: ...
+    def __getitem__(self, k: int | slice) -> list[int] | list[list[int]]:
         if isinstance(k, slice):
             return [self[j] for j in range(*k.indices(len(self)))]
         return self.rows[self.starts[k]:self.ends[k]].tolist()
@@ -237,7 +243,7 @@ def sort_by_length(primary: np.ndarray, secondary: np.ndarray, tie: np.ndarray) 
     return np.argsort(key, kind="stable").astype(index_type)
 
 
-def padding_ratio(batches: Sequence[Sequence[int]], *lengths: Sequence[int], multiple: int = 1) -> float:
+def padding_ratio(batches: Sequence[Sequence[int]], *lengths: Lengths, multiple: int = 1) -> float:
     """Fraction of padded positions over all batches, summed over every length list given
     (e.g. source and target lengths): 1 - real tokens / (rows * max length rounded up to `multiple`)."""
     if isinstance(batches, PackedBatches):
@@ -278,8 +284,8 @@ class TokenBatchSampler:
 
     def __init__(
         self,
-        src_lengths: Sequence[int],
-        tgt_lengths: Sequence[int],
+        src_lengths: Lengths,
+        tgt_lengths: Lengths,
         max_tokens: int,
         shuffle: bool = True,
         seed: int = 0,
@@ -369,8 +375,8 @@ class TokenBatchSampler:
         epoch = self.epoch if epoch is None else epoch
         src, tgt = map(np.asarray, self.row_lengths(epoch))
         m, found = self.multiple, set()
-        for rows in self.batches(epoch):
-            rows = np.asarray(rows, dtype=np.int64)
+        for batch in self.batches(epoch):
+            rows = np.asarray(batch, dtype=np.int64)
             found.add((len(rows), round_up(int(src[rows].max()), m), round_up(int(tgt[rows].max()), m)))
         return found
 

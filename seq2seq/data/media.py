@@ -36,7 +36,7 @@ from seq2seq.data.batching import Batch, teacher_forced
 from seq2seq.config import ConfigError, DataConfig
 from seq2seq.data import DataError, fingerprint, read_table, read_text
 from seq2seq.data.readers import read_jsonl
-from seq2seq.model.encoders.base import SourceError, SourceProcessor
+from seq2seq.model.encoders.sources import SourceError, SourceProcessor
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.config import TokenizerConfig
 
@@ -189,7 +189,8 @@ def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, processor: SourcePr
             raise ConfigError(f"data.{key} is for text sources; an {kind.name} encoder reads data.train/data.valid tables")
     report: Counter = Counter()
     train_rows, train_examples = _load_split("train", cfg.train, cfg, processor, report)
-    valid_rows, valid_examples = ([], {})
+    valid_rows: list[SourceRow] = []
+    valid_examples: dict[str, Any] = {}
     if cfg.valid is not None:
         valid_rows, valid_examples = _load_split("valid", cfg.valid, cfg, processor, report)
     if cfg.lowercase:
@@ -216,7 +217,8 @@ def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, processor: SourcePr
         firsts = [by_source[p][0] for p in paths]
         valid_ids = [t[: cfg.max_len] for t in tokenizers.tgt.encode(firsts)]
         if cfg.valid_max_sentences is not None:
-            paths, firsts, valid_ids = (x[: cfg.valid_max_sentences] for x in (paths, firsts, valid_ids))
+            n = cfg.valid_max_sentences
+            paths, firsts, valid_ids = paths[:n], firsts[:n], valid_ids[:n]
         valid = MediaSplit(paths, firsts, valid_ids, valid_examples)
         references = [by_source[p] for p in paths]
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seq2seq.data.batching import PackedBatches, TokenBatchSampler
+from seq2seq.data.batching import Lengths, PackedBatches, TokenBatchSampler
 from seq2seq.data.sampling import SubwordSampler
 
 
@@ -110,7 +110,7 @@ class MixedBatches(TokenBatchSampler):
     and `rows` the ids.
     """
 
-    def __init__(self, mix: CorpusMix, src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int,
+    def __init__(self, mix: CorpusMix, src_lengths: Lengths, tgt_lengths: Lengths, max_tokens: int,
                  seed: int = 0, segmenter: SubwordSampler | None = None, multiple: int = 1) -> None:
         super().__init__(src_lengths, tgt_lengths, max_tokens=max_tokens, shuffle=True, seed=seed, multiple=multiple)
         if int(mix.sizes.sum()) != len(self.src_lengths):

@@ -12,12 +12,14 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import datasets
 
+from seq2seq.config.diagnostics import Seq2SeqError
 
-class DataError(ValueError):
+
+class DataError(Seq2SeqError, ValueError):
     """A data problem a user can fix; the message names the file and line (1-based) or column."""
 
 
@@ -176,8 +178,8 @@ def check_aligned(src_path: str | Path, tgt_path: str | Path) -> None:
                 n, last = n + block.count(b"\n"), block[-1:]
         counts.append(n + (last != b"\n"))
     if counts[0] != counts[1] and min(counts) > 0:
-        for path in (src_path, tgt_path):  # a file that is not text at all: say that first, naming the line
-            for _ in iter_line_blocks(path):
+        for name in (src_path, tgt_path):  # a file that is not text at all: say that first, naming the line
+            for _ in iter_line_blocks(name):
                 pass
         raise _mismatch(src_path, tgt_path, *counts)
 
@@ -368,7 +370,7 @@ def load_hf(name: str, config: str | None, split: str, src_column: str, tgt_colu
     return hf_pairs(ds, src_column, tgt_column, source)
 
 
-def fingerprint(paths: list[str | Path]) -> str:
+def fingerprint(paths: Sequence[str | Path]) -> str:
     """Hex digest of the files' contents (in order): equal for equal data wherever it lives."""
     digest = hashlib.sha256()
     for path in paths:

@@ -144,7 +144,7 @@ street    streets   f      Straße     Straßen     thing    on
 tree      trees     m      Baum       Bäume       thing    on
 """
 NOUNS: dict[str, Noun] = {
-    cols[0]: Noun(*cols[:6], tuple(cols[6].split(",")) if len(cols) > 6 else ())
+    cols[0]: Noun(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], tuple(cols[6].split(",")) if len(cols) > 6 else ())
     for cols in (line.split() for line in _NOUN_TABLE.strip().splitlines()[1:])
 }
 

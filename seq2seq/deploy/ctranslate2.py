@@ -160,11 +160,13 @@ def export_ctranslate2(
     weights_path = Path(weights) if weights else ModelDir(model_dir).weights_path
 
     int8 = quantize is not None and quantize.startswith("int8")
-    if int8:
+    if quantize is not None and int8:
         spec.validate()  # the variables as CTranslate2 holds them (`Variable`s), aliases not yet made
         quantize_spec_int8(spec, quantize)
 
-    class _Converter(ct2.converters.Converter):
+    from ctranslate2.converters import Converter
+
+    class _Converter(Converter):
         def _load(self) -> Any:
             return spec
 

@@ -60,15 +60,15 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.data.batching import length_batches
-from seq2seq.deploy.staging import EXPORT_INFO, ExportError, read_export_info, require, weights_digest
+from seq2seq.deploy.staging import read_export_info, require
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.options import resolve_search
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.steering import SteeringError, encode_steering, steer_inputs, term_mode, with_terms
-from seq2seq.storage.model_dir import ModelDir
 from seq2seq.model.encoders.base import source_processor
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
@@ -100,7 +100,7 @@ class _Job:
     avoid: list[list[str]] = field(default_factory=list)
     at_limit: dict[tuple[int, bool], list[int]] = field(default_factory=lambda: defaultdict(list))
 
-    def prefixes(self, batch: Sequence[int]) -> list[list[str]] | None:
+    def prefixes(self, batch: Sequence[int]) -> list[list[str] | None] | None:
         """The target prefixes of `batch` for CTranslate2 (None: no sentence of it has one)."""
         found = [self.prefix.get(i) for i in batch]
         return found if any(found) else None
@@ -179,7 +179,7 @@ class CTranslate2Translator:
         texts: list[str],
         batch_tokens: int = 4000,
         first_line: int = 1,
-        warn: Callable[[str], None] | None = None,
+        warn: Warn | None = None,
         *,
         prefix: Sequence[str | None] | None = None,
         constraints: Sequence[Sequence[str] | None] | None = None,
@@ -213,8 +213,9 @@ class CTranslate2Translator:
         warn = warn or log.warning
         if cfg.strategy == "beam" and not cfg.early_stopping and "early_stopping" not in self._warned:
             self._warned.add("early_stopping")
-            warn("decoding.early_stopping=false is not available in CTranslate2: beam search stops once "
-                 "`beam` hypotheses have ended (as with early_stopping=true)")
+            warn(Diagnostic("decoding.early_stopping=false is not available in CTranslate2: beam search stops once "
+                            "`beam` hypotheses have ended (as with early_stopping=true)", field="early_stopping",
+                            code="unsupported_option"))
         results: list[list[Translation]] = [[] for _ in texts]
         tgt = self.tokenizers.tgt
         prefixes: dict[int, list[str]] = {}
@@ -231,9 +232,9 @@ class CTranslate2Translator:
         max_len = {i: cfg.max_length(len(ids)) for i, ids in examples.items()}
         for i, p in prefixes.items():
             if i in max_len and len(p) > max_len[i]:
-                raise SteeringError(f"line {first_line + i}: the target prefix has {len(p)} tokens, more than this "
-                                    f"sentence's length limit of {max_len[i]} "
-                                    "(see --max-len-a, --max-len-b, --max-len)")
+                raise SteeringError(f"the target prefix has {len(p)} tokens, more than this sentence's length limit "
+                                    f"of {max_len[i]} (see --max-len-a, --max-len-b, --max-len)", line=first_line + i,
+                                    field="prefix", code="prefix_too_long")
         groups: dict[tuple[tuple[str, ...], ...], list[int]] = defaultdict(list)  # by banned phrases
         for i in examples:
             groups[banned.get(i, ())].append(i)
@@ -428,33 +429,4 @@ class CTranslate2Translator:
         )
 
 
-def find_export(model_dir: str | Path, engine_dir: str | Path | None = None) -> Path:
-    """Where a model directory's CTranslate2 export is: `engine_dir`, else MODEL_DIR itself when it is
-    one, else MODEL_DIR/ctranslate2. ExportError saying how to make one when there is none."""
-    model_dir = Path(model_dir)
-    candidates = [Path(engine_dir)] if engine_dir else [model_dir, model_dir / "ctranslate2"]
-    for c in candidates:
-        if (c / EXPORT_INFO).is_file():
-            return c
-    if engine_dir:
-        raise ExportError(f"no CTranslate2 export in {engine_dir} (no {EXPORT_INFO}): make one with "
-                          f"`seq2seq export MODEL_DIR --to ctranslate2 {engine_dir}`")
-    raise ExportError(f"no CTranslate2 export in {model_dir / 'ctranslate2'}: make one with "
-                      f"`seq2seq export {model_dir} --to ctranslate2`, or pass --engine-dir")
-
-
-def stale_export_warning(model_dir: str | Path, export_dir: Path) -> str | None:
-    """A warning when MODEL_DIR's weights are not the ones the export was made from (None if they are)."""
-    weights = ModelDir(model_dir).weights_path
-    if not weights.is_file() or Path(model_dir).resolve() == export_dir.resolve():
-        return None
-    info = read_export_info(export_dir)
-    if info.get("weights") != str(weights.resolve()):
-        return None  # exported from other weights on purpose (e.g. averaged checkpoints)
-    if info.get("weights_sha256") != weights_digest(weights):
-        return (f"{export_dir} was exported from an earlier {weights}; re-export it with "
-                f"`seq2seq export {model_dir} --to ctranslate2 {export_dir} --force`")
-    return None
-
-
-__all__ = ["COMPUTE_TYPES", "CTranslate2Translator", "find_export", "stale_export_warning"]
+__all__ = ["COMPUTE_TYPES", "CTranslate2Translator"]

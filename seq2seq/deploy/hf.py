@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -30,6 +30,9 @@ from seq2seq.deploy.tensors import check_text_model, model_tensors, vocabulary
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 from seq2seq.text.languages import tags_on_decoder
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerPair
+
+if TYPE_CHECKING:  # an optional dependency (the export extra)
+    from transformers import BlenderbotConfig, MarianConfig, PreTrainedModel
 
 HF_CONFIG = "seq2seq_config.yaml"  # written into a transformers export directory
 
@@ -116,7 +119,36 @@ def permuted(t: torch.Tensor, kind: str, perm: torch.Tensor | None, inverse: boo
     return t[perm]  # 'out' rows, 'vec'
 
 
-def hf_config(cfg: Config) -> Any:
+class MarianSizes(TypedDict):
+    """The settings a MarianConfig and a BlenderbotConfig of our model share (sizes, dropouts, special ids)."""
+
+    d_model: int
+    encoder_layers: int
+    decoder_layers: int
+    encoder_attention_heads: int
+    decoder_attention_heads: int
+    encoder_ffn_dim: int
+    decoder_ffn_dim: int
+    max_position_embeddings: int
+    activation_function: str
+    dropout: float
+    attention_dropout: float
+    activation_dropout: float
+    decoder_layerdrop: float
+    scale_embedding: bool
+    pad_token_id: int
+    bos_token_id: int
+    eos_token_id: int
+    decoder_start_token_id: int
+    forced_eos_token_id: int | None
+
+
+class _Seq2SeqSettings(MarianSizes):
+    encoder_layerdrop: float
+    is_encoder_decoder: bool
+
+
+def hf_config(cfg: Config) -> MarianConfig | BlenderbotConfig:
     """The transformers config of our model: MarianConfig (post-norm) or BlenderbotConfig (pre-norm)."""
     require("transformers")
     m = cfg.model
@@ -133,7 +165,7 @@ def hf_config(cfg: Config) -> Any:
             "with pre-norm layers), which has one vocabulary size; this model has "
             f"{m.src_vocab_size} source and {m.tgt_vocab_size} target pieces (use --to ctranslate2)"
         )
-    common = dict(
+    common = _Seq2SeqSettings(
         d_model=m.d_model, encoder_layers=m.n_encoder_layers, decoder_layers=m.n_decoder_layers,
         encoder_attention_heads=m.heads, decoder_attention_heads=m.heads, encoder_ffn_dim=m.ffn_dim,
         decoder_ffn_dim=m.ffn_dim, max_position_embeddings=m.max_positions, activation_function=m.activation,
@@ -155,15 +187,21 @@ def hf_config(cfg: Config) -> Any:
                             encoder_no_repeat_ngram_size=0, **common)
 
 
-def hf_model(loaded: LoadedModel) -> Any:
+def hf_model(loaded: LoadedModel) -> PreTrainedModel:
     """The transformers model (eval mode) that computes the same logits as `loaded.model`."""
     config = hf_config(loaded.config)
     m = loaded.config.model
+    model: PreTrainedModel
     if m.norm == "post":
-        from transformers import MarianMTModel as cls
+        from transformers import MarianConfig, MarianMTModel
+
+        assert isinstance(config, MarianConfig)  # hf_config's class for a post-norm model
+        model = MarianMTModel(config).eval()
     else:
-        from transformers import BlenderbotForConditionalGeneration as cls
-    model = cls(config).eval()
+        from transformers import BlenderbotConfig, BlenderbotForConditionalGeneration
+
+        assert isinstance(config, BlenderbotConfig)
+        model = BlenderbotForConditionalGeneration(config).eval()
     state = model_tensors(loaded)
     perm = marian_permutation(m.d_model) if m.norm == "post" else None
     own = model.state_dict()

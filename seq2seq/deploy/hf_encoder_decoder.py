@@ -23,31 +23,41 @@ model masks), post-norm decoders with learned positions (Marian's positions are 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from seq2seq.config.root import config_yaml
 from seq2seq.deploy.hf import (
-    HF_CONFIG, _get, _write_marian_tokenizer, generation_config, marian_permutation, permuted, tensor_map,
+    HF_CONFIG, MarianSizes, _get, _write_marian_tokenizer, generation_config, marian_permutation, permuted, tensor_map,
 )
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
-from seq2seq.model.encoders.base import IMAGE
+from seq2seq.model.encoders.sources import IMAGE
 from seq2seq.model.encoders.hf import HFEncoderConfig, backbone_config, hf_preprocessor
 from seq2seq.model.layers import sinusoidal_table
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
+if TYPE_CHECKING:  # an optional dependency (the export extra)
+    from transformers import PreTrainedConfig
+
 BACKBONE = "encoder.backbone."
 
 
-def decoder_config(loaded: LoadedModel) -> Any:
+class _DecoderSettings(MarianSizes):
+    vocab_size: int
+    is_decoder: bool
+    add_cross_attention: bool
+    tie_word_embeddings: bool
+
+
+def decoder_config(loaded: LoadedModel) -> PreTrainedConfig:
     """MarianConfig (post-norm) or BlenderbotConfig (pre-norm) of our decoder, with cross-attention."""
     m = loaded.config.model
     if m.norm == "post" and m.positions == "learned":
         raise ExportError("a post-norm decoder with learned positions has no exact transformers architecture: "
                           "MarianForCausalLM computes fixed sinusoidal positions; train with model.positions=sinusoidal")
-    common = {
+    common: _DecoderSettings = {
         "vocab_size": m.tgt_vocab_size, "d_model": m.d_model, "decoder_layers": m.n_decoder_layers,
         "decoder_attention_heads": m.heads, "decoder_ffn_dim": m.ffn_dim, "encoder_layers": 1,
         "encoder_attention_heads": m.heads, "encoder_ffn_dim": m.ffn_dim, "max_position_embeddings": m.max_positions,
@@ -57,13 +67,16 @@ def decoder_config(loaded: LoadedModel) -> Any:
         "forced_eos_token_id": None, "is_decoder": True, "add_cross_attention": True,
         "tie_word_embeddings": m.tie_output,
     }
+    # add_cross_attention is none of these dataclasses' fields: transformers' configs take other settings as
+    # keyword arguments too (`strict(accept_kwargs=True)`), which their typed signatures do not show
     if m.norm == "post":
         from transformers import MarianConfig
 
-        return MarianConfig(decoder_vocab_size=m.tgt_vocab_size, share_encoder_decoder_embeddings=False, **common)
+        return MarianConfig(decoder_vocab_size=m.tgt_vocab_size, share_encoder_decoder_embeddings=False,  # type: ignore[misc]
+                            **common)
     from transformers import BlenderbotConfig
 
-    return BlenderbotConfig(**common)
+    return BlenderbotConfig(**common)  # type: ignore[misc]
 
 
 def decoder_map(loaded: LoadedModel) -> list[tuple[str, str, str]]:

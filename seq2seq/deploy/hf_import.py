@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 
@@ -90,7 +91,7 @@ def _model_config_from_hf(config: Any, state: dict[str, torch.Tensor], reindexed
     tgt_vocab = dec.size(0) if reindexed else getattr(config, "decoder_vocab_size", None) or config.vocab_size
     lm = state.get("lm_head.weight", dec)
     share = enc.shape == dec.shape and torch.equal(enc, dec)
-    positions = "sinusoidal"
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     if kind == "blenderbot":
         table = sinusoidal_table(config.max_position_embeddings, config.d_model)
         for side in ("encoder", "decoder"):
@@ -195,7 +196,7 @@ def _read_weights(hf_dir: Path, files: list[Path], config: Any) -> dict[str, tor
     return state
 
 
-def _default_config(m: ModelConfig, tokenizers: TokenizerPair, languages: list[str] = ()) -> Config:
+def _default_config(m: ModelConfig, tokenizers: TokenizerPair, languages: Sequence[str] = ()) -> Config:
     """Our defaults with the model's sizes: the run config of an import that is not one of our exports;
     `languages`: the target languages of a multilingual model (its `>>xx<<` tokens), `data.languages`."""
     cfg = Config(model=m, data=DataConfig(languages=list(languages)))
@@ -227,7 +228,9 @@ def _our_tensors(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) -
             stacked.setdefault(base, [None, None, None])[int(part)] = t
         else:
             ours[base] = t
-    for base, parts in stacked.items():
+    for base, slots in stacked.items():
+        parts = [p for p in slots if p is not None]
+        assert len(parts) == len(slots)  # tensor_map names the q, k and v of each (a missing one is refused above)
         try:
             ours[base] = torch.cat(parts, dim=0)
         except RuntimeError:

@@ -29,7 +29,7 @@
     (USER_DEFINED, its embedding their `>>xx<<` row), and `Reindexed.languages` the model's
     `data.languages`: `source_prefix` then puts that piece's id before each source, as MarianTokenizer
     does. The code is kept as it is (`>>fra<<` -> `<2fra>`, `>>zho_Hans<<` -> `<2zho_Hans>`); a token
-    whose code is not a language code (`seq2seq.config.sections.LANGUAGE_CODE`) is refused. On the
+    whose code is not a language code (`seq2seq.config.data_section.LANGUAGE_CODE`) is refused. On the
     target side they stay UNUSED pieces with their text, like every model piece target.spm lacks.
     Only tokens at the start of the source are read so (MarianTokenizer's own rule).
   Refused, with the file: `>>xx<<` tokens whose code is not a language code, special ids that
@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.config.sections import LANGUAGE_CODE
+from seq2seq.config.data_section import LANGUAGE_CODE
 from seq2seq.deploy.staging import ExportError
 from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
 
@@ -119,6 +119,7 @@ def _proto_fields(data: bytes) -> list[tuple[int, Any, bytes]]:
         start = i
         key, i = _varint(data, i)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, i = _varint(data, i)
         elif wire in (1, 5):

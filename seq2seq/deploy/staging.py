@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.root import Config
 from seq2seq.config import from_dict
 from seq2seq.storage.atomic import read_json, shared_mode, write_json_atomic
@@ -33,7 +34,7 @@ EXPORT_INFO = "seq2seq.json"  # written into a CTranslate2 export directory
 CT2_FORMAT = "seq2seq-ctranslate2"
 
 
-class ExportError(ValueError):
+class ExportError(Seq2SeqError, ValueError):
     """An export or import that cannot be done; the message says why and what to do."""
 
 

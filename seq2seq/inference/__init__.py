@@ -1,6 +1,8 @@
 """Decoding with a trained model.
 
     search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
+    search_state        the loop's state and result: `Units`, `Rows`, `Hypothesis`
+    step_masks          the n-gram block and a batch's controls (`build_controls`), masking each step
     strategies          greedy, beam and sampling: which tokens continue
     ctc                 rescoring finished hypotheses with a CTC head
     ensemble            `EnsembleModel`: several models sharing a target vocabulary, searched as one
@@ -9,8 +11,9 @@
     translator          `Translator`: the generation loop (sources in, prepared by the model's
                         `SourceProcessor`; n-best `Translation`s out)
     generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
-    protocol            `TranslationEngine`: what the CLI and the server need of an engine;
-                        `SearchableModel`: what the search needs of a model
+    loading             `load_engine`: the engine class of a model directory, chosen from what it reads
+    protocol            `TranslationEngine`: what the CLI needs of an engine, `ServedModel` what the
+                        server does; `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
     steering_fields     the JSON form of one input's steering, one parser for every front-end
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
@@ -21,5 +24,6 @@
     avoid               `BannedPhrases`: phrases that must never appear in an output
     glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
     corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
+    fingerprint         `model_fingerprint`: sha256 of the files that decide a model's translations
     noise               word noise for noised back-translation
 """

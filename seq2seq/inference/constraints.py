@@ -146,14 +146,14 @@ class ConstraintTracker(Control):
         eos = self.eos_id
         met = self.all_met()
         lprobs[:, eos] = torch.where(met, lprobs[:, eos], NEG_INF)
-        if self.ends_left is not None:  # no last full stop before every constraint is met
-            stop = ~met & (self.ends_left <= 0)
+        if self.ends_left is not None and self.sentence_end is not None:  # (both or neither: the sentence-end rule)
+            stop = ~met & (self.ends_left <= 0)  # no last full stop before every constraint is met
             lprobs.masked_fill_(stop[:, None] & self.sentence_end[None, :], NEG_INF)
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
         rows = parents if parents is not None else torch.arange(new_tokens.numel(), device=new_tokens.device)
         self.progress, self.met = self._advanced(rows, new_tokens)  # (rows number the units before the step)
-        if self.ends_left is not None:
+        if self.ends_left is not None and self.sentence_end is not None:  # (both or neither)
             self.ends_left = self.ends_left.index_select(0, rows) - self.sentence_end[new_tokens].long()
         if kept_units is not None:
             self.table.keep(kept_units)

@@ -9,7 +9,7 @@ A `SourceControls` holds one source's controls (built from text by `seq2seq.infe
 
 In the search loop (`seq2seq.inference.search`) each kind of control is a `Control` over the live
 units and rows: it masks the next-token log-probabilities of every step (`mask`) and follows the
-rows as the loop keeps, reorders and extends them (`follow`). The search (`seq2seq.inference.search.build_controls`) makes the controls a batch
+rows as the loop keeps, reorders and extends them (`follow`). The search (`seq2seq.inference.step_masks.build_controls`) makes the controls a batch
 needs: none at all when no source of the batch has any, so an uncontrolled search runs exactly
 the code it ran before controls existed.
 
@@ -24,6 +24,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.text.lines import InputError
 
 
@@ -45,7 +46,7 @@ class SteeringError(InputError):
     """A prefix, constraint, banned phrase or glossary that cannot be used; the message names the input."""
 
 
-class ControlError(ValueError):
+class ControlError(Seq2SeqError, ValueError):
     """Controls a search cannot honour (e.g. a prefix longer than the sentence's length limit).
     `index`: the source, within the searched batch, they belong to."""
 

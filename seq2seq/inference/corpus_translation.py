@@ -49,10 +49,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
+from seq2seq.config.diagnostics import Seq2SeqError
+from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.inference.noise import WordNoise, noise_line
 from seq2seq.storage.atomic import read_json, write_json_atomic, write_text_atomic
 from seq2seq.text.languages import source_prefix
@@ -72,7 +74,7 @@ STATE_FILE, SUMMARY_FILE, CORPUS_FILE = "state.json", "summary.json", "corpus.ya
 STATE_VERSION = 1
 
 
-class CorpusRunError(ValueError):
+class CorpusRunError(Seq2SeqError, ValueError):
     """An output directory this job cannot write into (another run's, or damaged); one line."""
 
 
@@ -141,40 +143,11 @@ def chunk_seed(seed: int, chunk: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1  # 63 bits: a torch.Generator seed
 
 
-def _file_digest(path: Path, h: Any) -> None:
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-
-
-def model_fingerprint(model_dirs: Sequence[str | Path], weights: str | Path | None = None,
-                      last_checkpoints: int | None = None) -> str:
-    """sha256 over what decides a model directory's translations: each member's weights (`weights`,
-    the last N checkpoints, or model.safetensors), config.yaml and tokenizer files."""
-    from seq2seq.inference.translator import checkpoint_members
-    from seq2seq.storage.model_dir import ModelDir
-    from seq2seq.text.tokenizer import JOINT_MODEL, SRC_MODEL, TGT_MODEL
-
-    h = hashlib.sha256()
-    for directory in model_dirs:
-        model_dir = ModelDir(directory)
-        if last_checkpoints:
-            members = checkpoint_members(directory, last_checkpoints)
-        else:
-            members = [Path(weights) if weights else model_dir.weights_path]
-        for path in [*members, model_dir.config_path,
-                     *(model_dir.path / n for n in (JOINT_MODEL, SRC_MODEL, TGT_MODEL))]:
-            if path.is_file():
-                h.update(path.name.encode() + b"\0")
-                _file_digest(path, h)
-    return h.hexdigest()
-
-
-def _strict(name: str) -> Callable[[str], None]:
+def _strict(name: str) -> Warn:
     """The `warn` of `decoded_lines` that stops at invalid UTF-8 instead of replacing it."""
 
-    def refuse(message: str) -> None:
-        raise InputError(message.replace(" replaced with U+FFFD", "") + f": not UTF-8 text; fix or remove the line "
+    def refuse(message: Diagnostic) -> None:
+        raise InputError(str(message).replace(" replaced with U+FFFD", "") + f": not UTF-8 text; fix or remove the line "
                          f"(e.g. iconv -f utf-8 -t utf-8 -c {name}) and run the same command again to continue")
 
     return refuse
@@ -211,7 +184,8 @@ class _Outputs:
 class CorpusTranslation:
     """Runs one `CorpusJob` with a loaded `Translator` (see the module docstring).
 
-    models: the fingerprint of the model files (`model_fingerprint`), part of the settings.
+    models: the fingerprint of the model files (`seq2seq.inference.fingerprint.model_fingerprint`), part of the
+    settings.
     """
 
     def __init__(self, translator: Any, job: CorpusJob, models: str) -> None:
@@ -295,7 +269,7 @@ class CorpusTranslation:
     # ---- running ------------------------------------------------------------------------------
 
     def run(self, progress: bool = False, total: int | None = None, stop_after_chunks: int | None = None,
-            warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+            warn: Warn | None = None) -> dict[str, Any]:
         """Translate the input (or what a killed run left of it) and finish the directory; returns the
         summary (summary.json). A directory that holds this job's finished corpus is left as it is.
         stop_after_chunks: return after this many chunks of this call, unfinished (as if killed
@@ -356,7 +330,7 @@ class CorpusTranslation:
                                  f"or write to another output directory")
 
     def translate_chunk(self, chunk: list[str], index: int, first_line: int,
-                        warn: Callable[[str], None] | None = None) -> tuple[list[tuple[str, str]], dict[str, int]]:
+                        warn: Warn | None = None) -> tuple[list[tuple[str, str]], dict[str, int]]:
         """One chunk of input lines (chunk number `index`, its first line numbered `first_line`) ->
         the pairs kept (source, target) in input order and the counts (input_lines, pairs, FILTERS)."""
         counts = {"input_lines": len(chunk), "pairs": 0, **{k: 0 for k in FILTERS}}

@@ -21,13 +21,14 @@ Shapes: memory [N, S, D], memory_pad_mask [N, S] (True = padding), V the target 
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config.search import SearchConfig
-from seq2seq.inference.protocol import CTCModel, SearchableModel
+from seq2seq.inference.protocol import CTCModel, SearchableModel, reorder_memory
 
 
 def joint_logprob(attention_logprob: float, ctc_logprob: float, w: float) -> float:
@@ -70,7 +71,44 @@ def ctc_log_likelihood(log_probs: Tensor, memory_pad_mask: Tensor, sources: list
     return [-v if math.isfinite(v) else -math.inf for v in nll.tolist()]
 
 
-def attention_log_probs(model: SearchableModel, memory: Tensor, memory_pad_mask: Tensor, sources: list[int],
+class CTCScorer:
+    """A batch's CTC head, read once: each source's best-path candidates and the log-likelihood of any
+    hypothesis. memory [N, S, D], memory_pad_mask [N, S]. (An ensemble has its own scorer, mixing its
+    members': `seq2seq.inference.ensemble.EnsembleCTC`.)"""
+
+    def __init__(self, model: CTCModel, memory: Tensor, memory_pad_mask: Tensor, blank: int) -> None:
+        self.log_probs = ctc_log_probs(model, memory)  # [N, S, V]
+        self.pad_mask, self.blank = memory_pad_mask, blank
+
+    def best_paths(self) -> list[list[list[int]]]:
+        """Each source's candidate readings: its best path (`ctc_best_path`)."""
+        return [[path] for path in ctc_best_path(self.log_probs, self.pad_mask, self.blank)]
+
+    def log_likelihood(self, sources: list[int], hyps: list[list[int]]) -> list[float]:
+        """log P_CTC(hyps[i] | source sources[i]) (`ctc_log_likelihood`)."""
+        return ctc_log_likelihood(self.log_probs, self.pad_mask, sources, hyps, self.blank)
+
+
+class CTCScoring(Protocol):
+    """What the search reads of a batch's CTC scorer (`CTCScorer`, an ensemble's `EnsembleCTC`)."""
+
+    def best_paths(self) -> list[list[list[int]]]: ...
+
+    def log_likelihood(self, sources: list[int], hyps: list[list[int]]) -> list[float]: ...
+
+
+def ctc_scorer(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, blank: int) -> CTCScoring:
+    """The model's own scorer (`ctc_scorer(memory, pad_mask, blank)`: an ensemble's) or, for a `CTCModel`, a
+    `CTCScorer`."""
+    own = getattr(model, "ctc_scorer", None)
+    if own is not None:
+        return own(memory, memory_pad_mask, blank)
+    # a model without its own scorer is a Seq2SeqTransformer, whose decoder projects (a CTCModel); one trained
+    # without CTC is refused before any search (`SearchConfig.check_ctc_head`)
+    return CTCScorer(cast(CTCModel, model), memory, memory_pad_mask, blank)
+
+
+def attention_log_probs(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, sources: list[int],
                         hyps: list[list[int]], bos: int, eos: int, pad: int,
                         attention_layer: int | None = None) -> list[tuple[list[float], Tensor | None]]:
     """The attention decoder's log-probability of each token of hyps[i] and of the final EOS, by
@@ -78,32 +116,37 @@ def attention_log_probs(model: SearchableModel, memory: Tensor, memory_pad_mask:
     layer's head-averaged cross-attention [len(hyps[i]) + 1, S] when `attention_layer` is set."""
     if not hyps:
         return []
-    index = torch.tensor(sources, device=memory.device)
+    device = memory_pad_mask.device
+    index = torch.tensor(sources, device=device)
     longest = max(len(h) for h in hyps) + 1
-    tgt_in = torch.full((len(hyps), longest), pad, dtype=torch.long, device=memory.device)
+    tgt_in = torch.full((len(hyps), longest), pad, dtype=torch.long, device=device)
     tgt_out = torch.full_like(tgt_in, pad)
     for i, h in enumerate(hyps):
         tgt_in[i, : len(h) + 1] = torch.tensor([bos, *h])
         tgt_out[i, : len(h) + 1] = torch.tensor([*h, eos])
-    logits, attention = model.decode(tgt_in, memory.index_select(0, index), memory_pad_mask.index_select(0, index),
-                                     attention_layer=attention_layer)
+    logits, attention = model.decode(tgt_in, reorder_memory(model, memory, index),
+                                     memory_pad_mask.index_select(0, index), attention_layer=attention_layer)
     lps = F.log_softmax(logits.float(), dim=-1).gather(2, tgt_out[..., None]).squeeze(2)  # [K, T]
     return [(lps[i, : len(h) + 1].tolist(), None if attention is None else attention[i, : len(h) + 1].float().cpu())
             for i, h in enumerate(hyps)]
 
 
-def best_paths(model: SearchableModel, memory: Tensor, memory_pad_mask: Tensor, log_probs: Tensor,
+def best_paths(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, candidates: list[list[list[int]]],
                finished: list[list[list[int]]], cfg: SearchConfig
                ) -> list[tuple[int, list[int], list[float], Tensor | None]]:
-    """The candidates CTC adds: each source's best path (`ctc_best_path`) when it has at least min_len
-    tokens and is not among the source's finished hypotheses (finished[source]: their tokens), scored
-    by the attention decoder (`attention_log_probs`). (source, tokens, token log-probabilities,
-    cross-attention [len(tokens) + 1, S] or None) each."""
-    sources, paths = [], []
-    for source, tokens in enumerate(ctc_best_path(log_probs, memory_pad_mask, cfg.pad_id)):
-        if len(tokens) >= cfg.min_len and all(h != tokens for h in finished[source]):
-            sources.append(source)
-            paths.append(tokens)
+    """The candidates CTC adds: each source's best paths (candidates[source], `CTCScorer.best_paths`)
+    that have at least min_len tokens and are not among the source's finished hypotheses
+    (finished[source]: their tokens) nor added already, scored by the attention decoder
+    (`attention_log_probs`). (source, tokens, token log-probabilities, cross-attention
+    [len(tokens) + 1, S] or None) each."""
+    sources: list[int] = []
+    paths: list[list[int]] = []
+    for source, readings in enumerate(candidates):
+        for tokens in readings:
+            seen = finished[source] + [p for s, p in zip(sources, paths) if s == source]
+            if len(tokens) >= cfg.min_len and all(h != tokens for h in seen):
+                sources.append(source)
+                paths.append(tokens)
     scored = attention_log_probs(model, memory, memory_pad_mask, sources, paths, cfg.bos_id, cfg.eos_id, cfg.pad_id,
                                  cfg.attention_layer)
     return [(source, tokens, lps, attention) for source, tokens, (lps, attention) in zip(sources, paths, scored)]

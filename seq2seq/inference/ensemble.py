@@ -12,27 +12,37 @@ experts: log p = log_softmax(sum_m w_m log p_m)). fairseq and Marian average pro
 log-probabilities respectively; benchmarks/README.md measures both on Multi30K.
 
 Sources may be tokenized differently per member: `EnsembleProcessor` prepares each source once per
-member (a tuple of examples) and collates a tuple of batches, one per member. The search sees one
-memory tensor: the members' encoder outputs, padded to the longest and concatenated along the
-feature axis, followed by one channel per member holding that member's padding mask, so the loop's
-own bookkeeping (repeating a source for samples, dropping finished units) moves every member's memory
-and mask together. The pad mask the search sees, the source lengths and the cross-attention
-(`attention_layer`: alignments, heatmaps) are the **first member's**.
+member (a tuple of examples) and collates a tuple of batches, one per member; a source a member
+cannot prepare is refused naming the member and the input. Each member keeps its own state: its
+memory and padding mask (`EnsembleMemory`, moved by the search through `reorder_memory`, as fairseq's
+`reorder_encoder_out`) and its key/value cache (`EnsembleCache`). The pad mask the search sees, the
+source lengths and the cross-attention (`attention_layer`: alignments, heatmaps) are the **first
+member's**. Rescoring with CTC (decoding.ctc_weight) mixes the members' CTC heads as their steps are
+mixed (`EnsembleCTC`): every member needs one.
 
-Shapes: N sources, S the longest member memory, D_m member m's width, M members, B decoder rows.
+Shapes: N sources, S_m member m's memory length, D_m its width, M members, B decoder rows.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.model.encoders.base import SourceProcessor
+from seq2seq.config.diagnostics import Warn
+from seq2seq.inference.ctc import CTCScorer
+from seq2seq.model.encoders.sources import (AttentionView, SourceError, SourceInfo, SourceLimits,
+                                            SourceProcessor)
+from seq2seq.model.transformer import DecoderCache, Seq2SeqTransformer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.model.encoders.audio_windows import Window
+    from seq2seq.storage.model_dir import LoadedModel
+    from seq2seq.text.tokenizer import Tokenizer
 
 COMBINE = ("prob", "logprob")
 
@@ -40,7 +50,7 @@ COMBINE = ("prob", "logprob")
 class EnsembleCache:
     """The members' key/value caches, reordered together."""
 
-    def __init__(self, caches: list[Any]) -> None:
+    def __init__(self, caches: list[DecoderCache]) -> None:
         self.members = caches
 
     def reorder(self, index: Tensor, sources: Tensor | None | str = "infer") -> None:
@@ -48,10 +58,38 @@ class EnsembleCache:
             cache.reorder(index, sources)
 
 
+EnsembleMemory = list[tuple[Tensor, Tensor]]  # each member's (memory [N, S_m, D_m], pad mask [N, S_m])
+
+
+class EnsembleCTC:
+    """The members' CTC scorers mixed with the ensemble's weights: a hypothesis's log-likelihood is
+    log sum_m w_m P_m ("prob") or sum_m w_m log P_m ("logprob"); every member's best path is a candidate."""
+
+    def __init__(self, scorers: Sequence[CTCScorer], weights: Sequence[float], combine: str) -> None:
+        self.scorers, self.weights, self.combine = list(scorers), list(weights), combine
+
+    def best_paths(self) -> list[list[list[int]]]:
+        each = [scorer.best_paths() for scorer in self.scorers]
+        return [[path for member in each for path in member[source]] for source in range(len(each[0]))]
+
+    def log_likelihood(self, sources: list[int], hyps: list[list[int]]) -> list[float]:
+        per_member = [scorer.log_likelihood(sources, hyps) for scorer in self.scorers]
+        out = []
+        for values in zip(*per_member):
+            used = [(w, v) for w, v in zip(self.weights, values) if w > 0]
+            if self.combine == "prob":
+                terms = [math.log(w) + v for w, v in used if v > -math.inf]
+                top = max(terms, default=-math.inf)
+                out.append(top + math.log(sum(math.exp(t - top) for t in terms)) if terms else -math.inf)
+            else:
+                out.append(sum(w * v for w, v in used) if all(v > -math.inf for _, v in used) else -math.inf)
+        return out
+
+
 class _FirstMemberLengths(nn.Module):
     """The ensemble's `encoder.source_lengths`: the first member's, from its part of the src tuple."""
 
-    def __init__(self, first: nn.Module) -> None:
+    def __init__(self, first: Seq2SeqTransformer) -> None:
         super().__init__()
         self.first = first
 
@@ -63,7 +101,7 @@ class EnsembleModel(nn.Module):
     """members: models sharing the target vocabulary and special ids; weights: one per member (None:
     equal), normalised to sum 1; combine: "prob" or "logprob" (see the module docstring)."""
 
-    def __init__(self, members: Sequence[nn.Module], weights: Sequence[float] | None = None,
+    def __init__(self, members: Sequence[Seq2SeqTransformer], weights: Sequence[float] | None = None,
                  combine: str = "prob") -> None:
         super().__init__()
         if len(members) < 2:
@@ -76,65 +114,70 @@ class EnsembleModel(nn.Module):
         if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
             raise ValueError(f"ensemble weights must be >= 0 and not all 0, got {weights}")
         self.members = nn.ModuleList(members)
+        self.models = list(members)  # the same, typed (`members` registers them)
         total = sum(weights)
         self.weights = [w / total for w in weights]
         self.combine = combine
         self.encoder = _FirstMemberLengths(members[0])
         self.cfg = copy.copy(members[0].cfg)
         self.cfg.max_positions = min(m.cfg.max_positions for m in members)  # BOS + tokens fit every member
-        self._widths: list[int] = []
 
-    def encode(self, src: Sequence[Any]) -> tuple[Tensor, Tensor]:
-        """src: one batch per member -> (memory [N, S, sum D_m + M], the first member's pad mask [N, S])."""
-        outs = [m.encode(s) for m, s in zip(self.members, src)]
-        longest = max(memory.size(1) for memory, _ in outs)
-        memories, masks = [], []
-        for memory, mask in outs:
-            extra = longest - memory.size(1)
-            memories.append(F.pad(memory, (0, 0, 0, extra)))
-            masks.append(F.pad(mask, (0, extra), value=True))
-        self._widths = [memory.size(2) for memory in memories]
-        dtype = memories[0].dtype
-        channels = torch.stack(masks, dim=-1).to(dtype)  # [N, S, M], 1.0 at padding
-        return torch.cat([*[m.to(dtype) for m in memories], channels], dim=-1), masks[0]
+    def encode(self, src: Sequence[Any]) -> tuple[EnsembleMemory, Tensor]:
+        """src: one batch per member -> (each member's (memory, pad mask), the first member's pad mask [N, S_0])."""
+        memory = [m.encode(s) for m, s in zip(self.models, src)]
+        return memory, memory[0][1]
 
-    def _split(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """The packed memory [.., S, sum D_m + M] -> each member's (memory, pad mask)."""
-        parts = list(memory.split([*self._widths, len(self.members)], dim=-1))
-        channels = parts.pop()
-        return [(part, channels[..., i] > 0.5) for i, part in enumerate(parts)]
+    @staticmethod
+    def reorder_memory(memory: EnsembleMemory, index: Tensor) -> EnsembleMemory:
+        """Every member's memory and pad mask of the sources `index` [K] (the search's reorder hook)."""
+        return [(m.index_select(0, index), mask.index_select(0, index)) for m, mask in memory]
 
-    def decode(self, tgt: Tensor, memory: Tensor | None, memory_pad_mask: Tensor | None, cache: Any = None,
+    def ctc_scorer(self, memory: EnsembleMemory, memory_pad_mask: Tensor, blank: int) -> EnsembleCTC:
+        """The members' CTC heads mixed (`EnsembleCTC`); each member reads its own memory."""
+        return EnsembleCTC([CTCScorer(m, mem, mask, blank) for m, (mem, mask) in zip(self.models, memory)],
+                           self.weights, self.combine)
+
+    def decode(self, tgt: Tensor, memory: EnsembleMemory | None, memory_pad_mask: Tensor | None,
+               cache: EnsembleCache | None = None,
                attention_layer: int | None = None) -> tuple[Tensor, Tensor | None]:
         """tgt [B, T] -> (the ensemble's log-probabilities [B, T, V], the first member's cross-attention)."""
-        parts = self._split(memory) if memory is not None else [(None, None)] * len(self.members)
-        caches = cache.members if cache is not None else [None] * len(self.members)
-        mixed, attention = None, None
-        for i, (member, (mem, mask), member_cache, weight) in enumerate(zip(self.members, parts, caches, self.weights)):
-            logits, attn = member.decode(tgt, mem, mask, member_cache, attention_layer if i == 0 else None)
-            lprobs = F.log_softmax(logits.float(), dim=-1)
-            if i == 0:
-                attention = attn
-            if self.combine == "prob":
-                term = lprobs + math.log(weight) if weight > 0 else torch.full_like(lprobs, float("-inf"))
-                mixed = term if mixed is None else torch.logaddexp(mixed, term)
-            else:
-                mixed = weight * lprobs if mixed is None else mixed + weight * lprobs
+        parts: Sequence[tuple[Tensor | None, Tensor | None]] = memory if memory is not None else \
+            [(None, None)] * len(self.models)
+        caches: Sequence[DecoderCache | None] = cache.members if cache is not None else [None] * len(self.models)
+        runs = zip(self.models, parts, caches, self.weights)
+        member, (mem, mask), member_cache, weight = next(runs)  # the first member's attention
+        logits, attention = member.decode(tgt, mem, mask, member_cache, attention_layer)
+        mixed = self._term(logits, weight)
+        for member, (mem, mask), member_cache, weight in runs:
+            logits, _ = member.decode(tgt, mem, mask, member_cache, None)
+            term = self._term(logits, weight)
+            mixed = torch.logaddexp(mixed, term) if self.combine == "prob" else mixed + term
         if self.combine == "logprob":
             mixed = F.log_softmax(mixed, dim=-1)
         return mixed, attention
 
+    def _term(self, logits: Tensor, weight: float) -> Tensor:
+        """A member's log-probabilities from its logits, weighted for mixing: log w + log p ("prob"; -inf for
+        w = 0), w log p ("logprob")."""
+        lprobs = F.log_softmax(logits.float(), dim=-1)
+        if self.combine == "prob":
+            return lprobs + math.log(weight) if weight > 0 else torch.full_like(lprobs, float("-inf"))
+        return weight * lprobs
+
     def new_cache(self, group: int = 1) -> EnsembleCache:
-        return EnsembleCache([m.new_cache(group) for m in self.members])
+        return EnsembleCache([m.new_cache(group) for m in self.models])
 
 
 class EnsembleProcessor(SourceProcessor):
     """The members' source processors, applied side by side: an example is a tuple with one example per
     member, a batch a tuple with one batch per member. Lengths, descriptions and attention views are
-    the first member's; a source one member cannot prepare (an empty line) has no example."""
+    the first member's; a source the first member does not prepare (an empty line) has no example, and
+    one it prepares that another member cannot is refused (SourceError naming the member and the input).
+    names: how messages call the members (their model directories; default "member 2", ...)."""
 
-    def __init__(self, processors: Sequence[SourceProcessor]) -> None:
+    def __init__(self, processors: Sequence[SourceProcessor], names: Sequence[str] | None = None) -> None:
         self.processors = list(processors)
+        self.names = list(names) if names is not None else [f"member {i + 1}" for i in range(len(self.processors))]
         first = self.processors[0]
         self.kind = first.kind
         self.sample_rate = first.sample_rate
@@ -145,10 +188,10 @@ class EnsembleProcessor(SourceProcessor):
     def _each(self, method: str, *args: Any) -> tuple[Any, ...]:
         return tuple(getattr(p, method)(*args) for p in self.processors)
 
-    def probe(self, path: str) -> Any:
+    def probe(self, path: str) -> SourceInfo | None:
         return self.processors[0].probe(path)
 
-    def check_limits(self, path: str, limits: Any, name: str | None = None) -> None:
+    def check_limits(self, path: str, limits: SourceLimits, name: str | None = None) -> None:
         for p in self.processors:
             p.check_limits(path, limits, name)
 
@@ -156,24 +199,30 @@ class EnsembleProcessor(SourceProcessor):
         return self._each("load", path)
 
     def without_length_limit(self) -> EnsembleProcessor:
-        return EnsembleProcessor([p.without_length_limit() for p in self.processors])
+        return EnsembleProcessor([p.without_length_limit() for p in self.processors], self.names)
 
-    def split(self, example: tuple[Any, ...], max_seconds: float) -> Any:
+    def split(self, example: tuple[Any, ...], max_seconds: float) -> list[Window] | None:
         return self.processors[0].split(example[0], max_seconds)
 
-    def crop(self, example: tuple[Any, ...], window: Any) -> tuple[Any, ...]:
+    def crop(self, example: tuple[Any, ...], window: Window) -> tuple[Any, ...]:
         return tuple(p.crop(x, window) for p, x in zip(self.processors, example))
 
-    def bind(self, tokenizer: Any, max_positions: int) -> None:
+    def bind(self, tokenizer: Tokenizer | None, max_positions: int) -> None:
         raise RuntimeError("bind each member's processor on its own")
 
-    def prepare(self, sources: Sequence[str], first_line: int = 1, warn: Callable[[str], None] | None = None,
+    def prepare(self, sources: Sequence[str], first_line: int = 1, warn: Warn | None = None,
                 skipped: dict[int, str] | None = None) -> dict[int, tuple[Any, ...]]:
         first = self.processors[0].prepare(sources, first_line, warn, skipped)
         # the others see only what the first prepared: no second warning or skip for the same source
         keys = sorted(first)
         rest = [p.prepare([sources[k] for k in keys], 1, None, None) for p in self.processors[1:]]
-        return {k: (first[k], *(r[j] for r in rest)) for j, k in enumerate(keys) if all(j in r for r in rest)}
+        for m, prepared in enumerate(rest, 1):
+            for j, k in enumerate(keys):
+                if j not in prepared:
+                    raise SourceError(f"the ensemble's {self.names[m]} cannot read this source, which "
+                                      f"{self.names[0]} reads; decode it with the models apart",
+                                      line=first_line + k, code="member_cannot_read")
+        return {k: (first[k], *(r[j] for r in rest)) for j, k in enumerate(keys)}
 
     def describe(self, source: str, example: tuple[Any, ...]) -> dict[str, Any]:
         return self.processors[0].describe(source, example[0])
@@ -184,11 +233,11 @@ class EnsembleProcessor(SourceProcessor):
     def collate(self, examples: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
         return tuple(p.collate([x[i] for x in examples]) for i, p in enumerate(self.processors))
 
-    def attention_view(self, example: tuple[Any, ...]) -> Any:
+    def attention_view(self, example: tuple[Any, ...]) -> AttentionView | None:
         return self.processors[0].attention_view(example[0])
 
 
-def check_members(loaded: Sequence[Any]) -> None:
+def check_members(loaded: Sequence[LoadedModel]) -> None:
     """ValueError naming the first difference that keeps `loaded` (LoadedModels) from decoding as one
     ensemble: the target tokenizer, the target vocabulary size, the special ids, the kind of source, where the
     language tag goes."""

@@ -9,6 +9,7 @@ import itertools
 import sys
 from typing import Any, BinaryIO, Callable, Iterator
 
+from seq2seq.config.diagnostics import Warn
 from seq2seq.inference.results import Translation
 from seq2seq.text.lines import json_line, one_line, warn
 
@@ -95,7 +96,7 @@ def translate_stream(
     chunk_lines: int,
     batch_tokens: int,
     search: dict[str, Any],
-    warn: Callable[[str], None] = warn,
+    warn: Warn = warn,
     progress: bool = False,
     total: int | None = None,
     steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,

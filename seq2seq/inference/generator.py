@@ -21,12 +21,14 @@ from typing import Any, Callable, Sequence
 
 from torch import Tensor
 
+from seq2seq.config.diagnostics import Warn
+from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
 from seq2seq.inference.steering import Steering, SteeringError, encode_steering
 from seq2seq.inference.translator import Translator, check_batch_tokens
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
-from seq2seq.model.encoders.base import AUDIO, IMAGE, AttentionView, SourceError, SourceKind
+from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind
 from seq2seq.storage.model_dir import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ class Generator(Translator):
         self.tokenizer = self.tokenizers.tgt
 
     def generate(self, paths: list[str], batch_tokens: int = 4000, skip_bad: bool = False,
-                 warn: Callable[[str], None] | None = None, first_line: int = 1,
+                 warn: Warn | None = None, first_line: int = 1,
                  **options: Any) -> list[list[Translation]]:
         """n-best hypotheses (best first) for each file, in input order (`translate_nbest`; first_line:
         the input line of paths[0], for messages)."""
@@ -81,7 +83,10 @@ class Generator(Translator):
         from seq2seq.report.plots import save_figure
         from seq2seq.report.source_attention import draw_source_attention
 
-        view = view or self.attention_view(generation.source)
+        if view is None:
+            if generation.source is None:  # (a text's Translation: a Generator's name their file)
+                raise ValueError("this generation names no source file to draw its attention over")
+            view = self.attention_view(generation.source)
         save_figure(draw_source_attention(view, generation.attention, generation.pieces + ["</s>"]), png_path)
 
 
@@ -145,12 +150,12 @@ class Transcriber(Generator):
             window = self.longest_window
         return window
 
-    def translate_nbest(  # type: ignore[override]
+    def translate_nbest(
         self,
         texts: list[str],
         batch_tokens: int = 4000,
         first_line: int = 1,
-        warn: Callable[[str], None] | None = None,
+        warn: Warn | None = None,
         *,
         skip_bad: bool = False,
         skipped: dict[int, str] | None = None,
@@ -190,7 +195,9 @@ class Transcriber(Generator):
                     if skipped is not None and 0 in problems:
                         skipped[i] = problems.pop(0)
                     continue
-                group[i] = wave, self.processor.split(wave, window)
+                windows = self.processor.split(wave, window)
+                assert windows is not None  # an audio model's processor splits its recordings
+                group[i] = wave, windows
                 if steering is not None and steering[i]:
                     controls.update(self._window_controls(i, steering[i], len(group[i][1]), first_line + i))
                 bar.total += len(group[i][1])
@@ -203,7 +210,7 @@ class Transcriber(Generator):
                                           controls, first_line)
         return results
 
-    def _transcribe_group(self, group: dict[int, tuple[Tensor, list[Window]]], paths: list[str], cfg: Any,
+    def _transcribe_group(self, group: dict[int, tuple[Tensor, list[Window]]], paths: list[str], cfg: SearchConfig,
                           batch_tokens: int, timestamps: bool, on_batch: Callable[[int], Any],
                           results: list[list[Translation]], controls: dict[tuple[int, int], SourceControls],
                           first_line: int) -> None:
@@ -232,8 +239,9 @@ class Transcriber(Generator):
         """The controls of file `index`'s windows: avoid in each, the prefix in the first, the
         constraints only where the whole recording is one window (SteeringError otherwise)."""
         if steering.constraints and n_windows > 1:
-            raise SteeringError(f"line {line}: constraints hold for a recording decoded in one window, but this one "
-                                f"is split into {n_windows}; raise --max-window-seconds (if the model allows)")
+            raise SteeringError(f"constraints hold for a recording decoded in one window, but this one is split "
+                                f"into {n_windows}; raise --max-window-seconds (if the model allows)", line=line,
+                                field="constraints", code="constraints_windowed")
         controls = encode_steering(steering, self.tokenizer, line)
         return {(index, k): controls if k == 0 else SourceControls(avoid=controls.avoid) for k in range(n_windows)}
 

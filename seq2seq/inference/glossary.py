@@ -23,6 +23,7 @@ folded text is looked up in a table of folded terms from each position after a n
 from __future__ import annotations
 
 import re
+import sys
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,9 +43,10 @@ def _folding() -> tuple[dict[int, int], re.Pattern]:
     """(translate table, cut pattern). The table maps each lower-case letter that `re.IGNORECASE` takes
     as equal to others ("ı" and "i", "ſ" and "s", "ς" and "σ", ...) to one of them; the cut pattern finds
     the folded characters that may stand for a non-word character of the text."""
-    try:
-        from re._casefix import _EXTRA_CASES as extra  # Python 3.11+: the table re compiles with
-    except ImportError:  # pragma: no cover - Python 3.10
+    if sys.version_info >= (3, 11):  # the table re compiles with
+        from re._casefix import _EXTRA_CASES  # type: ignore[import-not-found] # a private module: no stub
+        extra: dict[int, tuple[int, ...]] = _EXTRA_CASES
+    else:  # pragma: no cover - Python 3.10
         from sre_compile import _ignorecase_fixes as extra
     table: dict[int, int] = {}
     odd = []  # representatives of a class that holds a non-word character
@@ -85,7 +87,8 @@ class Glossary:
         given = self.lines if self.lines is not None else list(range(1, len(self.entries) + 1))
         self._what = "line" if self.lines is not None else "entry"
         kept: dict[str, int] = {}  # folded source term -> index in `entries`
-        entries, numbers = [], []
+        entries: list[tuple[str, str]] = []
+        numbers: list[int] = []
         for (source, target), number in zip(self.entries, given, strict=True):
             if not source:
                 raise SteeringError(f"glossary {self.name} {self._what} {number}: an empty source term")

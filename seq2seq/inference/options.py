@@ -59,7 +59,9 @@ def _options() -> dict[str, SearchOption]:
         if "switches" in meta:  # strategy: chosen by switches (and by beam), not set by name
             out.update({name: SearchOption(name, bool, help) for name, help in meta["switches"].items()})
         else:
-            out[f.name] = SearchOption(f.name, FIELD_TYPES[f.name], meta["help"])
+            kind = FIELD_TYPES[f.name]
+            assert kind is not None, f"SearchConfig.{f.name}: an option is an int, float or bool field"
+            out[f.name] = SearchOption(f.name, kind, meta["help"])
     return out
 
 

@@ -35,6 +35,7 @@ class TargetPrefix(Control):
         forced = self.tokens[:, step].repeat_interleave(self.group)  # [B], -1: free
         # (dense, without asking the device which rows are forced)
         is_forced, chosen = (forced >= 0)[:, None], forced.clamp(min=0)[:, None]  # [B, 1]
+        assert raw is not None  # the loop passes it at the steps this control `reads_raw`
         keep = raw.gather(1, chosen)
         lprobs.masked_fill_(is_forced, NEG_INF)
         lprobs.scatter_(1, chosen, torch.where(is_forced, keep, lprobs.gather(1, chosen)))

@@ -3,21 +3,29 @@ search needs of a model (`SearchableModel`).
 
 The torch `Translator`, the `Generator`s built on it (`Captioner`, `Transcriber`) and the CTranslate2
 engine (`seq2seq.deploy.engine.CTranslate2Translator`) all satisfy `TranslationEngine`;
-tests/test_protocol.py checks each, by `isinstance` and by the signatures of the methods.
+tests/test_protocol.py checks each, by `isinstance` and by the signatures of the methods. The server
+needs a `ServedModel`: a `TranslationEngine` that also says what it is.
 `seq2seq.model.transformer.Seq2SeqTransformer` is a `SearchableModel`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.results import Translation
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
+    import torch
     from torch import Tensor
 
-    from seq2seq.config.sections import ModelConfig
+    from seq2seq.config.model_section import ModelConfig
+    from seq2seq.config.root import Config
+    from seq2seq.model.encoders.base import SourceProcessor
+    from seq2seq.text.tokenizer import TokenizerPair
 
 
 @runtime_checkable
@@ -32,16 +40,52 @@ class TranslationEngine(Protocol):
     takes it; what an engine cannot honour is refused with `SteeringError`, never dropped.
     """
 
-    defaults: SearchConfig
-    device: Any
+    @property
+    def defaults(self) -> SearchConfig: ...
+
+    @property
+    def device(self) -> torch.device | str: ...
 
     def search_config(self, **options: Any) -> SearchConfig: ...
 
     def translate_nbest(self, texts: list[str], batch_tokens: int = 4000, first_line: int = 1,
-                        warn: Callable[[str], None] | None = None, *, prefix: Any = None, constraints: Any = None,
+                        warn: Warn | None = None, *, prefix: Any = None, constraints: Any = None,
                         avoid: Any = None, glossary: Any = None, **options: Any) -> list[list[Translation]]: ...
 
     def translate(self, texts: list[str], **options: Any) -> list[str]: ...
+
+
+@runtime_checkable
+class ServedModel(TranslationEngine, Protocol):
+    """What the server and its demo page read of the engine they serve, besides decoding: the model
+    directory (`path`), its config, its source processor (what the model reads: `processor.kind`),
+    tokenizers, precision, size, whether it takes terms on its sources, and the processor of a call
+    into a target language (LanguageError for one the model does not know). `Translator` and the
+    `Generator`s have it all; nothing else of an engine is reached into.
+    """
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def processor(self) -> SourceProcessor: ...
+
+    @property
+    def tokenizers(self) -> TokenizerPair: ...
+
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def parameters(self) -> int: ...
+
+    @property
+    def annotates_terms(self) -> bool: ...
+
+    def processor_for(self, tgt_lang: str | None) -> SourceProcessor: ...
 
 
 class SourceLengths(Protocol):
@@ -61,7 +105,9 @@ class DecodingCache(Protocol):
 class SearchableModel(Protocol):
     """What `seq2seq.inference.search.search` needs of a model (`Seq2SeqTransformer` has it all).
 
-    encode(src) -> (memory [N, S, D], memory_pad_mask [N, S], True at padding). decode(tgt, memory,
+    encode(src) -> (memory [N, S, D], memory_pad_mask [N, S], True at padding); a model whose memory
+    is not one tensor (an ensemble's, one per member) moves it with its own `reorder_memory(memory,
+    index)` (`reorder_memory` below), and the search reads sizes from the pad mask only. decode(tgt, memory,
     memory_pad_mask, cache, attention_layer) -> (logits [B, T, V], cross-attention [B, T, S] or None);
     with a cache, tgt holds only the new positions and memory is read on the first call only.
     new_cache(group): an empty cache for rows grouped `group` per source. encoder.source_lengths(src):
@@ -71,20 +117,32 @@ class SearchableModel(Protocol):
     > 0) needs a `CTCModel`.
     """
 
-    encoder: SourceLengths
-    cfg: ModelConfig
     training: bool
 
-    def encode(self, src: Any) -> tuple[Tensor, Tensor]: ...
+    @property
+    def encoder(self) -> SourceLengths: ...
 
-    def decode(self, tgt: Tensor, memory: Tensor | None, memory_pad_mask: Tensor | None,
+    @property
+    def cfg(self) -> ModelConfig: ...
+
+    def encode(self, src: Any) -> tuple[Any, Tensor]: ...
+
+    def decode(self, tgt: Tensor, memory: Any, memory_pad_mask: Tensor | None,
                cache: Any = None, attention_layer: int | None = None) -> tuple[Tensor, Tensor | None]: ...
 
     def new_cache(self, group: int = 1) -> DecodingCache: ...
 
-    def eval(self) -> Any: ...
+    def eval(self) -> object: ...  # (what it returns is not read)
 
-    def train(self, mode: bool = True) -> Any: ...
+    def train(self, mode: bool = True) -> object: ...
+
+
+def reorder_memory(model: SearchableModel, memory: Any, index: Tensor) -> Any:
+    """The encoder output of the sources `index` [K] (repeats allowed: a source per beam row or sample):
+    the model's own `reorder_memory(memory, index)` where it has one (an ensemble, whose members each
+    keep their own memory: fairseq's `reorder_encoder_out`), else memory [N, S, D] -> [K, S, D]."""
+    own = getattr(model, "reorder_memory", None)
+    return own(memory, index) if own is not None else memory.index_select(0, index)
 
 
 class Projects(Protocol):
@@ -98,4 +156,5 @@ class CTCModel(SearchableModel, Protocol):
     """A `SearchableModel` whose decoder's output projection, applied to the memory, is its CTC head
     (seq2seq.inference.ctc; trained with training.ctc_weight > 0)."""
 
-    decoder: Projects
+    @property
+    def decoder(self) -> Projects: ...

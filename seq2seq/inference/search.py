@@ -46,6 +46,10 @@ reproducible for a given batch and seed, but its random draws depend on the batc
 
 Shapes: N sources, U active units, g rows per unit, B = U * g decoder rows, V vocabulary,
 S padded source length, t tokens generated so far.
+
+Beside the loop: its state and result (`Units`, `Rows`, `Hypothesis`) in
+`seq2seq.inference.search_state`, the n-gram block and the making of a batch's controls in
+`seq2seq.inference.step_masks`.
 """
 
 from __future__ import annotations
@@ -58,135 +62,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
-from seq2seq.inference.avoid import BannedPhrases
-from seq2seq.inference.constraints import ConstrainedBeam, ConstraintTracker
-from seq2seq.inference.controls import Control, ControlError, SourceControls
-from seq2seq.inference.prefix import TargetPrefix
-from seq2seq.inference.ctc import best_paths, ctc_log_likelihood, ctc_log_probs, joint_logprob
-from seq2seq.inference.protocol import SearchableModel
+from seq2seq.inference.constraints import ConstrainedBeam
+from seq2seq.inference.controls import Control, SourceControls
+from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
+from seq2seq.inference.protocol import SearchableModel, reorder_memory
+from seq2seq.inference.search_state import Hypothesis, Rows, Units
+from seq2seq.inference.step_masks import block_repeated_ngrams, build_controls
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
-
-
-@dataclass
-class Hypothesis:
-    """One output sequence.
-
-    tokens: generated ids without BOS and EOS. token_logprobs: the log-probability of each token
-    and of the final EOS (len(tokens) + 1 values). logprob: their sum. score: logprob with the
-    length penalty (see the module docstring), or with decoding.ctc_weight w the mix
-    ((1 - w) * logprob + w * ctc_logprob) with it (seq2seq.inference.ctc). attention:
-    [len(tokens) + 1, S_real] cross-attention weights over the real source positions, when
-    `attention_layer` is set.
-    """
-
-    tokens: list[int]
-    score: float
-    logprob: float
-    token_logprobs: list[float]
-    attention: Tensor | None = None
-    ctc_logprob: float | None = None  # log P_CTC(tokens | source), with decoding.ctc_weight > 0
-    constraints_met: bool = True  # False: ended at the length limit before meeting its constraints
-
-
-def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_lengths: Sequence[int],
-                   sources: Sequence[int], eos_id: int, device: torch.device,
-                   continuation: Tensor | None = None, sentence_end: Tensor | None = None
-                   ) -> tuple[list[Control], ConstraintTracker | None]:
-    """The controls of a batch's units (`per_unit[u]`: unit u's, None for none; `sources[u]`: its source
-    in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`). Returns
-    the masking controls, and the constraint tracker (None without constraints) that the constrained
-    beam strategy reads.
-
-    ControlError naming the source for a prefix that does not fit the length limit."""
-    controls = [c or SourceControls() for c in per_unit]
-    for c, limit, source in zip(controls, max_lengths, sources):
-        if len(c.prefix) > limit:
-            raise ControlError(source, f"the target prefix has {len(c.prefix)} tokens, more than this sentence's "
-                                       f"length limit of {limit} (see --max-len-a, --max-len-b, --max-len)")
-    out: list[Control] = []
-    if any(c.avoid for c in controls):
-        out.append(BannedPhrases([c.avoid for c in controls], group, device))
-    tracker = None
-    if any(c.constraints for c in controls):
-        tracker = ConstraintTracker([c.constraints for c in controls], group, eos_id, device, continuation,
-                                    sentence_end, [c.sentence_ends for c in controls], [c.forms for c in controls])
-        out.append(tracker)
-    if any(c.prefix for c in controls):  # last: the user's prefix wins over every other mask
-        out.append(TargetPrefix([c.prefix for c in controls], group, device))
-    return out, tracker
-
-
-def block_repeated_ngrams(lprobs: Tensor, generated: Tensor, n: int) -> None:
-    """Set to -inf (in place) every token that would complete an n-gram already in the row.
-
-    lprobs [B, V]; generated [B, t] tokens so far (t >= n).
-    """
-    windows = generated.unfold(1, n, 1)  # [B, t - n + 1, n]: every n-gram so far
-    suffix = generated[:, generated.size(1) - n + 1 :]  # [B, n - 1]: what a new n-gram starts with
-    match = (windows[:, :, :-1] == suffix[:, None, :]).all(dim=-1)  # [B, t - n + 1]
-    hits = torch.zeros_like(lprobs).scatter_add_(1, windows[:, :, -1], match.to(lprobs.dtype))
-    lprobs.masked_fill_(hits > 0, NEG_INF)
-
-
-# --------------------------------------------------------------------------------------------
-# The loop's state: per unit and per decoder row, each narrowed by one `select`
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Units:
-    """Per-unit state of the active units [U]: what a unit is and how far it may go.
-
-    source: the source index of each unit. max_host / max: its length limit (on the host, and as a
-    tensor for the per-step masks). n_finished: hypotheses ended so far (early stopping).
-    best_finished [U, g] and max_penalty [U]: only for exact beam search (early_stopping=False),
-    the best finished scores and the length penalty at max_len.
-    """
-
-    source: list[int]
-    max_host: list[int]
-    max: Tensor
-    n_finished: Tensor
-    best_finished: Tensor | None = None
-    max_penalty: Tensor | None = None
-
-    def select(self, index: Tensor, host: list[int]) -> Units:
-        """The units at positions `index` (the same positions as `host`, on the host)."""
-        return Units(
-            source=[self.source[i] for i in host],
-            max_host=[self.max_host[i] for i in host],
-            max=self.max.index_select(0, index),
-            n_finished=self.n_finished.index_select(0, index),
-            best_finished=None if self.best_finished is None else self.best_finished.index_select(0, index),
-            max_penalty=None if self.max_penalty is None else self.max_penalty.index_select(0, index),
-        )
-
-
-@dataclass
-class Rows:
-    """Per-row state of the B live decoder rows: tokens [B, 1 + t] (BOS first), the log-probability of
-    each generated token logprobs [B, t], and the cross-attention of each step attention [B, t, S]
-    (None unless `attention_layer` is set)."""
-
-    tokens: Tensor
-    logprobs: Tensor
-    attention: Tensor | None = None
-
-    def select(self, index: Tensor) -> Rows:
-        """The rows `index` [B'] (a row may be taken twice: beam search moves rows to their parents)."""
-        return Rows(
-            self.tokens.index_select(0, index),
-            self.logprobs.index_select(0, index),
-            None if self.attention is None else self.attention.index_select(0, index),
-        )
-
-    def append(self, tokens: Tensor, logprob: Tensor, attention: Tensor | None) -> Rows:
-        """Each row extended by one token [B] with its log-probability [B] and cross-attention [B, S]."""
-        return Rows(
-            torch.cat([self.tokens, tokens.view(-1, 1)], dim=1),
-            torch.cat([self.logprobs, logprob.view(-1, 1)], dim=1),
-            None if self.attention is None else torch.cat([self.attention, attention[:, None]], dim=1),
-        )
 
 
 @dataclass
@@ -266,8 +148,8 @@ class _Search:
         self.exact = cfg.strategy == "beam" and not cfg.early_stopping
 
     def run(self, src: Any) -> list[list[Hypothesis]]:
-        memory, pad_mask = self.model.encode(src)  # [N, S, D], [N, S]
-        if memory.size(0) == 0:
+        memory, pad_mask = self.model.encode(src)  # [N, S, D] (or the model's own: `reorder_memory`), [N, S]
+        if pad_mask.size(0) == 0:
             return []
         self._start(src, memory, pad_mask)
         for step in range(max(self.units.max_host) + 1):
@@ -284,19 +166,19 @@ class _Search:
 
     # ---- the steps of `run` ------------------------------------------------------------------
 
-    def _start(self, src: Any, memory: Tensor, pad_mask: Tensor) -> None:
+    def _start(self, src: Any, memory: Any, pad_mask: Tensor) -> None:
         """The state before the first step: every unit live, each row holding BOS."""
-        cfg, device = self.cfg, memory.device
+        cfg, device = self.cfg, pad_mask.device
         self.device = device
+        self._aranges: dict[int, Tensor] = {}
         self.pad_mask_host = pad_mask.cpu() if cfg.attention_layer is not None else None  # (read for alignments only)
         self.strategy = strategy = make_strategy(cfg, device)
         g = self.group = strategy.group
         per = strategy.units_per_source
         max_lens = self._max_lengths(src, pad_mask)  # [N], before the samples are made units
         if per > 1:  # independent samples: one unit (and cross-attention entry) each
-            memory, pad_mask = memory.repeat_interleave(per, 0), pad_mask.repeat_interleave(per, 0)
+            memory, pad_mask = self._repeated(memory, pad_mask, per)
         self.memory, self.pad_mask = memory, pad_mask
-        self._aranges: dict[int, Tensor] = {}
         self.units = self._init_units([m for m in max_lens for _ in range(per)], per)
         self._start_controls(g)
         self.blocked = torch.tensor(sorted({cfg.pad_id, cfg.bos_id} - {cfg.eos_id}), device=device)
@@ -306,7 +188,7 @@ class _Search:
         self.rows = Rows(
             tokens=torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device),
             logprobs=torch.zeros(b, 0, device=device),
-            attention=None if cfg.attention_layer is None else torch.zeros(b, 0, memory.size(1), device=device),
+            attention=None if cfg.attention_layer is None else torch.zeros(b, 0, pad_mask.size(1), device=device),
         )
         self.scores = strategy.initial_scores(len(self.units.source), device)  # [B]
         self.cache = self.model.new_cache(group=g) if self.use_cache else None
@@ -339,12 +221,14 @@ class _Search:
         """The constrained next-token log-probabilities of every row [B, V], and its cross-attention
         [B, S] (None unless `attention_layer` is set)."""
         rows, g = self.rows, self.group
+        layer = self.cfg.attention_layer
         if self.cache is not None:  # only the new token; memory is read on the first step only
             first = step == 0
-            inputs = (rows.tokens[:, -1:], self.memory if first else None, self.pad_mask if first else None, self.cache)
+            logits, step_attn = self.model.decode(rows.tokens[:, -1:], self.memory if first else None,
+                                                  self.pad_mask if first else None, self.cache, attention_layer=layer)
         else:  # the whole prefix, memory repeated per row
-            inputs = (rows.tokens, self.memory.repeat_interleave(g, 0), self.pad_mask.repeat_interleave(g, 0), None)
-        logits, step_attn = self.model.decode(*inputs, attention_layer=self.cfg.attention_layer)
+            memory, pad_mask = self._repeated(self.memory, self.pad_mask, g)
+            logits, step_attn = self.model.decode(rows.tokens, memory, pad_mask, None, attention_layer=layer)
         lprobs = F.log_softmax(logits[:, -1].float(), dim=-1)  # [B, V]
         if step_attn is not None:
             step_attn = step_attn[:, -1].float()
@@ -383,7 +267,8 @@ class _Search:
             cont = Candidates(*(x.index_select(0, kept) for x in cont))
             self.units = self.units.select(kept, keep_host)
             if self.cache is None:
-                self.memory, self.pad_mask = self.memory.index_select(0, kept), self.pad_mask.index_select(0, kept)
+                self.memory = reorder_memory(self.model, self.memory, kept)
+                self.pad_mask = self.pad_mask.index_select(0, kept)
             index = (kept[:, None] * g + cont.rows).view(-1)  # [B']
         elif regroup:
             index = (self._arange(cont.rows.size(0))[:, None] * g + cont.rows).view(-1)
@@ -401,28 +286,35 @@ class _Search:
 
     # ---- helpers -----------------------------------------------------------------------------
 
-    def _rescore_with_ctc(self, memory: Tensor, pad_mask: Tensor) -> None:
-        """decoding.ctc_weight: add each source's CTC best path to its finished hypotheses and score
+    def _repeated(self, memory: Any, pad_mask: Tensor, k: int) -> tuple[Any, Tensor]:
+        """Each unit's memory and pad mask k times in a row (`reorder_memory`)."""
+        index = self._arange(pad_mask.size(0)).repeat_interleave(k)
+        return reorder_memory(self.model, memory, index), pad_mask.index_select(0, index)
+
+    def _rescore_with_ctc(self, memory: Any, pad_mask: Tensor) -> None:
+        """decoding.ctc_weight: add each source's CTC best paths to its finished hypotheses and score
         them all with attention and CTC together (see seq2seq.inference.ctc)."""
         cfg = self.cfg
-        log_probs = ctc_log_probs(self.model, memory)
+        scorer = ctc_scorer(self.model, memory, pad_mask, cfg.pad_id)
         finished_tokens = [[h.tokens for h in hyps] for hyps in self.finished]
-        added = best_paths(self.model, memory, pad_mask, log_probs, finished_tokens, cfg)
+        added = best_paths(self.model, memory, pad_mask, scorer.best_paths(), finished_tokens, cfg)
         for source, tokens, lps, attention in added:
             if attention is not None:
                 attention = attention[:, self.real_positions(source)]
             self.finished[source].append(Hypothesis(tokens, 0.0, sum(lps), lps, attention))
         pairs = [(source, h) for source, hyps in enumerate(self.finished) for h in hyps]
-        ctc = ctc_log_likelihood(log_probs, pad_mask, [s for s, _ in pairs], [h.tokens for _, h in pairs], cfg.pad_id)
-        for (_, h), value in zip(pairs, ctc):
-            h.ctc_logprob = value
+        ctc = iter(scorer.log_likelihood([s for s, _ in pairs], [h.tokens for _, h in pairs]))
         for hyps in self.finished:
-            if any(h.ctc_logprob > NEG_INF for h in hyps):  # else CTC can align none: attention stands
-                for h in hyps:
-                    h.score = cfg.score(joint_logprob(h.logprob, h.ctc_logprob, cfg.ctc_weight), len(h.tokens) + 1)
+            values = [next(ctc) for _ in hyps]  # (in the order of `pairs`)
+            for h, value in zip(hyps, values):
+                h.ctc_logprob = value
+            if any(value > NEG_INF for value in values):  # else CTC can align none: attention stands
+                for h, value in zip(hyps, values):
+                    h.score = cfg.score(joint_logprob(h.logprob, value, cfg.ctc_weight), len(h.tokens) + 1)
 
     def real_positions(self, source: int) -> Tensor:
         """The real (unpadded) source positions of `source`, on the host (for its attention)."""
+        assert self.pad_mask_host is not None  # kept whenever there is attention (attention_layer set)
         return (~self.pad_mask_host[source]).nonzero().squeeze(1)
 
     def _arange(self, n: int) -> Tensor:
@@ -478,6 +370,7 @@ class _Search:
             # Also done when no live hypothesis has a finite score: nothing more can finish.
             return (units.n_finished >= self.group) | at_max | (cont.scores[:, 0] == NEG_INF)
         cfg = self.cfg
+        assert units.best_finished is not None and units.max_penalty is not None  # exact beam search has them
         ended = torch.where(final, cfg.score(cand.scores[:, : self.group], step + 1), NEG_INF)
         units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(self.group, dim=1).values
         # The best score a live hypothesis could still reach: its log-probability only falls, so
@@ -521,6 +414,7 @@ class _Search:
                             cand.scores[unit, col][:, None].float(), met[:, None].to(torch.float32)], dim=1)
         attn = None
         if rows.attention is not None:
+            assert step_attn is not None  # rows keep attention when each step has it (attention_layer set)
             attn = torch.cat([rows.attention[index], step_attn[index][:, None]], dim=1).cpu()
         self.pending = _Finished(values, [self.units.source[u] for u in unit_host], step, attn)
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
 from seq2seq.inference.steering_fields import read_phrases, read_prefix
@@ -48,14 +49,20 @@ class Steering:
         return bool(self.prefix or self.constraints or self.avoid or self.terms)
 
 
+# the steering field each kind of phrase comes from (a diagnostic's `field`)
+FIELD_OF = {"prefix": "prefix", "constraint": "constraints", "glossary term": "glossary", "banned phrase": "avoid"}
+
+
 def _per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
     if values is None:
         return [None] * n
     if isinstance(values, str):
-        raise SteeringError(f"{name} must be a list with one entry per input, not a string")
+        raise SteeringError(f"{name} must be a list with one entry per input, not a string", field=name,
+                            code="not_per_input")
     values = list(values)
     if len(values) != n:
-        raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input")
+        raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input", field=name,
+                            code="not_per_input")
     return values
 
 
@@ -112,7 +119,8 @@ def term_mode(asked: str | None, annotates: bool, model: Any) -> str:
     if asked is None:
         return "both" if annotates else "constrain"
     if asked not in TERM_MODES:
-        raise SteeringError(f"terms must be one of {', '.join(TERM_MODES)}, got {asked!r}")
+        raise SteeringError(f"terms must be one of {', '.join(TERM_MODES)}, got {asked!r}", field="terms",
+                            code="unknown_choice")
     if asked != "constrain" and not annotates:
         raise SteeringError(f"terms {asked}: {model} was not trained with terms on its sources (data.terminology); "
                             f"it takes terms as constraints only (terms constrain)")
@@ -131,7 +139,7 @@ TERM_FORMS = ("exact", "inflected")
 
 def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: str = "constrain",
                     source: str | None = None, forms: str = "exact",
-                    warn: Callable[[str], None] | None = None) -> SourceControls:
+                    warn: Warn | None = None) -> SourceControls:
     """The token ids of one input's controls (see the module docstring); its terms (constraints and
     glossary terms) as constraints unless `mode` only annotates, with the sentence-end rule of `source`
     (`sentence_ends`). forms "inflected": a term is met by any of its inflected forms (its last word with
@@ -140,11 +148,13 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
     vocabulary cannot represent, or a term that holds a banned phrase; `warn` is told of a prefix that
     holds one (`_check_contradictions`)."""
     if forms not in TERM_FORMS:
-        raise SteeringError(f"term_forms must be one of {', '.join(TERM_FORMS)}, got {forms!r}")
+        raise SteeringError(f"term_forms must be one of {', '.join(TERM_FORMS)}, got {forms!r}", field="term_forms",
+                            code="unknown_choice")
 
     def phrase(kind: str, text: str) -> list[int]:
         if not text.strip():
-            raise SteeringError(f"line {line}: an empty {kind}; give a word or phrase")
+            raise SteeringError(f"an empty {kind}; give a word or phrase", line=line, field=FIELD_OF[kind],
+                                code="empty_phrase")
         ids = tokenizer.encode([text.strip()])[0]
         _check_representable(kind, text, ids, tokenizer, line)
         return ids
@@ -211,8 +221,8 @@ def sentence_ends(text: str) -> int:
 def _check_representable(kind: str, text: str, ids: list[int], tokenizer: Tokenizer, line: int) -> None:
     shown = unwritable(tokenizer, text, ids)
     if shown is not None:
-        raise SteeringError(f"line {line}: the {kind} {text!r} cannot be written with the model's target vocabulary "
-                            f"({shown!r} would become <unk>)")
+        raise SteeringError(f"the {kind} {text!r} cannot be written with the model's target vocabulary "
+                            f"({shown!r} would become <unk>)", line=line, field=FIELD_OF[kind], code="unwritable")
 
 
 def _holds(ids: list[int], part: list[int]) -> bool:
@@ -221,7 +231,7 @@ def _holds(ids: list[int], part: list[int]) -> bool:
 
 
 def _check_contradictions(steering: Steering, prefix: list[int], constraints: list[list[int]], of: list[int],
-                          avoided: list[list[int]], line: int, warn: Callable[[str], None] | None) -> None:
+                          avoided: list[list[int]], line: int, warn: Warn | None) -> None:
     """Where an input asks for what it also bans, one line naming the two fields: SteeringError for a
     constraint or glossary term (every form of it, `of` mapping forms to terms) that holds an avoided
     phrase (as tokens: the banned phrase can never be produced, so neither can the term); a warning
@@ -231,13 +241,14 @@ def _check_contradictions(steering: Steering, prefix: list[int], constraints: li
     terms = steering.constraints + steering.terms
     for text, banned in zip(steering.avoid, avoided):
         if prefix and _holds(prefix, banned) and warn is not None:
-            warn(f"line {line}: the prefix {steering.prefix!r} holds the avoided phrase {text!r}; the prefix is "
-                 "kept as given (a prefix wins over a banned phrase)")
+            warn(Diagnostic(f"the prefix {steering.prefix!r} holds the avoided phrase {text!r}; the prefix is "
+                            "kept as given (a prefix wins over a banned phrase)", line, "prefix", "prefix_avoided"))
         for i, term in enumerate(terms):
             if all(_holds(ids, banned) for ids, t in zip(constraints, of) if t == i):
                 kind = "constraint" if i < len(steering.constraints) else "glossary term"
-                raise SteeringError(f"line {line}: the {kind} {term!r} holds the avoided phrase {text!r}; an output "
-                                    "cannot contain it and avoid it: drop one of the two")
+                raise SteeringError(f"the {kind} {term!r} holds the avoided phrase {text!r}; an output cannot "
+                                    "contain it and avoid it: drop one of the two", line=line, field=FIELD_OF[kind],
+                                    code="term_avoided")
 
 
 MAX_CONSTRAINT_PAIRS = 1 << 24  # beam x candidates x constraints a constrained search step tracks (about 1 GB)
@@ -256,16 +267,18 @@ def check_steering(steering: Steering, cfg: SearchConfig, line: int,
         return steering, []
     what = "glossary terms" if not n else "constraints"
     if cfg.strategy != "beam":
-        raise SteeringError(f"line {line}: {what} need beam search (--beam 2 or more), not {cfg.strategy} search")
+        raise SteeringError(f"{what} need beam search (--beam 2 or more), not {cfg.strategy} search", line=line,
+                            field="beam", code="needs_beam")
     room = cfg.beam - 1
     if n > room:
-        raise SteeringError(f"line {line}: {n} constraints, but a beam of {cfg.beam} holds at most {room}; "
-                            f"pass --beam {n + 1} or more")
+        raise SteeringError(f"{n} constraints, but a beam of {cfg.beam} holds at most {room}; "
+                            f"pass --beam {n + 1} or more", line=line, field="beam", code="beam_too_small")
     kept = steering.terms[: room - n]
     tracked = n + len(kept)
     pairs = cfg.beam * (tracked + 3) * tracked
     if pairs > MAX_CONSTRAINT_PAIRS:
-        raise SteeringError(f"line {line}: {tracked} constraints in a beam of {cfg.beam} are too many to track "
+        raise SteeringError(f"{tracked} constraints in a beam of {cfg.beam} are too many to track "
                             f"({pairs:,} candidate-constraint pairs a step; at most {MAX_CONSTRAINT_PAIRS:,}): "
-                            "give fewer constraints or a smaller beam")
+                            "give fewer constraints or a smaller beam", line=line, field="constraints",
+                            code="too_many_constraints")
     return dataclasses.replace(steering, terms=kept), steering.terms[room - n:]

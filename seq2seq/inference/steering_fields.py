@@ -21,11 +21,13 @@ PHRASE_FIELDS = ("constraints", "avoid")
 
 
 class FieldError(SteeringError):
-    """A steering field of the wrong shape or with text that is not valid Unicode; `field` names it."""
+    """A steering field of the wrong shape or with text that is not valid Unicode; `diagnostic.field`
+    names it as the caller spells it ("texts[2].prefix")."""
+
+    code = "bad_field"
 
     def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.field = field
+        super().__init__(message, field=field)
 
 
 def shown(value: Any, width: int = 80) -> str:

@@ -32,7 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_bf16, slow_precision_warning
-from seq2seq.accel.packed import pack_decoder
+from seq2seq.accel.packed import ModuleT, pack_decoder
+from seq2seq.config.diagnostics import Diagnostic, Warn
+from seq2seq.config.root import Config
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.batching import length_batches, to_device
 from seq2seq.inference.controls import ControlError, SourceControls
@@ -40,12 +42,15 @@ from seq2seq.inference.ensemble import EnsembleModel, EnsembleProcessor, check_m
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
 from seq2seq.inference.results import Translation
-from seq2seq.inference.search import Hypothesis, search
+from seq2seq.inference.search import search
+from seq2seq.inference.search_state import Hypothesis
 from seq2seq.inference.steering import (
     Steering, SteeringError, check_steering, continuation_pieces, encode_steering, sentence_end_pieces,
     steer_inputs, term_mode, with_terms,
 )
-from seq2seq.model.encoders.base import Encoder, SourceError, SourceKind, source_kind, source_processor
+from seq2seq.model.encoders.base import Encoder, source_kind, source_processor
+from seq2seq.model.encoders.sources import PrefixedSource, SourceError, SourceKind, SourceProcessor
+from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 from seq2seq.text.languages import LanguageError, decoder_prefix, model_languages, source_prefix
 
@@ -92,14 +97,17 @@ class Translator:
         self.device = next(self.loaded.model.parameters()).device
         self.precision = precision
         models = [self._converted(m.model.eval(), precision, _owns_model) for m in members]
-        self.model: nn.Module = models[0] if len(models) == 1 else EnsembleModel(models, ensemble_weights,
-                                                                                 ensemble_combine)
+        self.model: Seq2SeqTransformer | EnsembleModel = models[0] if len(models) == 1 else \
+            EnsembleModel(models, ensemble_weights, ensemble_combine)
         self.tokenizers = self.loaded.tokenizers
+        self.path: Path = self.loaded.path  # the (first) model directory
+        self.config: Config = self.loaded.config
         self.defaults = self.loaded.config.decoding
         processors = [source_processor(m.config.model, m.tokenizers.src) for m in members]
-        self.processor = processors[0] if len(processors) == 1 else EnsembleProcessor(processors)
+        self.processor = processors[0] if len(processors) == 1 else \
+            EnsembleProcessor(processors, [str(m.path) for m in members])
 
-    def _converted(self, model: nn.Module, precision: str, owns: bool) -> nn.Module:
+    def _converted(self, model: Seq2SeqTransformer, precision: str, owns: bool) -> Seq2SeqTransformer:
         """`model` ready to decode at `precision` (see the class docstring); a copy unless `owns`."""
         if precision == "int8":
             if self.device.type != "cpu":
@@ -166,9 +174,8 @@ class Translator:
         `resolve_search`; max_len is capped at model.max_positions - 1. ValueError with a readable
         message for unknown, mistyped or conflicting options."""
         cfg = resolve_search(self.defaults, options, self.model.cfg)
-        if isinstance(self.model, EnsembleModel) and cfg.ctc_weight > 0:
-            raise ValueError("ctc_weight: an ensemble has no CTC head to rescore with; set ctc_weight 0")
-        cfg.check_ctc_head(self.loaded.config.training.ctc_weight, self.loaded.path)
+        for member in self.members:  # an ensemble mixes its members' CTC heads: each needs one
+            cfg.check_ctc_head(member.config.training.ctc_weight, member.path)
         return cfg
 
     def translate(self, texts: list[str], **options: Any) -> list[str]:
@@ -180,7 +187,7 @@ class Translator:
         texts: list[str],
         batch_tokens: int = 4000,
         first_line: int = 1,
-        warn: Callable[[str], None] | None = None,
+        warn: Warn | None = None,
         *,
         skip_bad: bool = False,
         skipped: dict[int, str] | None = None,
@@ -220,10 +227,10 @@ class Translator:
         processor = self.processor_for(tgt_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
-        for i, steer in enumerate(steering or []):
-            if steer and i not in examples and not texts[i].strip():
-                (warn or log.warning)(f"line {first_line + i}: an empty input: its prefix, constraints and terms "
-                                      "are not used (its output is empty)")
+        for i, s in enumerate(steering or []):
+            if s and i not in examples and not texts[i].strip():
+                (warn or log.warning)(Diagnostic("an empty input: its prefix, constraints and terms are not used "
+                                                 "(its output is empty)", first_line + i, "text", "empty_input"))
         about = processor.describe
         controls = None
         if steering is not None or forced:
@@ -240,12 +247,17 @@ class Translator:
         return [done.get(i, []) for i in range(len(texts))]
 
     @property
+    def parameters(self) -> int:
+        """The number of parameters decoding uses (every member's, for an ensemble)."""
+        return sum(p.numel() for m in self.members for p in m.model.parameters())
+
+    @property
     def annotates_terms(self) -> bool:
         """Was the model (every member of an ensemble) trained with terms on its sources (`data.terminology`)?"""
         return all(m.config.data.terminology.on for m in self.members)
 
     def _steering(self, texts: list[str], first_line: int, cfg: SearchConfig, prefix: Any, constraints: Any,
-                  avoid: Any, glossary: Any, warn: Callable[[str], None] | None = None,
+                  avoid: Any, glossary: Any, warn: Warn | None = None,
                   mode: str = "constrain") -> list[Steering] | None:
         """Each source's `Steering` (None for none), checked against the search before any decoding."""
         if glossary is not None and not isinstance(glossary, Glossary):
@@ -264,8 +276,9 @@ class Translator:
             s, dropped = check_steering(s, cfg, first_line + i, mode)
             checked.append(s)
             if dropped:
-                (warn or log.warning)(f"line {first_line + i}: a beam of {cfg.beam} holds {cfg.beam - 1} constraints; "
-                                      f"glossary term(s) {dropped} not enforced (pass a larger --beam)")
+                (warn or log.warning)(Diagnostic(f"a beam of {cfg.beam} holds {cfg.beam - 1} constraints; glossary "
+                                                 f"term(s) {dropped} not enforced (pass a larger --beam)",
+                                                 first_line + i, "glossary", "terms_dropped"))
         return checked
 
     @property
@@ -273,7 +286,7 @@ class Translator:
         """The target languages of a multilingual model ([] for a bilingual one): `tgt_lang` values."""
         return model_languages(self.loaded.config)
 
-    def processor_for(self, tgt_lang: str | None) -> Any:
+    def processor_for(self, tgt_lang: str | None) -> SourceProcessor:
         """The source processor of a call into `tgt_lang`: sources start with the model's tag for it
         (`seq2seq.text.languages.source_prefix`). LanguageError (a ValueError) when a multilingual model
         gets no language or one it does not know, or a bilingual model gets one."""
@@ -282,9 +295,14 @@ class Translator:
         members = [source_prefix(m.config, tgt_lang) for m in self.members]
         if not any(members):  # the language tag goes on the decoder (`decoder_prefix_ids`)
             return self.processor
-        if isinstance(self.processor, EnsembleProcessor):
-            return EnsembleProcessor([p.with_prefix(pieces) for p, pieces in zip(self.processor.processors, members)])
-        return self.processor.with_prefix(members[0])
+        ensemble = self.processor if isinstance(self.processor, EnsembleProcessor) else None
+        processors = ensemble.processors if ensemble is not None else [self.processor]
+        prefixed = []
+        for processor, pieces, member in zip(processors, members, self.members):
+            if not isinstance(processor, PrefixedSource):
+                raise LanguageError(f"{member.path} reads {processor.kind.name} sources, which take no language tag")
+            prefixed.append(processor.with_prefix(pieces))
+        return prefixed[0] if ensemble is None else EnsembleProcessor(prefixed, ensemble.names)
 
     def decoder_prefix_ids(self, tgt_lang: str | None) -> list[int]:
         """The target ids a translation into `tgt_lang` starts with: the language tag of a model that puts
@@ -299,8 +317,8 @@ class Translator:
             ids.append(token_id)
         return ids
 
-    def _prepare(self, sources: list[str], first_line: int, warn: Callable[[str], None] | None, skip_bad: bool,
-                 skipped: dict[int, str] | None, processor: Any = None) -> dict[int, Any]:
+    def _prepare(self, sources: list[str], first_line: int, warn: Warn | None, skip_bad: bool,
+                 skipped: dict[int, str] | None, processor: SourceProcessor | None = None) -> dict[int, Any]:
         """{index: example} of the sources that have one (see `SourceProcessor.prepare`)."""
         if skip_bad and skipped is None:
             skipped = {}
@@ -310,8 +328,8 @@ class Translator:
     def _search(self, examples: dict[Any, Any], cfg: SearchConfig, batch_tokens: int,
                 about: Callable[[Any], dict[str, Any]],
                 on_batch: Callable[[int], Any] | None = None, controls: dict[Any, SourceControls] | None = None,
-                line: Callable[[Any], Any] = str, warn: Callable[[str], None] = log.warning,
-                processor: Any = None, given: int = 0) -> dict[Any, list[Translation]]:
+                line: Callable[[Any], Any] = str, warn: Warn = log.warning,
+                processor: SourceProcessor | None = None, given: int = 0) -> dict[Any, list[Translation]]:
         """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
         length; about(key): the fields telling about its source; on_batch(rows) after each batch.
         controls: {key: its decoding controls}; a source whose constraints cannot all be met within
@@ -334,7 +352,7 @@ class Translator:
                                   continuation=None if steer is None else self._continuation(),
                                   sentence_end=None if steer is None else self._sentence_end())
             except ControlError as e:
-                raise SteeringError(f"line {line(batch[e.index])}: {e}") from None
+                raise SteeringError(str(e), line=line(batch[e.index]), field="prefix", code="prefix_too_long") from None
             for k, nbest in zip(batch, hyps):
                 results[k] = [self._translation(h, about(k), given) for h in nbest]
                 if nbest and not nbest[0].constraints_met:
@@ -342,9 +360,10 @@ class Translator:
             if on_batch is not None:
                 on_batch(len(batch))
         if unmet:
+            assert controls is not None  # only constraints go unmet
             for k in unmet:
-                warn(f"line {line(k)}: its constraints cannot all be met within its length limit; "
-                     "translated without them")
+                warn(Diagnostic("its constraints cannot all be met within its length limit; translated without them",
+                                line(k), "constraints", "constraints_unmet"))
             relaxed = {k: dataclasses.replace(controls[k], constraints=[], forms=None, sentence_ends=None) for k in unmet}
             results.update(self._search({k: examples[k] for k in unmet}, cfg, batch_tokens, about,
                                         controls=relaxed, line=line, warn=warn, processor=processor, given=given))
@@ -397,7 +416,7 @@ class Bf16Linear(nn.Module):
         return F.linear(x.to(torch.bfloat16), self.weight).float()
 
 
-def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
+def quantize_int8(model: ModuleT, inplace: bool = False) -> ModuleT:
     """`model` (a copy unless `inplace`) with dynamically int8-quantized linear layers (CPU inference).
 
     The output projection (logits = x W^T, W the embedding when tied) gets its own copy of W: at

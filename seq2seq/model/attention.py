@@ -91,9 +91,11 @@ class KVCache:
     def reorder(self, index: Tensor, sources: Tensor | None) -> None:
         """Keep decoder rows `index` [B'] and, when the set of sources changed, sources `sources` [N']."""
         if sources is not None and self.cross_k is not None:
+            assert self.cross_v is not None  # keys and values are set together
             self.cross_k = self.cross_k.index_select(0, sources)
             self.cross_v = self.cross_v.index_select(0, sources)
         if self.self_k is not None:
+            assert self.self_v is not None
             self.self_k = self.self_k.index_select(0, index)
             self.self_v = self.self_v.index_select(0, index)
 
@@ -167,6 +169,7 @@ class MultiHeadAttention(nn.Module):
         past = 0
         if cache is not None:
             if cache.self_k is not None:
+                assert cache.self_v is not None  # keys and values are set together
                 past = cache.self_k.size(2)
                 k = torch.cat([cache.self_k, k], dim=2)
                 v = torch.cat([cache.self_v, v], dim=2)
@@ -198,7 +201,9 @@ class MultiHeadAttention(nn.Module):
         b, t, d = x.shape
         if cache is not None and cache.cross_k is not None:
             k, v = cache.cross_k, cache.cross_v
+            assert v is not None  # keys and values are set together
         else:
+            assert memory is not None, "cross-attention without cached keys needs memory"
             kv = self.project(memory, slice(d, 3 * d))
             n, s, _ = kv.shape
             kv = kv.view(n, s, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)

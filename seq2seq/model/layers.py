@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import KVCache, MultiHeadAttention
-from seq2seq.config.sections import ModelConfig
+from seq2seq.config.model_section import ModelConfig
 
 
 def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
@@ -42,6 +42,8 @@ class Embedding(nn.Module):
 
     ids [B, T] -> [B, T, D]; `offset` is the position of ids[:, 0] (incremental decoding).
     """
+
+    table: Tensor  # sinusoidal positions [max_positions, D], a buffer (positions: sinusoidal)
 
     def __init__(self, vocab_size: int, cfg: ModelConfig) -> None:
         super().__init__()
@@ -76,7 +78,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
-        self.act: Callable[[Tensor], Tensor] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[cfg.activation]
+        activations: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+        self.act = activations[cfg.activation]
         self.dropout = nn.Dropout(cfg.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import KVCache, MultiHeadAttention
-from seq2seq.config.sections import ModelConfig
+from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.encoders import Encoder, get_modality
 from seq2seq.model.layers import DecoderLayer, Embedding
 

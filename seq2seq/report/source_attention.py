@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from seq2seq.model.encoders.base import AttentionView
+from seq2seq.model.encoders.sources import AttentionView
 
 
 def draw_source_attention(view: AttentionView, attention: Sequence[Sequence[float]], words: list[str]) -> Figure:

@@ -16,7 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from seq2seq.inference.generator import Generator
 from seq2seq.inference.options import SEARCH_OPTIONS
+from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.results import Translation
+from seq2seq.model.encoders.sources import AttentionView
 from seq2seq.serve.requests import Limits
 
 LANGUAGE = re.compile(r"(?:^|[._-])([a-z]{2,3})(?:\.gz)?$")  # "train.en.gz", "val.de", "corpus-fr"
@@ -27,18 +31,19 @@ def demo_page() -> str:
     return resources.files("seq2seq.serve").joinpath("demo.html").read_text(encoding="utf-8")
 
 
-def languages(model: Any) -> list[str] | None:
+def languages(model: ServedModel) -> list[str] | None:
     """[source, target] language codes read from the training files' names (train.en.gz,
     train.de.gz), or None where they do not say."""
-    data = model.loaded.config.data
+    data = model.config.data
     found = [LANGUAGE.search(Path(name).name) for name in (data.train_src, data.train_tgt) if name]
     codes = [m.group(1) for m in found if m]
     return codes if len(codes) == 2 and codes[0] != codes[1] else None
 
 
-def model_info(model: Any, limits: Limits) -> dict[str, Any]:
-    """What the page shows and builds its form from: the model, its kind, and the search options
-    (`SEARCH_OPTIONS`, the same definitions requests are checked with) with the model's defaults."""
+def model_info(model: ServedModel, limits: Limits) -> dict[str, Any]:
+    """What the page shows and builds its form from: the model, its kind, the search options
+    (`SEARCH_OPTIONS`, the same definitions requests are checked with) with the model's defaults, and
+    whether it takes terms on its sources (the page then offers how they reach it: `terms`)."""
     defaults = model.defaults
     kind = model.processor.kind
     options = []
@@ -48,15 +53,16 @@ def model_info(model: Any, limits: Limits) -> dict[str, Any]:
             default = defaults.strategy == name
         options.append({"name": name, "type": option.type.__name__, "help": option.help, "default": default})
     return {
-        "model": Path(model.loaded.path).name,
+        "model": Path(model.path).name,
         "kind": kind.name,
         "noun": kind.noun,
         "endpoint": "/generate" if kind.reads_files else "/translate",
         "languages": languages(model),
-        "parameters": sum(p.numel() for p in model.loaded.model.parameters()),
+        "parameters": model.parameters,
         "device": str(model.device),
         "precision": model.precision,
         "strategy": defaults.strategy,
+        "annotates_terms": model.annotates_terms,  # takes terms on its sources
         "options": options,
         "limits": {"max_texts": limits.max_texts, "max_chars": limits.max_chars, "max_beam": limits.max_beam,
                    "max_upload_bytes": limits.max_upload_bytes, "max_pixels": limits.max_pixels,
@@ -64,7 +70,7 @@ def model_info(model: Any, limits: Limits) -> dict[str, Any]:
     }
 
 
-def attention_png(model: Any, hypothesis: Any, view: Any = None) -> bytes:
+def attention_png(model: ServedModel, hypothesis: Translation, view: AttentionView | None = None) -> bytes:
     """The PNG `--show-attention` draws for one result (`hypothesis`, generated with attention_layer
     set): a text's heatmap over its source pieces, or a file's attention over its `view`
     (`Generator.attention_view`)."""
@@ -73,7 +79,9 @@ def attention_png(model: Any, hypothesis: Any, view: Any = None) -> bytes:
     with tempfile.TemporaryDirectory(prefix="seq2seq-attention-") as tmp:
         png = Path(tmp) / "attention.png"
         if view is None:
+            assert hypothesis.attention is not None  # generated with attention_layer set
             plot_attention(hypothesis.attention, hypothesis.src_pieces, hypothesis.pieces + ["</s>"], png)
         else:
+            assert isinstance(model, Generator)  # a view is of a file
             model.plot_attention(hypothesis, str(png), view)
         return png.read_bytes()

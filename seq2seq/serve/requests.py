@@ -26,11 +26,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.inference import steering_fields
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 from seq2seq.inference.steering import Steering
 from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, read_steering_fields
-from seq2seq.model.encoders.base import SourceLimits, SourceProcessor, SourceTooLarge
+from seq2seq.model.encoders.sources import SourceLimits, SourceProcessor, SourceTooLarge
 
 if TYPE_CHECKING:
     from fastapi import Request
@@ -77,12 +78,13 @@ class Limits:
         return SourceLimits(max_pixels=self.max_pixels, max_seconds=self.max_audio_seconds)
 
 
-class RequestError(Exception):
-    """A request the server refuses: HTTP status and a message for the client."""
+class RequestError(Seq2SeqError):
+    """A request the server refuses: HTTP status, a message for the client and, for an input the model
+    refused, `details` ({"code", "field", "index"}) that go in the answer beside it."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.details = status, message, details or {}
 
 
 def media_type(headers: Headers) -> tuple[str, str | None]:
@@ -171,7 +173,7 @@ def check_unicode(text: str, where: str) -> None:
     try:
         steering_fields.check_unicode(text, where)
     except FieldError as e:
-        raise RequestError(422, str(e)) from None
+        raise RequestError(422, str(e), e.diagnostic.details()) from None
 
 
 async def read_body(request: Request, limit: int, what: str) -> bytes:
@@ -192,7 +194,7 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     multilingual model's target language), `terms` and `term_forms` (how terms reach the model,
     docs/terminology.md): 422 for an unknown field or a value of the wrong type, 413
     for a beam or nbest over the limit, or a max_len_b over max_len. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
-    options = {}
+    options: dict[str, Any] = {}  # (the call fields' strings, the search options' numbers and switches)
     for name, value in fields.items():
         if name in CALL_FIELDS:  # a multilingual model's target language; how terms reach the model
             example = CALL_FIELDS[name]
@@ -283,7 +285,7 @@ def parse_steering(fields: dict[str, Any], limits: Limits, where: str = "") -> S
     try:
         read = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits))
     except FieldError as e:
-        raise RequestError(422, str(e)) from None
+        raise RequestError(422, str(e), e.diagnostic.details()) from None
     if all(value is None for value in read.values()):
         return None
     steering = Steering(read["prefix"] or "", read["constraints"] or [], read["avoid"] or [])

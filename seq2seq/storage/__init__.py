@@ -9,8 +9,10 @@
 directory or file that cannot be used; its message names the file.
 """
 
+from seq2seq.config.diagnostics import Seq2SeqError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(Seq2SeqError, ValueError):
     """A model directory or checkpoint that cannot be used; the message names the file."""
 
 

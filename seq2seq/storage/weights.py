@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -84,7 +85,7 @@ def load_torch(path: str | Path) -> Any:
         raise CheckpointError(f"cannot read {path}: {e}") from None
 
 
-def average_checkpoints(paths: list[str | Path]) -> dict[str, torch.Tensor]:
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of several safetensors checkpoints of one model (fp64 accumulation), each
     tensor in its dtype in the checkpoints: integer tensors (BatchNorm's num_batches_tracked) are
     rounded to the nearest integer."""

@@ -31,21 +31,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
+from seq2seq.config.data_section import CORPUS_TAG, LANGUAGE_CODE, CorpusConfig, DataConfig, ValidSetConfig
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.text.terminology import TERM
-from seq2seq.config.sections import CORPUS_TAG, LANGUAGE_CODE, CorpusConfig, DataConfig, ValidSetConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.config.root import Config
 
 LANGUAGE_TAG = re.compile(r"<2([^\s<>]+)>")
 
 
-class LanguageError(ValueError):
+class LanguageError(Seq2SeqError, ValueError):
     """A target language a model cannot translate into (or a language given to a bilingual model);
     the message lists the model's languages."""
 
 
-def _data(config: Any) -> DataConfig:
-    return getattr(config, "data", config)
+ModelSettings = Union["Config", DataConfig]  # a model's whole config, or its data section alone
+
+
+def _data(config: ModelSettings) -> DataConfig:
+    return config if isinstance(config, DataConfig) else config.data
 
 
 def language_tag(lang: str) -> str:
@@ -56,21 +63,22 @@ def language_tag(lang: str) -> str:
     return f"<2{lang}>"
 
 
-def model_languages(config: Any) -> list[str]:
+def model_languages(config: ModelSettings) -> list[str]:
     """The target languages of a multilingual model, sorted; [] for a bilingual model (its corpora
     have one target language, or name none, and it has no data.languages)."""
     data = _data(config)
     return data.target_languages if data.multilingual else []
 
 
-def source_languages(config: Any) -> list[str]:
+def source_languages(config: ModelSettings) -> list[str]:
     """The source languages a model was trained or validated on, sorted: the `src_lang` of its
     data.corpora and data.valid_sets; [] where none names one (the model does not say)."""
     data = _data(config)
-    return sorted({x.src_lang for x in [*data.corpora, *data.valid_sets] if x.src_lang is not None})
+    named: list[CorpusConfig | ValidSetConfig] = [*data.corpora, *data.valid_sets]
+    return sorted({x.src_lang for x in named if x.src_lang is not None})
 
 
-def check_source_language(config: Any, lang: str, model: str, flag: str) -> None:
+def check_source_language(config: ModelSettings, lang: str, model: str, flag: str) -> None:
     """LanguageError when a model that knows its source languages (`source_languages`) does not
     translate from `lang` (given as `flag`, e.g. "--mono-lang"); nothing when it does not say."""
     known = source_languages(config)
@@ -79,19 +87,19 @@ def check_source_language(config: Any, lang: str, model: str, flag: str) -> None
                             f"give a model whose source language is {lang}")
 
 
-def tags_on_decoder(config: Any) -> bool:
+def tags_on_decoder(config: ModelSettings) -> bool:
     """A multilingual model whose language tag is the decoder's first token (`data.language_tag`)."""
     data = _data(config)
     return data.multilingual and data.language_tag == "decoder"
 
 
-def target_reserved_pieces(config: Any) -> list[str]:
+def target_reserved_pieces(config: ModelSettings) -> list[str]:
     """The reserved pieces the target tokenizer needs: the language tags of a model that puts them on
     the decoder (`tags_on_decoder`), else none."""
     return [language_tag(lang) for lang in model_languages(config)] if tags_on_decoder(config) else []
 
 
-def reserved_pieces(config: Any) -> list[str]:
+def reserved_pieces(config: ModelSettings) -> list[str]:
     """Every reserved source piece the model's tokenizer needs: the language tags (multilingual
     models with the tag on the source), then the corpus tags in the order the corpora first name
     them, then `data.reserved` (e.g. "<BLANK>", the filler of noised back-translation), then <term> for a
@@ -105,32 +113,33 @@ def reserved_pieces(config: Any) -> list[str]:
     return pieces
 
 
-def corpus_prefix(config: Any, corpus: CorpusConfig) -> list[str]:
+def corpus_prefix(config: ModelSettings, corpus: CorpusConfig) -> list[str]:
     """The pieces put before every source of a training corpus: its target language's tag
     (multilingual models with the tag on the source), then its own tag."""
     return source_tag(config, corpus.tgt_lang) + ([corpus.tag] if corpus.tag is not None else [])
 
 
-def valid_prefix(config: Any, valid: ValidSetConfig) -> list[str]:
+def valid_prefix(config: ModelSettings, valid: ValidSetConfig) -> list[str]:
     """The pieces put before every source of a validation set: its target language's tag
     (multilingual models with the tag on the source; corpus tags are for training data only)."""
     return source_tag(config, valid.tgt_lang)
 
 
-def source_tag(config: Any, tgt_lang: str | None) -> list[str]:
+def source_tag(config: ModelSettings, tgt_lang: str | None) -> list[str]:
     """The language tag a source into `tgt_lang` starts with: [<2xx>] for a multilingual model that puts
     it on the source, else [] (a bilingual model, no language, or the tag on the decoder)."""
-    on_source = tgt_lang is not None and _data(config).multilingual and not tags_on_decoder(config)
-    return [language_tag(tgt_lang)] if on_source else []
+    if tgt_lang is None or not _data(config).multilingual or tags_on_decoder(config):
+        return []
+    return [language_tag(tgt_lang)]
 
 
-def decoder_prefix(config: Any, tgt_lang: str | None) -> list[str]:
+def decoder_prefix(config: ModelSettings, tgt_lang: str | None) -> list[str]:
     """The pieces every target into `tgt_lang` starts with: its language tag when the model puts it on
     the decoder (`tags_on_decoder`; training targets start with it, decoding forces it), else []."""
     return [language_tag(tgt_lang)] if tgt_lang is not None and tags_on_decoder(config) else []
 
 
-def source_prefix(config: Any, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
+def source_prefix(config: ModelSettings, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
     """The pieces a source to translate into `tgt_lang` starts with: its language tag (unless the
     model puts it on the decoder, `decoder_prefix`), then `tags` (e.g. ["<BT>"]).
 
@@ -163,7 +172,7 @@ def tag_source(text: str, tgt_lang: str | None, tags: Iterable[str] = ()) -> str
 
 def split_tags(text: str) -> tuple[list[str], str]:
     """The leading tags of a tagged source and the text after them: the inverse of `tag_source`."""
-    tags = []
+    tags: list[str] = []
     rest = text.strip()
     while True:
         match = CORPUS_TAG.match(rest)

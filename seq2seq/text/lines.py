@@ -15,16 +15,18 @@ import json
 import os
 import sys
 import zlib
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator, Literal
 
 import click
+
+from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError, Warn
 
 LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on
 _ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
 
 
-def warn(message: str) -> None:
-    """`warning: message` on stderr (above a progress bar, if one is showing)."""
+def warn(message: Diagnostic | str) -> None:
+    """`warning: message` on stderr (above a progress bar, if one is showing); the default `Warn`."""
     from tqdm import tqdm
 
     with tqdm.external_write_mode(file=sys.stderr):
@@ -36,7 +38,7 @@ def std_binary(name: str) -> BinaryIO:
     return getattr(stream, "buffer", stream)
 
 
-def open_binary(path: str, mode: str) -> BinaryIO:
+def open_binary(path: str, mode: Literal["rb", "wb"]) -> BinaryIO:
     """'-' is stdin/stdout; a name ending in .gz is read/written through gzip."""
     if path == "-":
         return std_binary("stdin" if mode == "rb" else "stdout")
@@ -45,11 +47,11 @@ def open_binary(path: str, mode: str) -> BinaryIO:
     return open(path, mode)  # noqa: SIM115 - closed by the caller
 
 
-class InputError(ValueError):
+class InputError(Seq2SeqError, ValueError):
     """An input file that cannot be read to its end (a truncated or false .gz); the message names it."""
 
 
-def decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = warn) -> Iterator[str]:
+def decoded_lines(stream: Iterable[bytes], name: str, warn: Warn = warn) -> Iterator[str]:
     """Lines of a byte stream, lazily: split on '\\n' only (a lone '\\r' or U+2028 stays inside its
     line), one trailing '\\r' dropped (CRLF files), invalid UTF-8 replaced by U+FFFD with a warning
     that names the line. InputError naming the file and line where a line is not UTF-8 and holds NUL
@@ -68,7 +70,8 @@ def decoded_lines(stream: BinaryIO, name: str, warn: Callable[[str], None] = war
                     raise InputError(f"{name} line {number} is not text (NUL bytes, not UTF-8): a binary file, "
                                      "or UTF-16 text (convert it to UTF-8)") from None
                 text = raw.decode("utf-8", errors="replace")
-                warn(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD")
+                warn(Diagnostic(f"{name} line {number}: invalid UTF-8 (byte {e.start}) replaced with U+FFFD",
+                                code="invalid_utf8"))
             yield text.removeprefix("\ufeff") if number == 1 else text
     except READ_ERRORS as e:
         raise input_error(name, e, f"after line {number}") from None

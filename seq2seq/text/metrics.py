@@ -41,12 +41,13 @@ def _metric(name: str) -> BLEU | CHRF | TER:
 
 
 def score(
-    hyps: Sequence[str], refs: Sequence[Sequence[str]], metrics: Sequence[str] = METRICS
+    hyps: Sequence[str], refs: Sequence[Sequence[str | None]], metrics: Sequence[str] = METRICS
 ) -> dict[str, dict[str, Any]]:
     """Score hypotheses against one or more reference sets.
 
     hyps: one string per segment. refs: one list per reference set, each with one string per
-    segment (`[refs_a]` for a single reference, `[refs_a, refs_b]` for two).
+    segment (`[refs_a]` for a single reference, `[refs_a, refs_b]` for two); None where a segment
+    has fewer references (`reference_streams`).
     Returns {metric: {"score": float, "signature": str, "text": sacreBLEU's one-line summary}}
     for each requested metric, e.g. result["bleu"]["score"] == 37.7.
     """
@@ -63,7 +64,8 @@ def score(
     result: dict[str, dict[str, Any]] = {}
     for name in metrics:
         metric = _metric(name)
-        corpus = metric.corpus_score(hyps, refs)
+        # sacreBLEU skips a None reference of a segment (Metric._extract_corpus_statistics); its annotation says str
+        corpus = metric.corpus_score(hyps, refs)  # type: ignore[arg-type]
         result[name] = {"score": float(corpus.score), "signature": str(metric.get_signature()), "text": str(corpus)}
     return result
 

@@ -54,7 +54,7 @@ def base_forms(counts: Counter[str]) -> dict[str, str]:
     families: dict[str, list[str]] = {}
     for word in counts:
         families.setdefault(stem(word), []).append(word)
-    out = {}
+    out: dict[str, str] = {}
     for key, family in families.items():
         base = key if key in counts else max(family, key=lambda w: (counts[w], -len(w), w))
         out.update((w, base) for w in family)

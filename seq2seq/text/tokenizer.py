@@ -21,13 +21,15 @@ import itertools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Union
+from typing import TypedDict, Union
 from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 
-from seq2seq.config.sections import CORPUS_TAG, N_SPECIAL_IDS, TokenizerConfig
+from seq2seq.config.diagnostics import Seq2SeqError
+from seq2seq.config.data_section import CORPUS_TAG
+from seq2seq.config.tokenizer_section import N_SPECIAL_IDS, TokenizerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ TRAIN_SEED = 1234
 TRAIN_THREADS = 4  # fixed, not os.cpu_count(): the trained model depends on the thread count
 
 
-class TokenizerError(ValueError):
+class TokenizerError(Seq2SeqError, ValueError):
     """A tokenizer model that cannot be used: not SentencePiece, or different special ids."""
 
 
@@ -141,6 +143,25 @@ class Tokenizer:
 Texts = Union[Sequence[str], Callable[[], Iterable[str]]]  # sentences, or a function streaming them anew
 
 
+class _TrainerOptions(TypedDict, total=False):
+    """The options of `SentencePieceTrainer.train` that `train_tokenizer` sets (besides the input, the
+    output and the vocabulary size)."""
+
+    model_type: str
+    character_coverage: float
+    input_sentence_size: int
+    add_dummy_prefix: bool
+    shuffle_input_sentence: bool
+    num_threads: int
+    hard_vocab_limit: bool
+    minloglevel: int
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    user_defined_symbols: list[str]
+
+
 def train_tokenizer(
     texts: Texts,
     vocab_size: int,
@@ -166,7 +187,7 @@ def train_tokenizer(
     stream = texts if callable(texts) else lambda: texts
     if not any(t.strip() for t in stream()):
         raise TokenizerError("cannot train a tokenizer: the training text is empty")
-    options = dict(
+    options = _TrainerOptions(
         model_type=cfg.model_type,
         character_coverage=cfg.character_coverage,
         input_sentence_size=cfg.input_sentence_size,
@@ -175,7 +196,8 @@ def train_tokenizer(
         num_threads=num_threads,
         hard_vocab_limit=False,
         minloglevel=2,
-        **SPECIAL_IDS,
+        pad_id=SPECIAL_IDS["pad_id"], unk_id=SPECIAL_IDS["unk_id"], bos_id=SPECIAL_IDS["bos_id"],
+        eos_id=SPECIAL_IDS["eos_id"],
     )
     if user_symbols:
         options["user_defined_symbols"] = list(user_symbols)

@@ -2,6 +2,7 @@
 
     experiment   the pipeline: data, tokenizer, model, `Trainer`, model directory (`run_training`)
     trainer      the training loop: steps, accumulation, validation cadence, stopping, resume
+    log_window   the training loss and tokens since the last log line (`LogWindow`)
     placement    device, precision, processes and gradient scaler for a run (`place`)
     loss         the fused, label-smoothed cross-entropy over the output projection
     optim        optimizer and learning-rate schedule

@@ -14,7 +14,7 @@ import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -23,8 +23,8 @@ from seq2seq.storage.model_dir import ModelDir
 from seq2seq.training import distributed
 from seq2seq.training import finetune
 from seq2seq.data.batching import Batch, IndexedRows, TokenBatchSampler, collate_text
-from seq2seq.config import ConfigError
-from seq2seq.config.sections import check_fits_in_memory
+from seq2seq.config import ConfigError, ModelConfig
+from seq2seq.config.model_section import check_fits_in_memory
 from seq2seq.data import prepare
 from seq2seq.data.mixing import CorpusMix, MixedBatches
 from seq2seq.data.shards import ShardedRows, pair_lengths
@@ -223,9 +223,10 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
 
     data = training_data(cfg, out_dir)
     pretrained = get_modality(cfg.model.encoder.type).pretrained
+    source: Encoder | Callable[[ModelConfig], Encoder] | None = encoder
     if encoder is None and pretrained is not None and parent is None and state_dir is None:
-        encoder = pretrained  # a fresh run starts from a pretrained backbone's weights
-    model = build_model(cfg, data, encoder)
+        source = pretrained  # a fresh run starts from a pretrained backbone's weights
+    model = build_model(cfg, data, source)
     if parent is not None:
         parent.init_weights(model)
 
@@ -258,7 +259,7 @@ def training_data(cfg: Config, out_dir: Path) -> TrainingData:
         return media_training_data(cfg, out_dir) if reads_files else text_training_data(cfg, out_dir)
 
 
-def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[Any], Encoder] | None = None
+def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[ModelConfig], Encoder] | None = None
                 ) -> Seq2SeqTransformer:
     """The model cfg describes, for `data`'s vocabularies (which cfg.model then records), initialised
     from training.seed; `encoder`: an instance to use, or a function of cfg.model that makes one."""
@@ -272,7 +273,8 @@ def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[An
     torch.manual_seed(cfg.training.seed)
     if encoder is not None and not isinstance(encoder, torch.nn.Module):
         encoder = encoder(cfg.model)
-    model = Seq2SeqTransformer(cfg.model, encoder)
+    # a module passed in is the encoder (a function making one is told from it by not being a module)
+    model = Seq2SeqTransformer(cfg.model, cast("Encoder | None", encoder))
     fit = getattr(model.encoder, "fit_statistics", None)
     if fit is not None and data.examples:
         fit(data.examples)  # e.g. normalize: corpus; a parent's or resumed weights replace it

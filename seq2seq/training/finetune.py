@@ -126,7 +126,7 @@ def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume
         if resuming and recorded is None:
             raise ConfigError(f"--init-from {init_from}: {out_dir} holds a run trained from scratch; "
                               f"resume it without --init-from, or set training.output_dir to a new directory")
-        if resuming and Path(recorded).resolve() != parent.path:
+        if resuming and recorded is not None and Path(recorded).resolve() != parent.path:
             raise ConfigError(f"--init-from {init_from}: the run in {out_dir} was fine-tuned from {recorded}; "
                               f"resume it with --init-from {recorded} or without --init-from")
     _merge(cfg, parent, init_from if init_from is not None else out_dir)

@@ -20,13 +20,16 @@ probabilities do not underflow before GradScaler's scale is applied.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.accel.onednn import bucket
+
+if TYPE_CHECKING:
+    from seq2seq.model.transformer import Seq2SeqTransformer
 
 CHUNK_BYTES = 8 << 20  # the fp32 [rows, V] block of one chunk (262 rows for V = 8000)
 
@@ -74,6 +77,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     chunk_loss = chunk_loss - (smoothing / vocab) * total
                 loss += chunk_loss[:rows].sum()
                 if need_grad:
+                    assert grad_h is not None and grad_w is not None  # made above when need_grad
                     g = p.div_(s)  # softmax(z) - q, in place
                     if smoothing:
                         g.sub_(smoothing / vocab)
@@ -137,7 +141,7 @@ def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt
                       reduction="sum", zero_infinity=True)
 
 
-def sequence_loss(model: torch.nn.Module, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
+def sequence_loss(model: Seq2SeqTransformer, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
                   smoothing: float = 0.0, ctc_weight: float = 0.0, positions: Tensor | None = None) -> Tensor:
     """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.
 

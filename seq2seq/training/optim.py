@@ -39,7 +39,7 @@ def build_optimizer(model: nn.Module, cfg: TrainingConfig, fused: bool = False) 
         params += [{"params": groups[True, True], "weight_decay": cfg.weight_decay, "lr": cfg.encoder_lr},
                    {"params": groups[True, False], "weight_decay": 0.0, "lr": cfg.encoder_lr}]
     options = {"fused": True} if fused and fused_adamw_runs_on(next(model.parameters()).device) else {}
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps, **options)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.adam_eps, **options)
 
 
 def fused_adamw_runs_on(device: torch.device) -> bool:

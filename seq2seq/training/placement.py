@@ -11,7 +11,7 @@ forward, so that DDP's gradient hooks run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -22,6 +22,9 @@ from seq2seq.accel.device import choose_device, resolve_precision, use_fast_atte
 from seq2seq.config import ConfigError, TrainingConfig
 from seq2seq.training.loss import sequence_loss
 from seq2seq.training import distributed
+
+if TYPE_CHECKING:
+    from seq2seq.model.transformer import Seq2SeqTransformer
 
 
 @dataclass
@@ -36,7 +39,7 @@ class Placement:
     scaler: torch.amp.GradScaler
 
 
-def place(model: nn.Module, cfg: TrainingConfig, pad_id: int) -> Placement:
+def place(model: Seq2SeqTransformer, cfg: TrainingConfig, pad_id: int) -> Placement:
     """Move `model` (in place) to where `cfg` says it trains, and return how it computes there."""
     device = choose_device(cfg.device)
     world = distributed.world_size()
@@ -61,7 +64,7 @@ def place(model: nn.Module, cfg: TrainingConfig, pad_id: int) -> Placement:
 class TeacherForcedLoss(nn.Module):
     """The summed training loss as a module's forward, for DistributedDataParallel to wrap."""
 
-    def __init__(self, model: nn.Module, pad_id: int, smoothing: float, ctc_weight: float = 0.0) -> None:
+    def __init__(self, model: Seq2SeqTransformer, pad_id: int, smoothing: float, ctc_weight: float = 0.0) -> None:
         super().__init__()
         self.model, self.pad_id, self.smoothing, self.ctc_weight = model, pad_id, smoothing, ctc_weight
 

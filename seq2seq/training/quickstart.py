@@ -15,6 +15,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import click
 
@@ -46,7 +47,16 @@ DEFAULT_MINUTES = 3.5
 # (from 640 and 1,500; benchmarks/README.md, "The throughput probe").
 NEEDED_STEPS = 690
 SLOW_MAX_TOKENS = 1000
-SLOW_MODEL = {"d_model": 128, "ffn_dim": 512}
+
+
+class _SlowModel(TypedDict):
+    """The model settings of a slow machine (`dataclasses.replace(cfg.model, **SLOW_MODEL)`)."""
+
+    d_model: int
+    ffn_dim: int
+
+
+SLOW_MODEL: _SlowModel = {"d_model": 128, "ffn_dim": 512}
 NEEDED_SLOW_STEPS = 1420
 ENOUGH = 0.75  # a machine that gets this share of NEEDED_SLOW_STEPS within LONGEST_MINUTES still passes 95
 LONGEST_MINUTES = 7.25
@@ -124,6 +134,7 @@ def run_quickstart(output_dir: str | Path, minutes: float | None = None, device:
         cfg.training.max_tokens = SLOW_MAX_TOKENS
         cfg.model = dataclasses.replace(cfg.model, **SLOW_MODEL)
         slow_steps = estimate_steps(cfg)
+        assert slow_steps is not None  # cfg has a time budget (quickstart_config)
         cfg.training.max_time_minutes = training_minutes(slow_steps, needed=NEEDED_SLOW_STEPS)
         log.info(budget_note(slow_steps, cfg.training.max_time_minutes, steps))
     result = run_training(cfg, config_source="quickstart")

@@ -115,12 +115,13 @@ def _validation_seconds(trainer: Trainer, sampled: int, clock: Callable[[], floa
     ratio = sum(batches[i].n_tgt_tokens for i in chosen) / max(1, src_tokens)
     search_cfg = trainer.search_cfg
     trainer.search_cfg = dataclasses.replace(search_cfg, max_len_a=ratio, max_len_b=0, min_len=0)
+    trainer.valid = sample  # the sampled batches only: their share of the whole is scaled up below
     try:
         start = clock()
         trainer.validate()
         seconds = clock() - start
     finally:
-        trainer.search_cfg = search_cfg
+        trainer.search_cfg, trainer.valid = search_cfg, valid
     share = sum(b.n_tgt_tokens for b in sample.batches) / sum(b.n_tgt_tokens for b in batches)
     return seconds / share if share else 0.0
 

@@ -42,17 +42,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
-from torch import nn
 from tqdm import tqdm
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.training import distributed
 
 from seq2seq.data.batching import Batch, TokenBatchSampler
 from seq2seq.data.prefetch import Prefetcher, Step, training_steps
 from seq2seq.model import sync
+from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
 from seq2seq.config import TrainingConfig
 from seq2seq.accel.device import autocast_context
+from seq2seq.training.log_window import LogWindow
 from seq2seq.training.validation import METRIC_KEYS, ValidData, is_better, validate
 from seq2seq.training.loss import sequence_loss
 from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_budget, step_unless
@@ -68,7 +70,7 @@ PROGRESS = ("step", "bad_steps", "elapsed", "best", "best_step", "validations_wi
             "plateau_step")
 
 
-class TrainingAborted(RuntimeError):
+class TrainingAborted(Seq2SeqError, RuntimeError):
     """Training cannot go on (too many non-finite steps); the last good checkpoint is kept."""
 
 
@@ -80,7 +82,7 @@ class Trainer:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: Seq2SeqTransformer,
         cfg: TrainingConfig,
         sampler: TokenBatchSampler,
         collate: Callable[[list[int]], Batch],
@@ -104,7 +106,7 @@ class Trainer:
         self.best: float | None = None
         self.plateau_step: int | None = None  # where cfg.cooldown_patience started the cooldown
         self.history: list[dict[str, Any]] = []
-        self.window = _Window()  # the training loss since the last log line
+        self.window = LogWindow()  # the training loss since the last log line
         # Where host reads stop the device, the step reads nothing (see the module docstring).
         self.deferred = not sync.host_reads_are_free(self.device)
         self.optimizer = build_optimizer(model, cfg, fused=self.deferred)
@@ -354,7 +356,7 @@ class Trainer:
                      "by step %d (training.cooldown_patience)", self.cfg.best_metric, patience, self.best_step,
                      self.max_steps)
 
-    def _log_training(self, window: _Window, bar: tqdm) -> None:
+    def _log_training(self, window: LogWindow, bar: tqdm) -> None:
         """Log the mean loss and tokens/s since the last log (to the bar, or the logger without one),
         and on a GPU the most memory it has held."""
         self._settle()
@@ -413,7 +415,8 @@ class Trainer:
         if loaded is None:
             return False
         objects, progress = loaded
-        kernels = [{k: g[k] for k in ("fused", "foreach", "capturable") if k in g} for g in self.optimizer.param_groups]
+        kernels: list[dict[str, bool | None]] = [{k: g[k] for k in ("fused", "foreach", "capturable") if k in g}
+                                                 for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(objects["optimizer"])
         for group, chosen in zip(self.optimizer.param_groups, kernels):  # this device's kernels, not the saver's
             group.update(chosen)
@@ -437,41 +440,3 @@ def open_tensorboard(out_dir: Path) -> Any:
         raise TrainingAborted('training.tensorboard: true needs the tensorboard package: '
                               'pip install "seq2seq[tensorboard]" (or set training.tensorboard: false)') from None
     return SummaryWriter(str(out_dir / "tensorboard"))
-
-
-class _Window:
-    """Target tokens, summed loss and wall time since the last training log. Steps checked on the
-    device (`Trainer._deferred_step`) add to `pending` there, [loss sum, tokens, skipped steps], which
-    `settle` reads once."""
-
-    def __init__(self) -> None:
-        self.tokens, self.loss, self.start = 0, 0.0, time.perf_counter()
-        self.pending: torch.Tensor | None = None
-
-    def add(self, mean_loss: float, tokens: int) -> None:
-        self.tokens += tokens
-        self.loss += mean_loss * tokens
-
-    def add_on_device(self, loss_sum: torch.Tensor, tokens: int, ok: torch.Tensor) -> None:
-        """A step's summed loss and tokens (both left out when `ok`, a 0-dim bool, is false: the step was
-        skipped), without reading them."""
-        dtype = torch.float32 if loss_sum.device.type == "mps" else torch.float64  # (MPS has no float64)
-        row = torch.stack([torch.where(ok, loss_sum, 0.0).to(dtype), ok.to(dtype) * tokens, (~ok).to(dtype)])
-        self.pending = row if self.pending is None else self.pending + row
-
-    def settle(self, device: torch.device) -> int:
-        """Move the pending sums into the window (one host read; under torchrun the loss summed over the
-        processes). Returns the number of skipped steps among them."""
-        if self.pending is None:
-            return 0
-        loss, tokens, bad = self.pending.tolist()
-        self.pending = None
-        self.loss += distributed.sum_float(loss, device)
-        self.tokens += round(tokens)
-        return round(bad)
-
-    def take(self) -> tuple[float, float]:
-        """(mean loss per token, tokens/s) of the window, which starts again."""
-        result = self.loss / self.tokens, self.tokens / (time.perf_counter() - self.start)
-        self.__init__()
-        return result

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch import nn
 
 from seq2seq.data.batching import Batch
 from seq2seq.accel.device import autocast_context
@@ -32,6 +31,7 @@ from seq2seq.text.metrics import cer, reference_streams, score, wer
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.search import search
+from seq2seq.model.transformer import Seq2SeqTransformer
 
 METRIC_KEYS = {"bleu": "valid_bleu", "chrf": "valid_chrf", "wer": "valid_wer", "cer": "valid_cer",
                "loss": "valid_loss"}
@@ -64,7 +64,7 @@ def corpus_metrics(hyps: Sequence[str], references: Sequence[Sequence[str]]) -> 
 
 
 @torch.inference_mode()
-def validate(model: nn.Module, valid: ValidData, device: torch.device, precision: str, pad_id: int,
+def validate(model: Seq2SeqTransformer, valid: ValidData, device: torch.device, precision: str, pad_id: int,
              search_cfg: SearchConfig, decode: bool = True) -> dict[str, float]:
     """Validation loss (plain NLL per target token) and perplexity; with `decode`, the metrics of
     `search_cfg` decoding (greedy in training). Leaves the model in eval mode."""
@@ -82,8 +82,8 @@ def validate(model: nn.Module, valid: ValidData, device: torch.device, precision
         tokens += batch.n_tgt_tokens
         for i, nbest in zip(batch.indices, results):
             hyps[i] = nbest[0].tokens[valid.forced:]
-    loss = nll.item() / max(tokens, 1)
-    metrics = {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50))}
+    mean_loss = nll.item() / max(tokens, 1)
+    metrics = {"valid_loss": mean_loss, "valid_ppl": math.exp(min(mean_loss, 50))}
     if hyps:
         order = sorted(hyps)
         texts = valid.detokenize([hyps[i] for i in order])

@@ -1,14 +1,13 @@
 """Encoders: anything that maps an input batch to (memory [B, S, D], memory_pad_mask [B, S]).
 
 A new modality is a new module here (see `base`): its config, `Encoder` and `SourceProcessor` (of a
-`SourceKind`), registered under the name `model.encoder.type` uses. The decoder, trainer, search,
-server and CLI need no change: they call the processor.
+`SourceKind`; see `sources`), registered under the name `model.encoder.type` uses. The decoder,
+trainer, search, server and CLI need no change: they call the processor.
 """
 
-from seq2seq.model.encoders.base import (
-    AUDIO, IMAGE, TEXT, Encoder, Modality, SourceError, SourceKind, SourceLimits, SourceProcessor, TextProcessor,
-    get_modality, register, source_kind, source_processor,
-)
+from seq2seq.model.encoders.base import Encoder, Modality, get_modality, register, source_kind, source_processor
+from seq2seq.model.encoders.sources import AUDIO, IMAGE, TEXT, SourceError, SourceKind, SourceLimits, SourceProcessor
+from seq2seq.model.encoders.text_processor import TextProcessor
 from seq2seq.model.encoders.text import TextEncoder
 from seq2seq.model.encoders import image  # noqa: F401 - registers "image"
 from seq2seq.model.encoders import audio  # noqa: F401 - registers "audio"

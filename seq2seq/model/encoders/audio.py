@@ -55,15 +55,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.config.encoder_section import EncoderConfig, register_encoder_config
+from seq2seq.config.model_section import ModelConfig
 from seq2seq.model import sync
 from seq2seq.model.layers import Dropout, EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.audio_features import (
     LogMel, conv_length, empty_mel_filters, log_mel, num_frames, padding_mask, spec_augment, subsampled_length,
 )
 from seq2seq.model.encoders.augment import AudioAugmentConfig, augment_waveform
-from seq2seq.model.encoders.base import AttentionView, Encoder, Modality, register
+from seq2seq.model.encoders.base import Encoder, Modality, register
 from seq2seq.model.encoders.media_io import WaveformProcessor
+from seq2seq.model.encoders.sources import AttentionView
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +169,8 @@ class ConvSubsampling(nn.Module):
         super().__init__()
         c = cfg.conv_channels
         self.two_d = cfg.subsampling == "conv2d"
+        self.conv1: nn.Conv2d | nn.Conv1d
+        self.conv2: nn.Conv2d | nn.Conv1d
         if self.two_d:
             self.conv1 = nn.Conv2d(1, c, 3, stride=2, padding=1)
             self.conv2 = nn.Conv2d(c, c, 3, stride=2, padding=1)
@@ -210,6 +214,8 @@ def unpack_src(src: Any) -> tuple[Tensor, Tensor]:
 
 class AudioEncoder(Encoder):
     """(waveforms [B, T], lengths [B]) -> (memory [B, S, D], pad mask [B, S]), S = subsampled frames."""
+
+    positions: Tensor  # buffer [n, D], grown by position_table
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

@@ -6,13 +6,13 @@
     spec_augment(feats, frames, cfg) -> SpecAugment masks (training)
 
 `cfg` is the `AudioEncoderConfig` (seq2seq.model.encoders.audio), whose module docstring states the
-pipeline step by step.
+pipeline step by step; this module names only the fields it reads (the `MelSettings` protocol).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 import torch
@@ -23,26 +23,37 @@ from seq2seq.model.encoders.augment import vtlp_warp
 
 
 
-class AudioEncoderConfig(Protocol):
-    """The settings of `seq2seq.model.encoders.audio.AudioEncoderConfig` that the features read."""
+class MelSettings(Protocol):
+    """What these functions read of their `cfg`: the fields of `seq2seq.model.encoders.audio.AudioEncoderConfig`
+    (the one config class, `model.encoder` of type audio), declared here by shape so that this module
+    need not import the one that imports it."""
 
-    sample_rate: int
-    n_fft: int
-    hop_length: int
-    n_mels: int
-    f_min: float
-    normalize: str
-    freq_masks: int
-    freq_mask_width: int
-    time_masks: int
-    time_mask_width: int
-    time_mask_max_frac: float
-
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def n_fft(self) -> int: ...
+    @property
+    def hop_length(self) -> int: ...
     @property
     def window(self) -> int: ...
-
+    @property
+    def n_mels(self) -> int: ...
+    @property
+    def f_min(self) -> float: ...
     @property
     def fmax(self) -> float: ...
+    @property
+    def normalize(self) -> str: ...
+    @property
+    def freq_masks(self) -> int: ...
+    @property
+    def freq_mask_width(self) -> int: ...
+    @property
+    def time_masks(self) -> int: ...
+    @property
+    def time_mask_width(self) -> int: ...
+    @property
+    def time_mask_max_frac(self) -> float: ...
 
 LOG_EPS = 1e-6  # log(mel power + LOG_EPS)
 NORM_EPS = 1e-5  # variance floor of the per-utterance normalisation
@@ -61,7 +72,7 @@ def _mel_to_hz(m: float | np.ndarray) -> Any:
     return 700.0 * (10.0 ** (np.asarray(m, dtype=np.float64) / 2595.0) - 1.0)
 
 
-def mel_filterbank(cfg: AudioEncoderConfig, warp: np.ndarray | None = None) -> np.ndarray:
+def mel_filterbank(cfg: MelSettings, warp: np.ndarray | None = None) -> np.ndarray:
     """HTK-scale triangular filters [n_fft // 2 + 1, n_mels] (float64), peak 1, no area normalisation.
 
     warp: VTLP factors [B] -> [B, n_fft // 2 + 1, n_mels], each evaluated at the FFT bins' warped
@@ -77,7 +88,7 @@ def mel_filterbank(cfg: AudioEncoderConfig, warp: np.ndarray | None = None) -> n
     return np.maximum(0.0, np.minimum(up, down))
 
 
-def empty_mel_filters(cfg: AudioEncoderConfig) -> list[int]:
+def empty_mel_filters(cfg: MelSettings) -> list[int]:
     fb = mel_filterbank(cfg)
     return [int(i) for i in np.flatnonzero(fb.max(axis=0) <= 0.0)]
 
@@ -87,18 +98,30 @@ def empty_mel_filters(cfg: AudioEncoderConfig) -> list[int]:
 # --------------------------------------------------------------------------------------------
 
 
-def num_frames(n_samples: int | Tensor, cfg: AudioEncoderConfig) -> int | Tensor:
+@overload
+def num_frames(n_samples: int, cfg: MelSettings) -> int: ...
+@overload
+def num_frames(n_samples: Tensor, cfg: MelSettings) -> Tensor: ...
+def num_frames(n_samples: int | Tensor, cfg: MelSettings) -> int | Tensor:
     """Frames of an utterance of n_samples (>= 1) samples: 1 + (max(n, n_fft) - n_fft) // hop."""
     if isinstance(n_samples, Tensor):
         return (n_samples.clamp(min=cfg.n_fft) - cfg.n_fft) // cfg.hop_length + 1
     return (max(int(n_samples), cfg.n_fft) - cfg.n_fft) // cfg.hop_length + 1
 
 
+@overload
+def conv_length(n: int) -> int: ...
+@overload
+def conv_length(n: Tensor) -> Tensor: ...
 def conv_length(n: int | Tensor) -> int | Tensor:
     """Output length of a kernel 3, stride 2, padding 1 convolution: floor((n + 2 - 3) / 2) + 1."""
     return (n - 1) // 2 + 1
 
 
+@overload
+def subsampled_length(n_frames: int) -> int: ...
+@overload
+def subsampled_length(n_frames: Tensor) -> Tensor: ...
 def subsampled_length(n_frames: int | Tensor) -> int | Tensor:
     """Encoder positions of n_frames feature frames after the two stride-2 convolutions."""
     return conv_length(conv_length(n_frames))
@@ -122,7 +145,7 @@ class LogMel(nn.Module):
     `normalize: corpus` the per-bin statistics are the buffers corpus_mean, corpus_std [n_mels]
     (saved with the weights; 0 and 1, i.e. no normalisation, until `fit_corpus_statistics`)."""
 
-    def __init__(self, cfg: AudioEncoderConfig) -> None:
+    def __init__(self, cfg: MelSettings) -> None:
         super().__init__()
         self.cfg = cfg
         self.register_buffer("window", torch.hann_window(cfg.window, periodic=True), persistent=False)
@@ -131,7 +154,7 @@ class LogMel(nn.Module):
             self.register_buffer("corpus_mean", torch.zeros(cfg.n_mels))
             self.register_buffer("corpus_std", torch.ones(cfg.n_mels))
 
-    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _apply(self, fn, *args, **kwargs):
         """Moves follow the model (device), but the window, mel matrix and corpus statistics stay exact
         float32 even when the model is cast to bf16/fp16: features are always computed in float32."""
         stats = {name: getattr(self, name) for name in ("corpus_mean", "corpus_std") if hasattr(self, name)}
@@ -201,6 +224,7 @@ def normalize(feats: Tensor, real: Tensor, frames: Tensor, how: str,
     if how == "none":
         return feats
     if how == "corpus":
+        assert corpus is not None, 'how="corpus" takes the corpus statistics'
         mean, std = corpus
         return ((feats - mean) / std).masked_fill(~real, 0.0)
     n = frames.clamp(min=1).to(feats.dtype)[:, None, None]  # [B, 1, 1]
@@ -214,14 +238,14 @@ def normalize(feats: Tensor, real: Tensor, frames: Tensor, how: str,
     return ((feats - mean) * torch.rsqrt(var + NORM_EPS)).masked_fill(~real, 0.0)
 
 
-def log_mel(waveform: Tensor, cfg: AudioEncoderConfig) -> Tensor:
+def log_mel(waveform: Tensor, cfg: MelSettings) -> Tensor:
     """One waveform [T] -> its normalised log-mel features [F, n_mels] (what the encoder sees)."""
     with torch.no_grad():
         feats, _ = LogMel(cfg)(waveform[None].float(), torch.tensor([waveform.numel()]))
     return feats[0]
 
 
-def spec_augment(feats: Tensor, frames: Tensor, cfg: AudioEncoderConfig) -> Tensor:
+def spec_augment(feats: Tensor, frames: Tensor, cfg: MelSettings) -> Tensor:
     """SpecAugment frequency and time masks on [B, F, n_mels]; time masks lie inside each utterance's
     real frames. Uses torch's global RNG (seeded by training)."""
     b, n_frames, n_mels = feats.shape

@@ -243,7 +243,7 @@ def reverberate(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
     return (out * np.float32(rms_in / rms_out if rms_out > 0 else 1.0)).astype(np.float32, copy=False)
 
 
-def _lerp(bounds: Sequence[float], u: float) -> float:
+def _lerp(bounds: Sequence[float] | np.ndarray, u: float) -> float:
     """The point at fraction u in [0, 1) of [low, high]: uniform in the range for a uniform u."""
     return float(bounds[0] + (bounds[1] - bounds[0]) * u)
 

@@ -42,19 +42,22 @@ encoder's parameters their own learning rate.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.sections import ModelConfig
+from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.encoders.audio_features import padding_mask
 from seq2seq.model.encoders.base import Encoder, Modality, register
 from seq2seq.model.encoders.hf_backbone import (
     KEY, HFEncoderConfig, backbone_config, build_backbone, resolve_backbone, source_kind_of,
 )
 from seq2seq.model.encoders.hf_sources import hf_preprocessor, hf_processor
+
+if TYPE_CHECKING:  # an optional dependency (the hf extra)
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class HFEncoder(Encoder):
     (the model adds `enc_to_dec_proj` when it differs from model.d_model); padded rows are zero.
     """
 
-    def __init__(self, cfg: HFEncoderConfig, backbone: nn.Module | None = None) -> None:
+    def __init__(self, cfg: HFEncoderConfig, backbone: PreTrainedModel | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.spec = cfg.spec
@@ -141,7 +144,8 @@ class HFEncoder(Encoder):
             memory = self.backbone(self._dtype(features)).last_hidden_state
             out_lengths = ((lengths - 1) // 2 + 1).clamp(min=1, max=memory.size(1))
         else:
-            out_lengths = self.backbone._get_feat_extract_output_lengths(lengths).long()
+            # the waveform backbones (wav2vec2, HuBERT, ...) define it; PreTrainedModel does not declare it
+            out_lengths = self.backbone._get_feat_extract_output_lengths(lengths).long()  # type: ignore[operator]
             if self.per_utterance:  # group norm over time: each utterance alone, unpadded
                 rows = [self.backbone(self._dtype(features[i: i + 1, : int(n)])).last_hidden_state[0]
                         for i, n in enumerate(lengths.tolist())]

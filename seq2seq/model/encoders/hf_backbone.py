@@ -10,14 +10,16 @@ import importlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.sections import EncoderConfig, register_encoder_config
-from seq2seq.model.encoders.base import AUDIO, IMAGE, SourceKind
+from seq2seq.config.encoder_section import EncoderConfig, register_encoder_config
+from seq2seq.model.encoders.sources import AUDIO, IMAGE, SourceKind
+
+if TYPE_CHECKING:  # an optional dependency (the hf extra)
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +209,7 @@ def backbone_config(cfg: HFEncoderConfig) -> Any:
     return transformers.CONFIG_MAPPING[cfg.backbone["model_type"]].from_dict(dict(cfg.backbone))
 
 
-def build_backbone(cfg: HFEncoderConfig, pretrained: bool = False) -> nn.Module:
+def build_backbone(cfg: HFEncoderConfig, pretrained: bool = False) -> PreTrainedModel:
     """The transformers module: from the saved config (its weights to be loaded), or with the pretrained
     weights of `cfg.name_or_path` (the start of training). At the start of training without a
     `name_or_path` (the backbone's config given in `backbone`), the weights are transformers' random

@@ -24,11 +24,9 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import ConfigError
-from seq2seq.config.sections import EncoderConfig
+from seq2seq.config.encoder_section import EncoderConfig
 from seq2seq.model.encoders.audio_windows import Window
-from seq2seq.model.encoders.base import (
-    IMAGE, AttentionView, SourceError, SourceInfo, SourceProcessor,
-)
+from seq2seq.model.encoders.sources import IMAGE, AttentionView, SourceError, SourceInfo, SourceProcessor
 from seq2seq.model.encoders.hf_backbone import KEY, HFEncoderConfig, require_transformers, resolve_backbone
 from seq2seq.model.encoders.media_io import WaveformProcessor, probe_image, read_image
 

@@ -26,12 +26,12 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.sections import EncoderConfig, ModelConfig, register_encoder_config
+from seq2seq.config.encoder_section import EncoderConfig, register_encoder_config
+from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.layers import EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.augment import ImageAugmentConfig, augment_image
-from seq2seq.model.encoders.base import (
-    IMAGE, AttentionView, Encoder, Modality, SourceInfo, SourceProcessor, register,
-)
+from seq2seq.model.encoders.base import Encoder, Modality, register
+from seq2seq.model.encoders.sources import IMAGE, AttentionView, SourceInfo, SourceProcessor
 from seq2seq.model.encoders.media_io import probe_image, read_image
 
 
@@ -113,7 +113,10 @@ class ImageEncoderConfig(EncoderConfig):
         for name, value in patches.items():
             if value < 1:
                 raise ConfigError(f"{key}.{name} must be positive, got {value}")
-        sizes = {"image_size": self.image_size} if self.height is None else {"height": self.height, "width": self.width}
+        if self.height is None or self.width is None:  # both None (checked above)
+            sizes = {"image_size": self.image_size}
+        else:
+            sizes = {"height": self.height, "width": self.width}
         for name, value in sizes.items():
             if value < 1:
                 raise ConfigError(f"{key}.{name} must be positive, got {value}")
@@ -155,7 +158,10 @@ class ImageEncoderConfig(EncoderConfig):
     @property
     def size(self) -> tuple[int, int]:
         """(height, width) in pixels after resizing."""
-        return (self.image_size, self.image_size) if self.height is None else (self.height, self.width)
+        if self.height is None:
+            return (self.image_size, self.image_size)
+        assert self.width is not None  # set together with height (__post_init__)
+        return (self.height, self.width)
 
     @property
     def patch(self) -> tuple[int, int]:
@@ -230,6 +236,8 @@ class ImageEncoder(Encoder):
     column c. `self.grid = (gh, gw)`.
     """
 
+    table: Tensor  # sinusoidal positions [S, D], a buffer (positions: sinusoidal)
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         enc = cfg.encoder
@@ -299,7 +307,9 @@ class ImageProcessor(SourceProcessor):
 
     kind = IMAGE
 
-    def __init__(self, cfg: ImageEncoderConfig) -> None:
+    def __init__(self, cfg: EncoderConfig) -> None:
+        if not isinstance(cfg, ImageEncoderConfig):  # (as AudioProcessor)
+            raise ConfigError(f"the image processor needs model.encoder.type: image, got {cfg.type!r}")
         self.cfg = cfg
         self.size = cfg.size
         gh, gw = cfg.grid

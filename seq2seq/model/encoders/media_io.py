@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.model.encoders.audio_windows import Window, split_windows
-from seq2seq.model.encoders.base import AUDIO, SourceError, SourceInfo, SourceProcessor
+from seq2seq.model.encoders.sources import AUDIO, SourceError, SourceInfo, SourceProcessor
 
 # --------------------------------------------------------------------------------------------
 # Images
@@ -45,6 +45,7 @@ def probe_image(path: str | Path) -> SourceInfo | None:
             with Image.open(path) as im:  # the header only
                 width, height = im.size
     except Image.DecompressionBombError:
+        assert Image.MAX_IMAGE_PIXELS is not None  # Pillow has no limit to exceed when it is None
         return SourceInfo(pixels=2 * Image.MAX_IMAGE_PIXELS + 1)
     except Exception:  # noqa: BLE001 - not an image: for the reader to say
         return None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seq2seq.config.sections import ModelConfig
+from seq2seq.config.model_section import ModelConfig
 from seq2seq.model import sync
 from seq2seq.model.layers import Embedding, EncoderLayer
-from seq2seq.model.encoders.base import Encoder, Modality, TextProcessor, register
+from seq2seq.model.encoders.base import Encoder, Modality, register
+from seq2seq.model.encoders.text_processor import TextProcessor
 
 
 class TextEncoder(Encoder):

@@ -1,0 +1,85 @@
+"""The model calls of the server, made on the batching worker (`seq2seq.serve.batcher`), the only
+thread that touches the model: a batch of texts or files, each with its steering, as one
+`translate_nbest` call (`ModelCalls`), and what it gave each source (`Output`: its n-best list, or
+`Unreadable` for a file that could not be read, and the warnings it drew).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from seq2seq.config.diagnostics import Diagnostic, Warn
+from seq2seq.inference.glossary import Glossary
+from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.steering import Steering
+from seq2seq.serve.requests import Limits
+
+log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one name, whichever module logs them
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """In place of a source's n-best list: the source could not be read, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Output:
+    """What the model call gave one source: its n-best list (or `Unreadable`) and the warnings it drew."""
+
+    hyps: Any
+    warnings: list[Diagnostic]
+
+
+class ModelCalls:
+    """The batching worker's `run` for one model: `run_texts` for a model that reads sentences (the
+    server's glossary applied to them), `run_files` for one that reads files."""
+
+    def __init__(self, model: ServedModel, limits: Limits, glossary: Glossary | None = None) -> None:
+        self.model, self.limits, self.glossary = model, limits, glossary
+
+    def run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+        """Each text's n-best list; items: (text, its steering or None)."""
+        warn, notes = self._warnings(log.warning)
+        steering = self._steering_arguments(items)
+        if self.glossary is not None:
+            steering["glossary"] = self.glossary
+        results = self.model.translate_nbest([text for text, _ in items], batch_tokens=self.limits.batch_tokens,
+                                             warn=warn, **steering, **options)
+        return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
+
+    def run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+        """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
+        skipped: dict[int, str] = {}
+        warn, notes = self._warnings(log.info)
+        results = self.model.translate_nbest([path for path, _ in items], batch_tokens=self.limits.batch_tokens,
+                                             warn=warn, skip_bad=True, skipped=skipped,
+                                             **self._steering_arguments(items), **options)
+        return [Output(Unreadable(skipped[i]) if i in skipped else hyps, notes.get(i, []))
+                for i, hyps in enumerate(results)]
+
+    @staticmethod
+    def _warnings(log_it: Any) -> tuple[Warn, dict[int, list[Diagnostic]]]:
+        """A `warn` for the model call that logs each warning and keeps those about one input in
+        {index: [diagnostics]}."""
+        notes: dict[int, list[Diagnostic]] = {}
+
+        def warn(diagnostic: Diagnostic) -> None:
+            log_it("%s", diagnostic)
+            if isinstance(diagnostic, Diagnostic) and diagnostic.index is not None:
+                notes.setdefault(diagnostic.index, []).append(diagnostic)
+
+        return warn, notes
+
+    @staticmethod
+    def _steering_arguments(items: list[tuple[str, Steering | None]]) -> dict[str, Any]:
+        """translate_nbest's steering arguments for the items (none when no item has any steering:
+        the unsteered search, exactly)."""
+        steering = [s or Steering() for _, s in items]
+        if not any(steering):
+            return {}
+        return {"prefix": [s.prefix for s in steering], "constraints": [list(s.constraints) for s in steering],
+                "avoid": [list(s.avoid) for s in steering]}
