@@ -55,7 +55,29 @@ def test_the_sampler_annotates_a_share_of_pairs_with_their_own_rarer_target_word
     assert chunks == again and any(TERM in s for s in chunks[0][0]) and chunks[0][1] == targets[:500]
     lemmas = TermSampler(TerminologyConfig(share=1.0, base_forms=True, skip_frequent=0),
                          Counter({"Hund": 3, "Hunde": 1}))
-    assert lemmas.terms("Hunde", rng) == ["Hund"]  # a base form, which the model learns to inflect
+    assert lemmas.pair("s", "Hunde", rng) == (f"s {TERM} Hund", "Hunde")  # a base form, which the model inflects
+
+
+def test_substituted_terms_replace_the_word_in_the_annotation_and_the_target_alike():
+    counts = Counter({"Hund": 50, "Hut": 5, "Rosen": 1, "Ball": 20, "grüne": 7, "ein": 500, "mit": 400})
+    sampler = TermSampler(TerminologyConfig(share=1.0, max_terms=1, skip_frequent=2, substitute=1.0), counts)
+    assert sampler.pool == {False: ["grüne"], True: ["Ball", "Hund", "Hut", "Rosen"]}
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(20):
+        source, target = sampler.pair("a dog", "ein Hund mit Hund.", rng)
+        term = source.split(f" {TERM} ")[1]
+        assert term in {"Ball", "Hut", "Rosen"} and target == f"ein {term} mit {term}."  # every occurrence
+        seen.add(term)
+    assert len(seen) > 1
+    # whole words only ("Hund-Hut" is one word); a word the target has already is not drawn into it
+    assert sampler.substituted("ein Hund mit Hund-Hut", ["Hund"], np.random.default_rng(3))[0] in \
+        {f"ein {w} mit Hund-Hut" for w in ("Ball", "Hut", "Rosen")}
+    assert sampler.substituted("Hund Ball Hut Rosen", ["Hund"], rng) == ("Hund Ball Hut Rosen", ["Hund"])
+    # a lowercase term takes a lowercase word; none other: kept as it was
+    assert sampler.pair("s", "ein grüne mit", rng) == (f"s {TERM} grüne", "ein grüne mit")
+    never = TermSampler(TerminologyConfig(share=1.0, max_terms=1, skip_frequent=2), counts)
+    assert never.pair("s", "ein Hund", np.random.default_rng(0)) == (f"s {TERM} Hund", "ein Hund")
 
 
 def test_the_rare_pick_annotates_the_rarest_candidate_words_first():
@@ -172,6 +194,9 @@ def test_the_command_line_and_the_server_take_the_terms_mode(term_model, tmp_pat
     assert parse_options({"terms": "annotate", "beam": 4}, Limits()) == {"terms": "annotate", "beam": 4}
     with pytest.raises(RequestError, match="terms must be a string"):
         parse_options({"terms": 3}, Limits())
+    from seq2seq.serve.demo import model_info  # the demo page offers the terms mode for such a model only
+
+    assert model_info(Translator.load(term_model, device="cpu"), Limits())["annotates_terms"] is True
 
 
 def test_a_lemma_term_is_met_by_any_of_its_forms_where_asked(term_model):

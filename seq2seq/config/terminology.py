@@ -24,6 +24,10 @@ class TerminologyConfig:
     base_forms: annotate with a word's base form (its corpus's shortest form without an inflection
         ending, `seq2seq.text.terminology.base_forms`) instead of the word as the target has it: the model
         learns to inflect a term given as a lemma ("schlank" -> "schlanker").
+    substitute: the fraction of the terms that, in the annotation and in the target alike, are replaced by
+        another candidate word of the training targets (drawn at random, capitalised as the word it
+        replaces): the source then cannot predict the term, so the model learns to take it from the
+        annotation rather than ignore it (a term the pair's own translation holds anyway teaches little).
     """
 
     share: float = 0.0
@@ -31,12 +35,15 @@ class TerminologyConfig:
     skip_frequent: int = 100
     base_forms: bool = False
     pick: str = "random"
+    substitute: float = 0.0
 
     def __post_init__(self) -> None:
         if self.pick not in PICKS:
             raise ConfigError(f"data.terminology.pick must be one of {', '.join(PICKS)}, got {self.pick!r}")
         if not 0.0 <= self.share <= 1.0:
             raise ConfigError(f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
+        if not 0.0 <= self.substitute <= 1.0:
+            raise ConfigError(f"data.terminology.substitute must be a fraction in [0, 1], got {self.substitute}")
         if self.max_terms < 1:
             raise ConfigError(f"data.terminology.max_terms must be >= 1, got {self.max_terms}")
         if self.skip_frequent < 0:

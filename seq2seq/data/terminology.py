@@ -9,12 +9,15 @@ A pair is annotated with words of its own target, as the user of a termbase woul
 most frequent words (function words are not terms), at random or the rarest first (`pick`), appended to the source by
 `seq2seq.text.terminology.annotate` (as their base forms with `base_forms`). Which pairs and which
 words follow a generator seeded by (`seed`, chunk), so the same corpus is annotated the same way every
-time (the cache key holds the settings). Only training pairs are annotated: validation measures the
+time (the cache key holds the settings). With `substitute`, a share of the terms is replaced, in the
+annotation and in the target, by another word of the corpus: a term the source cannot predict, which the
+model can only take from the annotation. Only training pairs are annotated: validation measures the
 translation of plain sources, which is what the best checkpoint is chosen for.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -40,13 +43,15 @@ class TermSampler:
         self.frequent = {w for w, _ in lowered.most_common(cfg.skip_frequent)}
         self.counts = lowered
         self.bases = base_forms(counts) if cfg.base_forms else None
+        candidates = sorted(w for w in counts if w.lower() not in self.frequent and not w.isdigit())
+        self.pool = {upper: [w for w in candidates if w[:1].isupper() == upper] for upper in (False, True)}
 
     def candidates(self, target: str) -> list[str]:
         """The words of `target` that may be terms: each once, in order, none of the most frequent."""
         return [w for w in dict.fromkeys(words(target)) if w.lower() not in self.frequent and not w.isdigit()]
 
     def terms(self, target: str, rng: np.random.Generator) -> list[str]:
-        """This pair's terms ([] for a pair left plain), drawn with `rng`."""
+        """This pair's terms ([] for a pair left plain), drawn with `rng`, as the target has them."""
         if rng.random() >= self.cfg.share:
             return []
         found = self.candidates(target)
@@ -54,13 +59,37 @@ class TermSampler:
             return []
         k = min(len(found), int(rng.integers(1, self.cfg.max_terms + 1)))
         if self.cfg.pick == "rare":  # the rarest first (ties: in the target's order)
-            chosen = sorted(found, key=lambda w: self.counts[w.lower()])[:k]
-        else:
-            chosen = [found[i] for i in rng.permutation(len(found))[:k]]
-        return [self.bases.get(w, w) for w in chosen] if self.bases is not None else chosen
+            return sorted(found, key=lambda w: self.counts[w.lower()])[:k]
+        return [found[i] for i in rng.permutation(len(found))[:k]]
+
+    def substituted(self, target: str, terms: list[str], rng: np.random.Generator) -> tuple[str, list[str]]:
+        """`target` and `terms` with a `substitute` share of the terms replaced, in both, by other
+        candidate words of the corpus, capitalised alike (every occurrence of the word in `target`)."""
+        out = []
+        for term in terms:
+            pool = self.pool[term[:1].isupper()]
+            if rng.random() < self.cfg.substitute and len(pool) > 1:
+                i = int(rng.integers(len(pool)))
+                other = pool[i] if pool[i] != term else pool[(i + 1) % len(pool)]
+                if other not in words(target):
+                    target = re.sub(rf"(?<![\w'’-]){re.escape(term)}(?![\w'’-])", other, target)
+                    term = other
+            out.append(term)
+        return target, out
+
+    def pair(self, source: str, target: str, rng: np.random.Generator) -> tuple[str, str]:
+        """The pair as trained on: its source annotated with its terms (none for most pairs), its target
+        with the substituted terms in place."""
+        terms = self.terms(target, rng)
+        if terms and self.cfg.substitute > 0:
+            target, terms = self.substituted(target, terms, rng)
+        if self.bases is not None:
+            terms = [self.bases.get(w, w) for w in terms]
+        return annotate(source, terms), target
 
     def annotated(self, chunks: Iterable[Chunk], seed: int = 0) -> Iterator[Chunk]:
-        """`chunks` with the chosen sources annotated (targets unchanged)."""
+        """`chunks` with the chosen sources annotated (and, with `substitute`, their targets changed)."""
         for i, (sources, targets) in enumerate(chunks):
             rng = np.random.default_rng([seed, i])
-            yield [annotate(s, self.terms(t, rng)) for s, t in zip(sources, targets)], targets
+            pairs = [self.pair(s, t, rng) for s, t in zip(sources, targets)]
+            yield [s for s, _ in pairs], [t for _, t in pairs]
