@@ -66,6 +66,7 @@ from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.data.batching import length_batches
 from seq2seq.deploy.staging import read_export_info, require
 from seq2seq.config.search import SearchConfig
+from seq2seq.inference.controls import prefix_too_long
 from seq2seq.inference.options import resolve_search
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.steering import SteeringError, encode_steering, steer_inputs, term_mode, with_terms
@@ -232,9 +233,8 @@ class CTranslate2Translator:
         max_len = {i: cfg.max_length(len(ids)) for i, ids in examples.items()}
         for i, p in prefixes.items():
             if i in max_len and len(p) > max_len[i]:
-                raise SteeringError(f"the target prefix has {len(p)} tokens, more than this sentence's length limit "
-                                    f"of {max_len[i]} (see --max-len-a, --max-len-b, --max-len)", line=first_line + i,
-                                    field="prefix", code="prefix_too_long")
+                raise SteeringError(prefix_too_long(len(p), max_len[i]), line=first_line + i, field="prefix",
+                                    code="prefix_too_long")
         groups: dict[tuple[tuple[str, ...], ...], list[int]] = defaultdict(list)  # by banned phrases
         for i in examples:
             groups[banned.get(i, ())].append(i)

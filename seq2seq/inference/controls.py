@@ -48,11 +48,19 @@ class SteeringError(InputError):
 
 class ControlError(Seq2SeqError, ValueError):
     """Controls a search cannot honour (e.g. a prefix longer than the sentence's length limit).
-    `index`: the source, within the searched batch, they belong to."""
+    `index`: the source, within the searched batch, they belong to; `field` and `code` as a
+    `Diagnostic`'s, which the caller keeps when it names the input."""
 
-    def __init__(self, index: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, index: int, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, field=field, code=code)
         self.index = index
+
+
+def prefix_too_long(tokens: int, limit: int) -> str:
+    """The message for a target prefix of `tokens` tokens over its sentence's length limit (the torch
+    search and the CTranslate2 engine alike)."""
+    return (f"the target prefix has {tokens} tokens, more than this sentence's length limit of {limit} "
+            "(see --max-len-a, --max-len-b, --max-len)")
 
 
 class Control:

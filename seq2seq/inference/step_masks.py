@@ -12,7 +12,7 @@ from torch import Tensor
 
 from seq2seq.inference.avoid import BannedPhrases
 from seq2seq.inference.constraints import ConstraintTracker
-from seq2seq.inference.controls import Control, ControlError, SourceControls
+from seq2seq.inference.controls import Control, ControlError, SourceControls, prefix_too_long
 from seq2seq.inference.prefix import TargetPrefix
 from seq2seq.inference.strategies import NEG_INF
 
@@ -30,8 +30,7 @@ def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_le
     controls = [c or SourceControls() for c in per_unit]
     for c, limit, source in zip(controls, max_lengths, sources):
         if len(c.prefix) > limit:
-            raise ControlError(source, f"the target prefix has {len(c.prefix)} tokens, more than this sentence's "
-                                       f"length limit of {limit} (see --max-len-a, --max-len-b, --max-len)")
+            raise ControlError(source, prefix_too_long(len(c.prefix), limit), field="prefix", code="prefix_too_long")
     out: list[Control] = []
     if any(c.avoid for c in controls):
         out.append(BannedPhrases([c.avoid for c in controls], group, device))

@@ -352,7 +352,8 @@ class Translator:
                                   continuation=None if steer is None else self._continuation(),
                                   sentence_end=None if steer is None else self._sentence_end())
             except ControlError as e:
-                raise SteeringError(str(e), line=line(batch[e.index]), field="prefix", code="prefix_too_long") from None
+                d = e.diagnostic
+                raise SteeringError(d.message, line=line(batch[e.index]), field=d.field, code=d.code) from None
             for k, nbest in zip(batch, hyps):
                 results[k] = [self._translation(h, about(k), given) for h in nbest]
                 if nbest and not nbest[0].constraints_met:
