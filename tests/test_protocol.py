@@ -5,6 +5,7 @@ each, with parameters the protocol's callers can pass, and they resolve search o
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 
@@ -49,7 +50,8 @@ def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate
     assert isinstance(translator, TranslationEngine)
     assert isinstance(translator, ServedModel)  # what the server reads of it, without reaching inside
     assert translator.path == tiny_model_dir and translator.config.model == translator.loaded.config.model
-    assert translator.parameters == sum(p.numel() for p in translator.loaded.model.parameters())
+    trained = json.loads((tiny_model_dir / "metadata.json").read_text())["parameters"]
+    assert translator.parameters == trained  # a tied projection, packed for decoding, counts once
     assert isinstance(translator.search_config(), SearchConfig)
     pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
     from seq2seq.deploy.ctranslate2 import export_ctranslate2
@@ -77,3 +79,44 @@ def test_one_loader_picks_the_engine_from_what_the_model_reads(tiny_model_dir, t
     assert type(engine) is Translator and isinstance(engine, ServedModel)
     with pytest.raises(CheckpointError, match=f"^{tmp_path} is not a model directory"):
         load_engine(tmp_path, device="cpu")
+
+
+def test_the_server_serves_a_ctranslate2_export_as_the_engine_translates(tiny_model_dir, tmp_path):
+    pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
+    pytest.importorskip("fastapi", reason="the serve extra")
+    from test_serve import call, serving
+
+    from seq2seq.deploy.ctranslate2 import export_ctranslate2
+    from seq2seq.serve.app import create_app
+
+    export_ctranslate2(tiny_model_dir, tmp_path / "ct2")
+    engine = CTranslate2Translator.load(tmp_path / "ct2")
+    assert isinstance(engine, ServedModel)
+    assert engine.precision == "fp32" and engine.processor_for(None) is engine.processor
+    assert engine.parameters == Translator.load(tiny_model_dir, device="cpu").parameters
+    with pytest.raises(ValueError, match="tgt_lang 'de': the CTranslate2 engine has no language tags"):
+        engine.processor_for("de")
+    texts = ["A dog runs.", "Two men.", ""]
+    want = engine.translate(texts, beam=2, avoid=[None, ["Mann"], None])
+    with serving(create_app(engine)) as (port, _):
+        status, answer = call(port, "POST", "/translate", {"texts": [texts[0], {"text": texts[1], "avoid": ["Mann"]},
+                                                                      texts[2]], "beam": 2})
+        assert status == 200, answer
+        assert [t["text"] for t in answer["translations"]] == want
+        status, info = call(port, "GET", "/info")
+        assert status == 200 and info["precision"] == "fp32" and info["parameters"] == engine.parameters
+        status, answer = call(port, "POST", "/translate", {"text": "A dog.", "constraints": ["Hund"]})
+        assert status == 422 and "constraints" in answer["error"], answer  # refused in one line, not dropped
+        status, answer = call(port, "POST", "/translate", {"text": "A dog.", "tgt_lang": "de"})
+        assert status == 422 and answer["field"] == "tgt_lang", answer
+
+
+def test_serve_refuses_what_the_ctranslate2_engine_cannot_run(tiny_model_dir):
+    from click.testing import CliRunner
+
+    from seq2seq.cli import cli
+
+    result = CliRunner().invoke(cli, ["serve", str(tiny_model_dir), str(tiny_model_dir), "--engine", "ctranslate2"])
+    assert result.exit_code == 2 and "--engine ctranslate2 decodes one model" in result.output
+    result = CliRunner().invoke(cli, ["serve", str(tiny_model_dir), "--engine-dir", "x"])
+    assert result.exit_code == 2 and "--engine-dir is for --engine ctranslate2" in result.output

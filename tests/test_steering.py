@@ -353,7 +353,7 @@ def test_json_input_lines_that_are_not_objects_are_named(tiny_model_dir):
     result = run("translate", tiny_model_dir, "--json-input", input='{"text": "A dog."}\nnot json\n')
     assert result.exit_code == 1 and "input line 2 is not JSON" in result.output
     result = run("translate", tiny_model_dir, "--json-input", input='{"text": "A dog.", "prefx": "Ein"}\n')
-    assert result.exit_code == 1 and "input line 1: unknown field(s) ['prefx']" in result.output
+    assert result.exit_code == 1 and "input line 1 has unknown field(s) 'prefx'" in result.output
 
 
 def test_test_command_scores_the_constrained_output(tiny_model_dir, files):

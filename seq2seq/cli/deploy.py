@@ -1,10 +1,12 @@
 """`seq2seq export` and `seq2seq import-hf`: a model directory for the engines users deploy with, and
-existing Hugging Face weights as a model directory; plus `translate --engine`'s loading.
+existing Hugging Face weights as a model directory; plus `translate --engine`'s and `serve --engine`'s
+loading.
 
     seq2seq export runs/mine --to ctranslate2 [OUT] [--quantize int8]   # OUT: runs/mine/ctranslate2
     seq2seq export runs/mine --to hf [OUT]                              # OUT: runs/mine/hf
     seq2seq import-hf HF_DIR OUT_MODEL_DIR
     seq2seq translate runs/mine --engine ctranslate2 [--engine-dir OUT]
+    seq2seq serve runs/mine --engine ctranslate2 [--engine-dir OUT]
 
 The work is done by `seq2seq.deploy` (ctranslate2, hf, hf_import, engine); see docs/deployment.md.
 """
@@ -13,12 +15,15 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
 from seq2seq.cli.common import user_errors
 from seq2seq.text.lines import warn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.deploy.engine import CTranslate2Translator
 
 TARGETS = ("ctranslate2", "hf")
 DEFAULT_SUBDIR = {"ctranslate2": "ctranslate2", "hf": "hf"}
@@ -119,10 +124,33 @@ def import_hf_command(hf_dir: str, out_dir: str, force: bool) -> None:
     click.echo(f"imported {hf_dir} -> {path} ({note}translate with: seq2seq translate {path})")
 
 
+def engine_options(fn: Callable) -> Callable:
+    """--engine and --engine-dir: which engine decodes (`translate`, `serve`)."""
+    fn = click.option("--engine-dir", type=click.Path(file_okay=False), default=None,
+                      help="The CTranslate2 export to use (default: MODEL_DIR/ctranslate2).")(fn)
+    return click.option("--engine", type=click.Choice(["torch", "ctranslate2"]), default="torch", show_default=True,
+                        help="ctranslate2: run the model's CTranslate2 export (see `seq2seq export`, "
+                             "docs/deployment.md).")(fn)
+
+
+def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequence[str], ensemble: dict[str, Any],
+                        language: dict[str, Any] | None = None) -> None:
+    """UsageError for what the chosen engine cannot run: --engine-dir without ctranslate2, and with it an
+    ensemble or a target language."""
+    if engine == "torch":
+        if engine_dir:
+            raise click.UsageError("--engine-dir is for --engine ctranslate2")
+        return
+    if len(model_dirs) > 1 or ensemble.get("last_checkpoints"):
+        raise click.UsageError("--engine ctranslate2 decodes one model; ensembles run with --engine torch")
+    if language:
+        raise click.UsageError("--tgt-lang runs with --engine torch (the CTranslate2 engine has no language tags)")
+
+
 def load_engine(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,
-                weights: str | None, search: dict[str, Any]) -> Any:
-    """`translate --engine ctranslate2`: the engine's translator, its search options checked once; every
-    problem as a one-line error."""
+                weights: str | None, search: dict[str, Any]) -> CTranslate2Translator:
+    """`--engine ctranslate2`'s translator (`translate`, `serve`), its search options checked once;
+    every problem as a one-line error."""
     from seq2seq.deploy.engine import CTranslate2Translator
     from seq2seq.deploy.export_lookup import find_export, stale_export_warning
     from seq2seq.deploy.staging import ExportError

@@ -9,6 +9,7 @@ import click
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS
 from seq2seq.cli.common import ensemble_options, ensemble_settings, user_errors
+from seq2seq.cli.deploy import check_engine_choice, engine_options, load_engine
 
 API_KEY_ENV = "SEQ2SEQ_API_KEY"
 EXTRA_MISSING = ("`seq2seq serve` needs the optional 'serve' dependencies, FastAPI and uvicorn ({name} is not "
@@ -66,6 +67,7 @@ def require_serve_extra() -> None:
               help="TSV 'source term<TAB>target term', read once at start (text models): where a request's text "
                    "holds a source term, its target term must appear in the translation (a constraint).")
 @ensemble_options
+@engine_options
 @click.option("--no-demo", is_flag=True, help="No demo page at GET / (the JSON API only).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True, help="uvicorn's log level.")
@@ -74,10 +76,11 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
           max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_pixels: int,
           max_audio_seconds: float,
-          api_key: str | None, allow_paths: bool, glossary: str | None, no_demo: bool, log_level: str,
-          **ensemble_kw: Any) -> None:
+          api_key: str | None, allow_paths: bool, glossary: str | None, engine: str, engine_dir: str | None,
+          no_demo: bool, log_level: str, **ensemble_kw: Any) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first);
-    several MODEL_DIRs (or --last-checkpoints) are served as one ensemble.
+    several MODEL_DIRs (or --last-checkpoints) are served as one ensemble; --engine ctranslate2 serves
+    the model's CTranslate2 export (`seq2seq export`).
 
     \b
     POST /translate  {"text": "..."} or {"texts": [...]}, plus search options ("beam": 5, ...)
@@ -91,6 +94,7 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
     import torch
 
     from seq2seq.inference.glossary import Glossary
+    from seq2seq.inference.protocol import ServedModel
     from seq2seq.serve.app import check_glossary, create_app, load_model, run_server
     from seq2seq.serve.requests import Limits, check_key_format
 
@@ -109,12 +113,17 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
         except ValueError as e:
             raise click.UsageError(f"--api-key (or {API_KEY_ENV}): {e}") from None
     ensemble = ensemble_settings(ensemble_kw)
+    check_engine_choice(engine, engine_dir, model_dir, ensemble)
     terms = Glossary.load(glossary) if glossary else None  # a bad file: one line (SteeringError), before loading
     if threads:
         torch.set_num_threads(threads)
+    model: ServedModel
     try:
-        model = load_model(model_dir if len(model_dir) > 1 else model_dir[0], device=device, precision=precision,
-                           weights=weights, **ensemble)
+        if engine == "ctranslate2":
+            model = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, {})
+        else:
+            model = load_model(model_dir if len(model_dir) > 1 else model_dir[0], device=device,
+                               precision=precision, weights=weights, **ensemble)
     except ValueError as e:  # CheckpointError, TokenizerError, SourceError, bad device or precision
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:

@@ -8,7 +8,8 @@ line by line beside the input (docs/decoding-controls.md).
     --glossary FILE          TSV of source term, target term (seq2seq.inference.glossary)
     --terms MODE             annotate, constrain or both: how the terms reach the model (docs/terminology.md)
     --term-forms inflected   a term given as a lemma is met by any of its inflected forms
-    --json-input             each input line is {"text": ..., "prefix": ..., "constraints": [...], "avoid": [...]}
+    --json-input             each input line is one input's JSON form (seq2seq.inference.inputs):
+                             {"text": ..., "prefix": ..., "constraints": [...], "avoid": [...]}
 
 The files are read in step with the input, chunk by chunk, so they stream as the input does; one
 that ends before or after the input is an error naming it (the output file is then not written).
@@ -22,12 +23,10 @@ from typing import Any, Callable, Iterator
 
 import click
 
+from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
-from seq2seq.inference.steering_fields import STEERING_FIELDS, check_unicode, read_steering_fields
+from seq2seq.inference.steering_fields import STEERING_FIELDS
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
-
-JSON_FIELDS = ("text", *STEERING_FIELDS)
-
 
 def steering_options(glossary: bool = True, json_input: bool = True) -> Callable[[Callable], Callable]:
     """The steering options of a command; glossary / json_input: whether it has --glossary / --json-input
@@ -141,27 +140,19 @@ class Steerer:
 
 
 def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, list[Any]]]:
-    """The texts and per-line fields of a chunk of --json-input lines (a blank line is an empty text), the
-    fields read as the server reads a request's (`seq2seq.inference.steering_fields`)."""
-    texts: list[str] = []
-    fields: dict[str, list[Any]] = {k: [] for k in JSON_FIELDS[1:]}
+    """The texts and per-line steering fields of a chunk of --json-input lines, each line one input in its
+    JSON form (`seq2seq.inference.inputs.read_input`, as the server reads an item of "texts"; a blank
+    line is an empty text)."""
+    inputs = []
     for number, line in enumerate(lines, first):
-        obj: Any = {"text": ""} if not line.strip() else None
-        if obj is None:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SteeringError(f"input line {number} is not JSON ({e.msg}); --json-input reads one object "
-                                    'per line, e.g. {"text": "...", "constraints": ["..."]}') from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-            raise SteeringError(f'input line {number}: --json-input needs an object with a "text" string')
-        unknown = sorted(set(obj) - set(JSON_FIELDS))
-        if unknown:
-            raise SteeringError(f"input line {number}: unknown field(s) {unknown}; valid: {list(JSON_FIELDS)}")
-        obj = dict(obj)
-        text = obj.pop("text")
-        check_unicode(text, f"input line {number}: text")
-        for name, value in read_steering_fields(obj, f"input line {number}: ").items():
-            fields[name].append(value)
-        texts.append(text)
-    return texts, fields
+        if not line.strip():
+            inputs.append(SourceInput(""))
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SteeringError(f"input line {number} is not JSON ({e.msg}); --json-input reads one object "
+                                'per line, e.g. {"text": "...", "constraints": ["..."]}') from None
+        inputs.append(read_input(obj, f"input line {number}", ": "))
+    fields = steering_arguments(inputs)
+    return [x.text for x in inputs], {name: fields.get(name, [None] * len(inputs)) for name in STEERING_FIELDS}

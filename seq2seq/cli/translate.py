@@ -14,8 +14,10 @@ from seq2seq.cli.common import (
     PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_options, output_file, search_options, search_overrides,
     show_progress, user_errors,
 )
+from seq2seq.cli.deploy import check_engine_choice, engine_options, load_engine
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
+from seq2seq.inference.protocol import TranslationEngine
 from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, open_binary, std_binary, warn
 
 
@@ -34,10 +36,7 @@ from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, ope
               help="Plot the cross-attention of the (single) input sentence as a heatmap.")
 @click.option("--attention-layer", type=int, default=-1, show_default=True,
               help="Decoder layer for --alignment / --show-attention (negative: from the last).")
-@click.option("--engine", type=click.Choice(["torch", "ctranslate2"]), default="torch", show_default=True,
-              help="ctranslate2: run the model's CTranslate2 export (see `seq2seq export`, docs/deployment.md).")
-@click.option("--engine-dir", type=click.Path(file_okay=False), default=None,
-              help="The CTranslate2 export to use (default: MODEL_DIR/ctranslate2).")
+@engine_options
 @steering_options()
 @TGT_LANG_OPTION
 @ensemble_options
@@ -77,17 +76,11 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
             raise click.ClickException(
                 f"--show-attention plots one sentence, but the input has {what}; give exactly one non-empty line"
             )
+    check_engine_choice(engine, engine_dir, model_dir, ensemble, language)
     if engine == "torch":
-        if engine_dir:
-            raise click.UsageError("--engine-dir is for --engine ctranslate2")
-        translator = load_translator(model_dir, device, precision, weights, search, ensemble, language)
-    else:  # seq2seq/cli/deploy.py
-        from seq2seq.cli.deploy import load_engine
-
-        if len(model_dir) > 1 or ensemble["last_checkpoints"]:
-            raise click.UsageError("--engine ctranslate2 decodes one model; ensembles run with --engine torch")
-        if language:
-            raise click.UsageError("--tgt-lang runs with --engine torch (the CTranslate2 engine has no language tags)")
+        translator: TranslationEngine = load_translator(model_dir, device, precision, weights, search, ensemble,
+                                                        language)
+    else:
         translator = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, search)
     nbest = translator.search_config(**search).nbest
     emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)

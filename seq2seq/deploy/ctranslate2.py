@@ -184,6 +184,7 @@ def export_ctranslate2(
             "weights": str(weights_path.resolve()),
             "weights_sha256": weights_digest(weights_path),
             "tokenizer": loaded.tokenizers.files,
+            "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "config": to_dict(loaded.config),
         }
         write_export_info(tmp, info)

@@ -69,8 +69,10 @@ from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import prefix_too_long
 from seq2seq.inference.options import resolve_search
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.steering import SteeringError, encode_steering, steer_inputs, term_mode, with_terms
-from seq2seq.model.encoders.base import source_processor
+from seq2seq.inference.pipeline import prepare_call
+from seq2seq.inference.steering import SteeringError, encode_steering
+from seq2seq.model.encoders.base import SourceProcessor, source_processor
+from seq2seq.text.languages import LanguageError
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
 
@@ -170,6 +172,25 @@ class CTranslate2Translator:
     def translate(self, texts: list[str], **options: Any) -> list[str]:
         return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(texts, **options)]
 
+    # ---- what the server reads of the engine it serves (`seq2seq.inference.protocol.ServedModel`) ----
+
+    @property
+    def precision(self) -> str:
+        """The precision it was loaded with (`load`'s: fp32, bf16 or int8)."""
+        return next((name for name, ct2 in COMPUTE_TYPES.items() if ct2 == self.compute_type), self.compute_type)
+
+    @property
+    def parameters(self) -> int:
+        """The exported model's number of parameters (0 for an export written before it was recorded)."""
+        return int(self.info.get("parameters", 0))
+
+    def processor_for(self, tgt_lang: str | None) -> SourceProcessor:
+        """The source processor (a CTranslate2 export has no language tags: LanguageError for a `tgt_lang`)."""
+        if tgt_lang is not None:
+            raise LanguageError(f"tgt_lang {tgt_lang!r}: the CTranslate2 engine has no language tags; "
+                                "translate with the torch engine", field="tgt_lang", code="unknown_choice")
+        return self.processor
+
     @property
     def annotates_terms(self) -> bool:
         """Was the model trained with terms on its sources (`data.terminology`)? It then takes them so."""
@@ -194,23 +215,10 @@ class CTranslate2Translator:
         Steering as there, except lexical constraints (`constraints`, `glossary`): SteeringError
         (see the module docstring), unless they are only annotated on the sources of a model trained with
         terms (`terms` "annotate", the default for such a model here)."""
-        cfg = self.search_config(**options)
-        if batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
-        annotates = self.annotates_terms
-        mode = term_mode(terms if terms is not None or not annotates else "annotate", annotates, self.path)
-        if glossary is not None and mode != "annotate":
-            raise SteeringError(f"{NO_CONSTRAINTS} (a glossary's terms are constraints)")
-        if glossary is not None and not isinstance(glossary, Glossary):
-            glossary = Glossary.load(glossary)
-        if glossary is not None:
-            glossary.check_writable(self.tokenizers.tgt)  # every target term, once: naming its line of the file
-        steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
-                                sources=texts, first_line=first_line)
-        if steering is not None and mode != "annotate" and any(s.constraints for s in steering):
-            raise SteeringError(NO_CONSTRAINTS)
-        if steering is not None and mode == "annotate":
-            texts = [with_terms(text, steer, mode) for text, steer in zip(texts, steering)]
+        call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
+                            avoid=avoid, glossary=glossary, terms=terms, options=options,
+                            constraints_refused=NO_CONSTRAINTS)
+        texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
         warn = warn or log.warning
         if cfg.strategy == "beam" and not cfg.early_stopping and "early_stopping" not in self._warned:
             self._warned.add("early_stopping")

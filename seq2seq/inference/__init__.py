@@ -11,10 +11,13 @@
     translator          `Translator`: the generation loop (sources in, prepared by the model's
                         `SourceProcessor`; n-best `Translation`s out)
     generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
+    pipeline            `prepare_call`: the prepare step of prepare -> search -> finish, shared by every engine
     loading             `load_engine`: the engine class of a model directory, chosen from what it reads
     protocol            `TranslationEngine`: what the CLI needs of an engine, `ServedModel` what the
                         server does; `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
+    inputs              `SourceInput`: one input and its own steering, its JSON form read by one parser;
+                        `translate_inputs` (any engine)
     steering_fields     the JSON form of one input's steering, one parser for every front-end
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)

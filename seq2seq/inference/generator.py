@@ -26,7 +26,8 @@ from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
 from seq2seq.inference.steering import Steering, SteeringError, encode_steering
-from seq2seq.inference.translator import Translator, check_batch_tokens
+from seq2seq.inference.pipeline import prepare_call
+from seq2seq.inference.translator import Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind
 from seq2seq.storage.model_dir import LoadedModel
@@ -176,11 +177,11 @@ class Transcriber(Generator):
         and constraints need the recording to fit in one window. The rest as for
         `Translator.translate_nbest`.
         """
-        cfg = self.search_config(**options)
-        check_batch_tokens(batch_tokens)
+        call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
+                            avoid=avoid, terms="constrain", options=options)
+        cfg, steering = call.cfg, call.steering
         self.processor_for(tgt_lang)  # a recording model translates into one language: refuses any
         window = self.window_seconds(max_window_seconds)
-        steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, None, warn)
         controls: dict[tuple[int, int], SourceControls] = {}
         from tqdm import tqdm
 

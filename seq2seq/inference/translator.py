@@ -41,12 +41,12 @@ from seq2seq.inference.controls import ControlError, SourceControls
 from seq2seq.inference.ensemble import EnsembleModel, EnsembleProcessor, check_members
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
+from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import search
 from seq2seq.inference.search_state import Hypothesis
 from seq2seq.inference.steering import (
-    Steering, SteeringError, check_steering, continuation_pieces, encode_steering, sentence_end_pieces,
-    steer_inputs, term_mode, with_terms,
+    SteeringError, continuation_pieces, encode_steering, sentence_end_pieces,
 )
 from seq2seq.model.encoders.base import Encoder, source_kind, source_processor
 from seq2seq.model.encoders.sources import PrefixedSource, SourceError, SourceKind, SourceProcessor
@@ -218,12 +218,9 @@ class Translator:
         tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
         bilingual model refuses it (LanguageError, a ValueError). options: see `search_config`.
         """
-        cfg = self.search_config(**options)
-        check_batch_tokens(batch_tokens)
-        mode = term_mode(terms, self.annotates_terms, self.loaded.path)
-        steering = self._steering(texts, first_line, cfg, prefix, constraints, avoid, glossary, warn, mode)
-        if steering is not None and mode != "constrain":  # the terms on the sources, as the model was trained
-            texts = [with_terms(text, steer, mode) for text, steer in zip(texts, steering)]
+        call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
+                            avoid=avoid, glossary=glossary, terms=terms, options=options)
+        texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
         processor = self.processor_for(tgt_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
@@ -248,38 +245,15 @@ class Translator:
 
     @property
     def parameters(self) -> int:
-        """The number of parameters decoding uses (every member's, for an ensemble)."""
-        return sum(p.numel() for m in self.members for p in m.model.parameters())
+        """The number of parameters decoding uses (every member's, for an ensemble); a weight shared by two
+        modules (a tied output projection, packed for decoding over the embedding's storage) counts once."""
+        sizes = {p.data_ptr(): p.numel() for m in self.members for p in m.model.parameters()}
+        return sum(sizes.values())
 
     @property
     def annotates_terms(self) -> bool:
         """Was the model (every member of an ensemble) trained with terms on its sources (`data.terminology`)?"""
         return all(m.config.data.terminology.on for m in self.members)
-
-    def _steering(self, texts: list[str], first_line: int, cfg: SearchConfig, prefix: Any, constraints: Any,
-                  avoid: Any, glossary: Any, warn: Warn | None = None,
-                  mode: str = "constrain") -> list[Steering] | None:
-        """Each source's `Steering` (None for none), checked against the search before any decoding."""
-        if glossary is not None and not isinstance(glossary, Glossary):
-            glossary = Glossary.load(glossary)
-        if glossary is not None and self.processor.kind.reads_files:
-            raise SteeringError(f"a glossary matches source text, but {self.loaded.path} reads "
-                                f"{self.processor.kind.name} files; give constraints instead")
-        if glossary is not None:
-            glossary.check_writable(self.tokenizers.tgt)  # every target term, once: naming its line of the file
-        steering = steer_inputs(len(texts), prefix=prefix, constraints=constraints, avoid=avoid, glossary=glossary,
-                                sources=texts, first_line=first_line)
-        if steering is None:
-            return None
-        checked = []
-        for i, s in enumerate(steering):
-            s, dropped = check_steering(s, cfg, first_line + i, mode)
-            checked.append(s)
-            if dropped:
-                (warn or log.warning)(Diagnostic(f"a beam of {cfg.beam} holds {cfg.beam - 1} constraints; glossary "
-                                                 f"term(s) {dropped} not enforced (pass a larger --beam)",
-                                                 first_line + i, "glossary", "terms_dropped"))
-        return checked
 
     @property
     def languages(self) -> list[str]:
@@ -399,10 +373,6 @@ class Translator:
         )
 
 
-def check_batch_tokens(batch_tokens: int) -> None:
-    """ValueError unless a call's batch_tokens is a usable batch size."""
-    if batch_tokens < 1:
-        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
 
 
 class Bf16Linear(nn.Module):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.inference import steering_fields
+from seq2seq.inference.inputs import SourceInput, read_input
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 from seq2seq.inference.steering import Steering
 from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, read_steering_fields
@@ -223,7 +224,8 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
 
 def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, list[Steering] | None, dict[str, Any]]:
     """(texts, single, steering, other fields) of a /translate body: {"text": str} or {"texts": [...]},
-    each item of "texts" a string or an object {"text": str, "prefix", "constraints", "avoid"}.
+    each item of "texts" one input's JSON form (`seq2seq.inference.inputs`: a string or an object
+    {"text": str, "prefix", "constraints", "avoid"}, read as `translate --json-input` reads a line).
     steering: one `Steering` per text, the request's and the item's together (see the module
     docstring); None when the request asks for none."""
     if not isinstance(body, dict):
@@ -233,43 +235,21 @@ def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, list[Steeri
     if ("text" in fields) == ("texts" in fields):
         raise RequestError(422, "give either \"text\" (one string) or \"texts\" (a list of strings)")
     single = "text" in fields
-    own: list[Steering | None] = []  # each item's own steering (an object item's)
+    own: list[Steering | None]  # each text's own steering (an object item's)
     if single:
         text = fields.pop("text")
         if not isinstance(text, str):
             raise RequestError(422, f"\"text\" must be a string, got {json.dumps(text)[:80]}")
-        texts = [text]
-        own.append(None)
+        _check_text(text, "text", limits)
+        texts, own = [text], [None]
     else:
         items = fields.pop("texts")
         if not isinstance(items, list):
             raise RequestError(422, f"\"texts\" must be a list of strings, got {json.dumps(items)[:80]}")
         if len(items) > limits.max_texts:
             raise RequestError(413, f"{len(items)} texts in one request; the limit is {limits.max_texts}")
-        texts = []
-        for i, t in enumerate(items):
-            if isinstance(t, dict):
-                item = dict(t)
-                text = item.pop("text", None)
-                if not isinstance(text, str):
-                    raise RequestError(422, f"texts[{i}].text must be a string, got {json.dumps(text)[:80]}")
-                unknown = sorted(set(item) - set(STEERING_FIELDS))
-                if unknown:
-                    raise RequestError(422, f"texts[{i}] has unknown field(s) {', '.join(map(repr, unknown))}; an "
-                                            f"item may hold \"text\", {', '.join(map(repr, STEERING_FIELDS))}")
-                t = text
-                own.append(parse_steering(item, limits, f"texts[{i}]."))
-            elif not isinstance(t, str):
-                raise RequestError(422, f"texts[{i}] must be a string (or an object {{\"text\": ...}}), "
-                                        f"got {json.dumps(t)[:80]}")
-            else:
-                own.append(None)
-            texts.append(t)
-    for i, t in enumerate(texts):
-        where = "text" if single else f"texts[{i}]"
-        if len(t) > limits.max_chars:
-            raise RequestError(413, f"{where} has {len(t)} characters; the limit is {limits.max_chars}")
-        check_unicode(t, where)
+        inputs = [_read_item(item, f"texts[{i}]", limits) for i, item in enumerate(items)]  # one input's JSON form
+        texts, own = [x.text for x in inputs], [x.steering for x in inputs]
     shared = parse_steering(fields, limits)
     if shared is None and not any(own):
         return texts, single, None, fields
@@ -303,6 +283,15 @@ def combine_steering(shared: Steering | None, own: Steering | None, where: str, 
                         shared.avoid + [a for a in own.avoid if a not in shared.avoid])
     _check_phrase_count(combined, where, limits)
     return combined
+
+
+def _read_item(item: Any, name: str, limits: Limits) -> SourceInput:
+    """An item of "texts" read as every front-end reads an input (`seq2seq.inference.inputs.read_input`):
+    422 for a wrong shape, 413 over the limits."""
+    try:
+        return read_input(item, name, ".", lambda text, where: _check_text(text, where, limits))
+    except FieldError as e:
+        raise RequestError(422, str(e), e.diagnostic.details()) from None
 
 
 def _check_text(text: str, where: str, limits: Limits) -> None:

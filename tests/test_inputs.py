@@ -1,0 +1,108 @@
+"""One input's JSON form, read by one parser for the command line, the server and the Python API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seq2seq.cli.steering import _json_lines
+from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments, translate_inputs
+from seq2seq.inference.steering import Steering, SteeringError
+from seq2seq.inference.steering_fields import FieldError
+from seq2seq.inference.translator import Translator
+from seq2seq.serve.requests import Limits, RequestError, parse_texts
+
+GOOD = [
+    "A dog.",
+    {"text": "A dog."},
+    {"text": "A dog.", "prefix": "Ein"},
+    {"text": "A dog.", "constraints": ["Hund", "rennt"], "avoid": []},
+    {"text": "", "avoid": ["Katze"], "prefix": None},
+]
+
+BAD = [  # (an input, what the message says after its name)
+    (3, ' must be a string (or an object {"text": ...}), got 3'),
+    (["A dog."], ' must be a string (or an object {"text": ...}), got ["A dog."]'),
+    ({"prefix": "Ein"}, "text must be a string, got null"),
+    ({"text": 5}, "text must be a string, got 5"),
+    ({"text": "a", "colour": "red"}, " has unknown field(s) 'colour'; an input may hold 'text', 'prefix'"),
+    ({"text": "a", "avoid": "Hund"}, 'avoid must be a list of strings, got "Hund"'),
+    ({"text": "a", "constraints": {"Hund": 1}}, 'constraints must be a list of strings, got {"Hund": 1}'),
+    ({"text": "a", "constraints": True}, "constraints must be a list of strings, got true"),
+    ({"text": "a", "prefix": ["Ein"]}, 'prefix must be a string, got ["Ein"]'),
+    ({"text": "a \ud800"}, "text is not valid Unicode: character 2 is a lone surrogate"),
+    ({"text": "a", "avoid": ["ok", "\udfff"]}, "avoid[1] is not valid Unicode"),
+]
+
+
+@pytest.mark.parametrize("value", GOOD)
+def test_an_input_reads_back_from_its_json_form(value):
+    read = read_input(value, "inputs[0]")
+    assert read_input(read.as_json(), "inputs[0]") == read
+    if isinstance(value, str):
+        assert read == SourceInput(value) and read.steering is None
+    else:
+        assert read.text == value["text"]
+        assert read.prefix == value.get("prefix") and read.constraints == value.get("constraints")
+
+
+def test_the_steering_of_an_input():
+    assert SourceInput("a").steering is None
+    assert SourceInput("a", avoid=[]).steering == Steering()  # given, if empty
+    assert SourceInput("a", "Ein", ["Hund"]).steering == Steering("Ein", ["Hund"], [])
+    inputs = [SourceInput("a"), SourceInput("b", constraints=["Hund"])]
+    assert steering_arguments(inputs) == {"constraints": [None, ["Hund"]]}
+
+
+def _server_message(value) -> str:
+    with pytest.raises(RequestError) as e:
+        parse_texts({"texts": [value]}, Limits())
+    assert e.value.status == 422 and e.value.details["code"] == "bad_field"
+    return e.value.message
+
+
+def _command_line_message(value) -> str:
+    with pytest.raises(FieldError) as e:
+        _json_lines([json.dumps(value)], 1)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("value,message", BAD)
+def test_a_bad_input_gets_the_same_message_from_every_front_end(value, message):
+    separators = {"inputs[0]": ".", "texts[0]": ".", "input line 1": ": "}
+    said = {"inputs[0]": None, "texts[0]": _server_message(value), "input line 1": _command_line_message(value)}
+    with pytest.raises(FieldError) as e:
+        read_input(value, "inputs[0]")
+    said["inputs[0]"] = str(e.value)
+    bodies = set()
+    for name, text in said.items():
+        assert text.startswith(name), text
+        body = text[len(name):]
+        bodies.add(body[len(separators[name]):] if body.startswith(separators[name]) else body)
+    assert len(bodies) == 1, said  # the same words after the input's name
+    assert message in bodies.pop()
+
+
+def test_a_server_item_and_a_command_line_line_give_the_same_steering():
+    items = [{"text": "A dog.", "prefix": "Ein", "avoid": ["Katze"]}, "A cat.", {"text": "A man.", "constraints": ["Mann"]}]
+    texts, single, steering, _ = parse_texts({"texts": items}, Limits())
+    cli_texts, fields = _json_lines([json.dumps(x) for x in items], 1)
+    assert texts == cli_texts == ["A dog.", "A cat.", "A man."] and not single
+    assert steering == [Steering("Ein", [], ["Katze"]), Steering(), Steering("", ["Mann"], [])]
+    assert fields == {"prefix": ["Ein", None, None], "constraints": [None, None, ["Mann"]],
+                      "avoid": [["Katze"], None, None]}
+
+
+def test_translate_inputs_equals_translate_nbest_with_the_same_steering(tiny_model_dir):
+    t = Translator.load(tiny_model_dir)
+    inputs = ["A dog runs.", {"text": "A man.", "avoid": ["Mann"]}, SourceInput("Two cats.", prefix="Zwei")]
+    got = translate_inputs(t, inputs, beam=2)
+    want = t.translate_nbest(["A dog runs.", "A man.", "Two cats."], beam=2, prefix=[None, None, "Zwei"],
+                             avoid=[None, ["Mann"], None])
+    assert [[(h.text, h.score) for h in n] for n in got] == [[(h.text, h.score) for h in n] for n in want]
+    assert got[2][0].text.startswith("Zwei")
+    with pytest.raises(SteeringError, match="avoid belong"):
+        translate_inputs(t, ["A dog."], avoid=["Hund"])
+    with pytest.raises(FieldError, match=r"inputs\[1\]\.avoid must be a list of strings"):
+        translate_inputs(t, ["A dog.", {"text": "A man.", "avoid": "Mann"}])
