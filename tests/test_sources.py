@@ -149,3 +149,22 @@ def test_unknown_encoder_type_and_keys_are_refused_by_name():
         load_config(None, ["model.encoder.type=video"])
     with pytest.raises(ConfigError, match="unknown config key 'model.encoder.patch'"):
         load_config(None, ["model.encoder.type=text", "model.encoder.patch=3"])
+
+
+def test_only_recordings_are_windowed_sources_and_the_transcriber_needs_one():
+    from seq2seq.config import EncoderConfig
+    from seq2seq.model.encoders.audio import AudioEncoderConfig, AudioProcessor
+    from seq2seq.model.encoders.image import ImageEncoderConfig, ImageProcessor
+    from seq2seq.model.encoders.sources import PrefixedSource, WindowedSource
+    from seq2seq.model.encoders.text_processor import TextProcessor
+
+    audio = AudioProcessor(AudioEncoderConfig(sample_rate=8000))
+    assert isinstance(audio, WindowedSource) and not isinstance(audio, PrefixedSource)
+    wave = torch.zeros(8000 * 3)
+    wave[:8000] = wave[16000:] = 0.5  # a pause in the middle second
+    windows = audio.split(wave, 2.0)
+    assert len(windows) >= 2 and all(w.end - w.start <= 2 * 8000 for w in windows)
+    assert torch.equal(audio.crop(wave, windows[0]), wave[windows[0].start:windows[0].end])
+    for whole in (ImageProcessor(ImageEncoderConfig()), TextProcessor(EncoderConfig()), BytesProcessor()):
+        assert not isinstance(whole, WindowedSource), type(whole).__name__  # decoded whole: no split to call
+        assert not hasattr(whole, "split") and not hasattr(whole, "crop")

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from seq2seq.config.diagnostics import Warn
 from seq2seq.inference.ctc import CTCScorer
 from seq2seq.model.encoders.sources import (AttentionView, SourceError, SourceInfo, SourceLimits,
-                                            SourceProcessor)
+                                            SourceProcessor, WindowedSource)
 from seq2seq.model.transformer import DecoderCache, Seq2SeqTransformer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -201,11 +201,18 @@ class EnsembleProcessor(SourceProcessor):
     def without_length_limit(self) -> EnsembleProcessor:
         return EnsembleProcessor([p.without_length_limit() for p in self.processors], self.names)
 
-    def split(self, example: tuple[Any, ...], max_seconds: float) -> list[Window] | None:
-        return self.processors[0].split(example[0], max_seconds)
+    def _windowed(self) -> list[WindowedSource]:
+        """The members' processors as `WindowedSource`s (TypeError for members that decode sources whole)."""
+        found: list[WindowedSource] = [p for p in self.processors if isinstance(p, WindowedSource)]
+        if len(found) < len(self.processors):
+            raise TypeError(f"the members read {self.kind.name} sources, which are not split into windows")
+        return found
+
+    def split(self, example: tuple[Any, ...], max_seconds: float) -> list[Window]:
+        return self._windowed()[0].split(example[0], max_seconds)
 
     def crop(self, example: tuple[Any, ...], window: Window) -> tuple[Any, ...]:
-        return tuple(p.crop(x, window) for p, x in zip(self.processors, example))
+        return tuple(p.crop(x, window) for p, x in zip(self._windowed(), example))
 
     def bind(self, tokenizer: Tokenizer | None, max_positions: int) -> None:
         raise RuntimeError("bind each member's processor on its own")

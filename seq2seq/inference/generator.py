@@ -29,7 +29,7 @@ from seq2seq.inference.steering import Steering, SteeringError, encode_steering
 from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.translator import Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
-from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind
+from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind, WindowedSource
 from seq2seq.storage.model_dir import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,10 @@ class Transcriber(Generator):
         self.longest_window = self.processor.encoder_seconds  # None: any
         self.max_window_seconds = float(self.processor.max_seconds or self.DEFAULT_WINDOW_SECONDS)
         self.processor = self.processor.without_length_limit()  # reads a whole recording, however long
+        if not isinstance(self.processor, WindowedSource):
+            raise TypeError(f"{type(self.processor).__name__} does not cut its recordings into windows "
+                            "(seq2seq.model.encoders.sources.WindowedSource)")
+        self.windows: WindowedSource = self.processor
         self.sample_rate: int = self.processor.sample_rate
 
     def transcribe(self, paths: list[str], **options: Any) -> list[str]:
@@ -196,8 +200,7 @@ class Transcriber(Generator):
                     if skipped is not None and 0 in problems:
                         skipped[i] = problems.pop(0)
                     continue
-                windows = self.processor.split(wave, window)
-                assert windows is not None  # an audio model's processor splits its recordings
+                windows = self.windows.split(wave, window)
                 group[i] = wave, windows
                 if steering is not None and steering[i]:
                     controls.update(self._window_controls(i, steering[i], len(group[i][1]), first_line + i))
@@ -217,7 +220,7 @@ class Transcriber(Generator):
                           first_line: int) -> None:
         """Search every window of the files in `group` ({index: (wave [T], windows)}) in shared
         batches, with controls {(index, window): its controls}; results[index] = the file's n-best list."""
-        crop = self.processor.crop
+        crop = self.windows.crop
         examples = {(i, k): crop(wave, w) for i, (wave, windows) in group.items() for k, w in enumerate(windows)}
         done = self._search(examples, cfg, batch_tokens, lambda key: {"source": str(paths[key[0]])}, on_batch,
                             controls={key: controls[key] for key in examples if key in controls},

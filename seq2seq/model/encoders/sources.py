@@ -1,9 +1,9 @@
 """What a model reads, whatever its modality: the `SourceKind` of its sources (TEXT, IMAGE, AUDIO, or a
 plugin's own) and the `SourceProcessor` contract, the one owner of what follows from that kind:
-probing a file and checking it against a caller's `SourceLimits`, splitting a long source,
-preparing examples, their lengths, collating batches, describing a source and what attention is
+probing a file and checking it against a caller's `SourceLimits`, preparing examples, their lengths, collating batches, describing a source and what attention is
 drawn over (`AttentionView`). What only some processors can do is a capability of its own, checked
-where it is used (`PrefixedSource`: sources that can start with extra pieces, a language tag). A
+where it is used (`PrefixedSource`: sources that can start with extra pieces, a language tag;
+`WindowedSource`: recordings cut into windows at their pauses). A
 source that cannot be used is a `SourceError` naming it
 (`SourceTooLarge` over the limits). Sentences are `seq2seq.model.encoders.text_processor`'s;
 `seq2seq.model.encoders.base` maps `model.encoder.type` to a processor.
@@ -85,13 +85,14 @@ class SourceTooLarge(SourceError):
 
 class SourceProcessor:
     """The contract of one kind of source: how a source is opened and probed, checked against limits,
-    split when long, prepared into an example, measured, collated and described. Built from the
+    prepared into an example, measured, collated and described. Built from the
     encoder config alone (`Modality.processor`); every consumer (training data, `Translator` and
     `Generator`, the CTranslate2 engine, the server, fine-tuning) calls these methods and never asks
     which class it has.
 
     kind: the `SourceKind` (TEXT processors read sentences, the others files).
-    sample_rate: audio kinds only, the rate of their waveform examples (what `split` counts in).
+    sample_rate: audio kinds only, the rate of their waveform examples (what `WindowedSource.split`
+        counts in).
     max_seconds: the longest source `load` accepts (None: any); `without_length_limit()` lifts it
         for a caller that splits long sources itself (`Transcriber`).
     encoder_seconds: the longest example the encoder itself can read (a Whisper backbone's window;
@@ -139,15 +140,6 @@ class SourceProcessor:
         unlimited = copy.copy(self)
         unlimited.max_seconds = None
         return unlimited
-
-    def split(self, example: Any, max_seconds: float) -> list[Window] | None:
-        """A long example cut into windows of at most `max_seconds` (audio kinds: at its pauses,
-        `seq2seq.model.encoders.audio_windows`); None: this kind is decoded whole."""
-        return None
-
-    def crop(self, example: Any, window: Window) -> Any:
-        """The part of `example` that `window` covers, as an example of its own."""
-        raise NotImplementedError(f"{type(self).__name__} does not split its sources")
 
     # ---- a call's sources ------------------------------------------------------------------
 
@@ -217,6 +209,20 @@ class AttentionView:
     spectrogram: np.ndarray | None = None
     frame_seconds: float = 0.0
     position_seconds: float = 0.0
+
+
+@runtime_checkable
+class WindowedSource(Protocol):
+    """A capability of recordings (`WaveformProcessor`, an ensemble of them): a long example cut into
+    windows at its pauses (`seq2seq.model.encoders.audio_windows`) and each window cropped out as an
+    example of its own; checked with isinstance where it is used (`Transcriber`). Other kinds are
+    decoded whole."""
+
+    sample_rate: int  # what `split` counts in
+
+    def split(self, example: Any, max_seconds: float) -> list[Window]: ...
+
+    def crop(self, example: Any, window: Window) -> Any: ...
 
 
 @runtime_checkable
