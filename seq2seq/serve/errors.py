@@ -67,7 +67,7 @@ def refused(e: Seq2SeqError, name: Any) -> RequestError:
     go in the answer beside the message."""
     d = e.diagnostic
     where = "" if d.index is None else f"{name(d.index)}: "
-    return RequestError(422, as_request_field(where + d.message), d.details())
+    return RequestError(422, as_request_field(where + d.message), d)
 
 
 def with_diagnostics(obj: dict[str, Any], notes: list[Diagnostic]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.config.diagnostics import Seq2SeqError
+from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.inference import steering_fields
 from seq2seq.inference.inputs import SourceInput, read_input
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
@@ -80,12 +80,22 @@ class Limits:
 
 
 class RequestError(Seq2SeqError):
-    """A request the server refuses: HTTP status, a message for the client and, for an input the model
-    refused, `details` ({"code", "field", "index"}) that go in the answer beside it."""
+    """A request the server refuses: HTTP status and a message for the client; `cause`, for an input
+    the model or a field reader refused, is that error's `Diagnostic`, whose code, field and index
+    (`details`) go in the answer beside the message."""
 
-    def __init__(self, status: int, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, status: int, message: str, cause: Diagnostic | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.details = status, message, details or {}
+        self.status, self.cause = status, cause
+
+    @property
+    def message(self) -> str:
+        return self.diagnostic.message
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """{"code", "field", "index"} of the refused input (those it has), or {} for a request as a whole."""
+        return self.cause.details() if self.cause is not None else {}
 
 
 def media_type(headers: Headers) -> tuple[str, str | None]:
@@ -174,7 +184,7 @@ def check_unicode(text: str, where: str) -> None:
     try:
         steering_fields.check_unicode(text, where)
     except FieldError as e:
-        raise RequestError(422, str(e), e.diagnostic.details()) from None
+        raise RequestError(422, str(e), e.diagnostic) from None
 
 
 async def read_body(request: Request, limit: int, what: str) -> bytes:
@@ -265,7 +275,7 @@ def parse_steering(fields: dict[str, Any], limits: Limits, where: str = "") -> S
     try:
         read = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits))
     except FieldError as e:
-        raise RequestError(422, str(e), e.diagnostic.details()) from None
+        raise RequestError(422, str(e), e.diagnostic) from None
     if all(value is None for value in read.values()):
         return None
     steering = Steering(read["prefix"] or "", read["constraints"] or [], read["avoid"] or [])
@@ -291,7 +301,7 @@ def _read_item(item: Any, name: str, limits: Limits) -> SourceInput:
     try:
         return read_input(item, name, ".", lambda text, where: _check_text(text, where, limits))
     except FieldError as e:
-        raise RequestError(422, str(e), e.diagnostic.details()) from None
+        raise RequestError(422, str(e), e.diagnostic) from None
 
 
 def _check_text(text: str, where: str, limits: Limits) -> None:

@@ -108,7 +108,7 @@ class ModelServer:
             cfg = self.model.search_config(**{k: v for k, v in options.items() if k not in CALL_OPTIONS})
             self.model.processor_for(options.get("tgt_lang"))  # LanguageError: none, or unknown
         except Seq2SeqError as e:
-            raise RequestError(422, str(e), e.diagnostic.details()) from None
+            raise RequestError(422, str(e), e.diagnostic) from None
         except ValueError as e:
             raise RequestError(422, str(e)) from None
         if not items:
