@@ -73,7 +73,7 @@ class Generator(Translator):
         processor = self.processor.without_length_limit()  # the source was decoded, however long
         view = processor.attention_view(processor.load(source))
         if view is None:
-            raise SourceError(f"drawing attention is not supported for the sources of {self.loaded.path}")
+            raise SourceError(f"drawing attention is not supported for the sources of {self.path}")
         return view
 
     def plot_attention(self, generation: Translation, png_path: str, view: AttentionView | None = None) -> None:

@@ -102,7 +102,7 @@ class Translator:
         self.tokenizers = self.loaded.tokenizers
         self.path: Path = self.loaded.path  # the (first) model directory
         self.config: Config = self.loaded.config
-        self.defaults = self.loaded.config.decoding
+        self.defaults = self.config.decoding
         processors = [source_processor(m.config.model, m.tokenizers.src) for m in members]
         self.processor = processors[0] if len(processors) == 1 else \
             EnsembleProcessor(processors, [str(m.path) for m in members])
@@ -258,7 +258,7 @@ class Translator:
     @property
     def languages(self) -> list[str]:
         """The target languages of a multilingual model ([] for a bilingual one): `tgt_lang` values."""
-        return model_languages(self.loaded.config)
+        return model_languages(self.config)
 
     def processor_for(self, tgt_lang: str | None) -> SourceProcessor:
         """The source processor of a call into `tgt_lang`: sources start with the model's tag for it
@@ -283,10 +283,10 @@ class Translator:
         it on the decoder (`seq2seq.text.languages.decoder_prefix`; the members agree, `check_members`),
         forced at decoding and left out of the output; [] for every other model."""
         ids = []
-        for piece in decoder_prefix(self.loaded.config, tgt_lang):
+        for piece in decoder_prefix(self.config, tgt_lang):
             token_id = self.tokenizers.tgt.piece_id(piece)
             if token_id is None:
-                raise LanguageError(f"{self.loaded.path}: its target tokenizer has no piece {piece!r}, which its "
+                raise LanguageError(f"{self.path}: its target tokenizer has no piece {piece!r}, which its "
                                     f"config (data.language_tag: decoder) starts every translation with")
             ids.append(token_id)
         return ids
@@ -316,7 +316,7 @@ class Translator:
         autocast = "bf16" if self.precision == "bf16" else "fp32"
         results: dict[Any, list[Translation]] = {}
         unmet = []
-        max_sources = max(1, MAX_STEP_LOGITS // (cfg.rows_per_source * self.loaded.config.model.tgt_vocab_size))
+        max_sources = max(1, MAX_STEP_LOGITS // (cfg.rows_per_source * self.config.model.tgt_vocab_size))
         for batch in length_batches(lengths, batch_tokens, max_sources):
             src = to_device(processor.collate([examples[k] for k in batch]), self.device)
             steer = None if not controls else [controls.get(k) for k in batch]
@@ -347,13 +347,13 @@ class Translator:
     def _continuation(self) -> torch.Tensor:
         """[V] bool: the target pieces that continue a word (constraints are met as whole words)."""
         if getattr(self, "_continues", None) is None:
-            self._continues = continuation_pieces(self.tokenizers.tgt, self.loaded.config.model.tgt_vocab_size)
+            self._continues = continuation_pieces(self.tokenizers.tgt, self.config.model.tgt_vocab_size)
         return self._continues
 
     def _sentence_end(self) -> torch.Tensor:
         """[V] bool: the target pieces that end a sentence (the constraints' sentence-end rule)."""
         if getattr(self, "_sentence_ends", None) is None:
-            self._sentence_ends = sentence_end_pieces(self.tokenizers.tgt, self.loaded.config.model.tgt_vocab_size)
+            self._sentence_ends = sentence_end_pieces(self.tokenizers.tgt, self.config.model.tgt_vocab_size)
         return self._sentence_ends
 
     def _translation(self, h: Hypothesis, about: dict[str, Any], given: int = 0) -> Translation:
