@@ -174,6 +174,8 @@ class CTranslate2Translator:
 
     # ---- what the server reads of the engine it serves (`seq2seq.inference.protocol.ServedModel`) ----
 
+    constraints_refused: str | None = NO_CONSTRAINTS  # its search cannot honour them (`prepare_call`)
+
     @property
     def precision(self) -> str:
         """The precision it was loaded with (`load`'s: fp32, bf16 or int8)."""
@@ -216,8 +218,7 @@ class CTranslate2Translator:
         (see the module docstring), unless they are only annotated on the sources of a model trained with
         terms (`terms` "annotate", the default for such a model here)."""
         call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
-                            avoid=avoid, glossary=glossary, terms=terms, options=options,
-                            constraints_refused=NO_CONSTRAINTS)
+                            avoid=avoid, glossary=glossary, terms=terms, options=options)
         texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
         warn = warn or log.warning
         if cfg.strategy == "beam" and not cfg.early_stopping and "early_stopping" not in self._warned:

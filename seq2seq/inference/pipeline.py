@@ -15,7 +15,9 @@ three steps:
     finish    n-best `Translation`s in input order ([] for an empty or skipped source), texts decoded
 
 so every engine accepts and refuses the same calls with the same words, and differs only in what its
-search can do (an engine that cannot honour constraints says so: `constraints_refused`).
+search can do (an engine that cannot honour constraints says so: its `constraints_refused`). The server
+runs the same step on a request before queueing it, so a request is refused as the engine would refuse
+it, before any decoding.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Prepares(Protocol):
     @property
     def tokenizers(self) -> TokenizerPair: ...
 
+    @property
+    def constraints_refused(self) -> str | None:
+        """None for an engine whose search honours constraints, else the message that refuses them."""
+
     def search_config(self, **options: Any) -> SearchConfig: ...
 
 
@@ -76,12 +82,13 @@ def check_batch_tokens(batch_tokens: int) -> None:
 def prepare_call(engine: Prepares, texts: list[str], batch_tokens: int, first_line: int, warn: Warn | None, *,
                  prefix: Any = None, constraints: Any = None, avoid: Any = None,
                  glossary: Glossary | str | Path | None = None, terms: str | None = None,
-                 options: dict[str, Any], constraints_refused: str | None = None) -> PreparedCall:
+                 options: dict[str, Any]) -> PreparedCall:
     """The prepare step of a call to `engine` (see the module docstring); the arguments as
-    `Translator.translate_nbest` takes them, `options` its search options. constraints_refused: for an
-    engine whose search cannot honour constraints, the message that refuses them (terms then default to
-    "annotate" on a model trained with them, which needs no constraint)."""
+    `Translator.translate_nbest` takes them, `options` its search options. On an engine that cannot
+    honour constraints (`constraints_refused`), terms default to "annotate" for a model trained with them,
+    which needs no constraint, and constraints are refused otherwise."""
     cfg = engine.search_config(**options)
+    constraints_refused = engine.constraints_refused
     check_batch_tokens(batch_tokens)
     annotates = engine.annotates_terms
     if constraints_refused is not None and terms is None and annotates:

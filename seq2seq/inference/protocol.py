@@ -85,6 +85,9 @@ class ServedModel(TranslationEngine, Protocol):
     @property
     def annotates_terms(self) -> bool: ...
 
+    @property
+    def constraints_refused(self) -> str | None: ...  # None: its search honours constraints
+
     def processor_for(self, tgt_lang: str | None) -> SourceProcessor: ...
 
 

@@ -243,6 +243,8 @@ class Translator:
                             given=len(forced))
         return [done.get(i, []) for i in range(len(texts))]
 
+    constraints_refused: str | None = None  # its search honours constraints (`prepare_call`)
+
     @property
     def parameters(self) -> int:
         """The number of parameters decoding uses (every member's, for an ensemble); a weight shared by two

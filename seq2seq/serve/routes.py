@@ -19,13 +19,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
-from seq2seq.config.search import SearchConfig
 from seq2seq.inference.formats import formatter
 from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
+from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.protocol import ServedModel
-from seq2seq.inference.steering import (Steering, SteeringError, check_steering, encode_steering, steer_inputs,
-                                       term_mode)
+from seq2seq.inference.steering import Steering, SteeringError, encode_steering
 from seq2seq.model.encoders.sources import SourceError
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.demo import attention_png, demo_page, model_info
@@ -76,24 +75,26 @@ class ModelServer:
             await asyncio.to_thread(self.batcher.close)
             log.info("batching worker stopped after %d model calls", self.batcher.calls)
 
-    def _steering(self, items: list[str], steering: list[Steering] | None, cfg: SearchConfig,
-                  name: Callable[[int], str], terms: str | None = None, forms: str = "exact") -> list[Steering | None]:
-        """Each item's steering (None for none), checked with the glossary's terms as the model will
-        check it (`check_steering`, `encode_steering`) before it is queued: 422 naming the item
-        (name(index)) where it cannot be honoured. The terms themselves are found again by the model
-        call (`translate_nbest(glossary=...)`), which warns about any the beam cannot hold."""
+    def _steering(self, items: list[str], steering: list[Steering] | None, options: dict[str, Any],
+                  name: Callable[[int], str]) -> list[Steering | None]:
+        """Each item's steering (None for none), checked before it is queued by the step the model call
+        starts with (`seq2seq.inference.pipeline.prepare_call`, the glossary's terms included) and encoded
+        as the search will encode it: 422 naming the item (name(index)) where it cannot be honoured. The
+        terms themselves are found again by the model call (`translate_nbest(glossary=...)`), which warns
+        about any the beam cannot hold."""
         if steering is None and self.glossary is None:
             return [None] * len(items)
         steering = steering or [Steering() for _ in items]
+        search = {k: v for k, v in options.items() if k not in CALL_OPTIONS}
         try:
-            mode = term_mode(terms, self.model.annotates_terms, self.model_path)
-            steered = steer_inputs(len(items), prefix=[s.prefix for s in steering],
-                                   constraints=[s.constraints for s in steering], avoid=[s.avoid for s in steering],
-                                   glossary=self.glossary, sources=items) or []
-            for i, s in enumerate(steered):
+            call = prepare_call(self.model, items, self.limits.batch_tokens, 1, lambda diagnostic: None,
+                                prefix=[s.prefix for s in steering], constraints=[s.constraints for s in steering],
+                                avoid=[s.avoid for s in steering], glossary=self.glossary,
+                                terms=options.get("terms"), options=search)
+            for i, s in enumerate(call.steering or []):
                 if s:
-                    checked, _ = check_steering(s, cfg, i + 1, mode)
-                    encode_steering(checked, self.model.tokenizers.tgt, i + 1, mode, forms=forms)
+                    encode_steering(s, self.model.tokenizers.tgt, i + 1, call.mode,
+                                    forms=options.get("term_forms", "exact"))
         except SteeringError as e:
             raise refused(e, name) from None
         return [s if s else None for s in steering]
@@ -113,8 +114,7 @@ class ModelServer:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest, []
-        jobs = list(zip(items, self._steering(items, steering, cfg, name, options.get("terms"),
-                                              options.get("term_forms", "exact"))))
+        jobs = list(zip(items, self._steering(items, steering, options, name)))
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
         future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample")
         try:
