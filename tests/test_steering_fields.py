@@ -167,3 +167,18 @@ def test_the_batcher_keeps_only_the_recent_batch_sizes(monkeypatch):
         batcher.close(TIMEOUT)
     assert batcher.calls == 6 and batcher.batch_sizes == [4, 5, 6]
 
+
+
+def test_translate_json_carries_each_lines_diagnostics_as_the_server_does(tiny_model_dir):
+    lines = ['{"text": "A dog.", "constraints": ["Hund"]}', '{"text": "  ", "constraints": ["Katze"]}',
+             '{"text": "A cat."}']
+    result = CliRunner().invoke(cli, ["translate", str(tiny_model_dir), "--json-input", "--json", "--beam", "3",
+                                      "--chunk-lines", "2"], input="\n".join(lines) + "\n")
+    assert result.exit_code == 0, result.output
+    objects = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(objects) == 3 and objects[1]["text"] == ""
+    assert objects[1]["diagnostics"] == [{"message": "an empty input: its prefix, constraints and terms are not "
+                                                     "used (its output is empty)", "code": "empty_input",
+                                          "field": "text", "index": 1}]
+    assert objects[1]["warnings"] == [objects[1]["diagnostics"][0]["message"]]
+    assert "diagnostics" not in objects[0] and "diagnostics" not in objects[2]  # none drawn

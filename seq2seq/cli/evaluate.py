@@ -97,7 +97,7 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
     hyps: list[str] = []
     plain = formatter("text", 1)
 
-    def emit(index: int, results: list) -> str:
+    def emit(index: int, results: list, notes: Any = ()) -> str:
         line = plain(index, results)
         hyps.append(line[:-1])
         return line

@@ -54,6 +54,24 @@ class Diagnostic:
 Warn = Callable[[Diagnostic], None]  # where a call's warnings go (`seq2seq.text.lines.warn` logs them)
 
 
+class ByInput:
+    """A `Warn` that passes each warning on (`forward`) and keeps those about one input, by its index, for
+    the input's result: `pop(index)` (the server's result objects and `translate --json` carry them)."""
+
+    def __init__(self, forward: Warn) -> None:
+        self.forward = forward
+        self.notes: dict[int, list[Diagnostic]] = {}
+
+    def __call__(self, diagnostic: Diagnostic) -> None:
+        self.forward(diagnostic)
+        if isinstance(diagnostic, Diagnostic) and diagnostic.index is not None:
+            self.notes.setdefault(diagnostic.index, []).append(diagnostic)
+
+    def pop(self, index: int) -> list[Diagnostic]:
+        """The warnings about input `index` ([] for none), forgotten here."""
+        return self.notes.pop(index, [])
+
+
 class Seq2SeqError(Exception):
     """The base of every error a user can cause; its message is one line, naming the input, key or file.
 

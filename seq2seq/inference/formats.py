@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import itertools
 import sys
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
-from seq2seq.config.diagnostics import Warn
-from seq2seq.inference.results import Translation
+from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
+from seq2seq.inference.results import Translation, with_diagnostics
 from seq2seq.text.lines import json_line, one_line, warn
 
 NBEST_FORMATS = ("marian", "fairseq")
@@ -20,11 +20,13 @@ def _empty_translation() -> Translation:
     return Translation(text="", score=0.0, logprob=0.0, token_ids=[], pieces=[], token_logprobs=[], src_pieces=[])
 
 
-def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable[[int, list], str]:
-    """The output text (newline-terminated) of input line `index` (0-based) from its n-best list.
+def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable[..., str]:
+    """emit(index, n-best list, notes=()): the output text (newline-terminated) of input line `index`
+    (0-based) from its n-best list, and the warnings it drew (`notes`, `Diagnostic`s).
 
     text: the best translation. scores: "score<TAB>text". json: one object per input line (with an
-    "nbest" list when nbest > 1). n-best lists (nbest > 1, or nbest_format given), one line per
+    "nbest" list when nbest > 1, and the line's "warnings" and "diagnostics" if it drew any: the
+    server's result object, `with_diagnostics`). n-best lists (nbest > 1, or nbest_format given), one line per
     hypothesis, best first:
       marian:  "index ||| text ||| F0= logprob ||| score"  (Marian's --n-best lines)
       fairseq: "H-index<TAB>score<TAB>text"                 (fairseq-generate's H- lines)
@@ -39,14 +41,14 @@ def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable
             return f"H-{index}\t{h.score:.4f}\t{one_line(h.text)}\n"
         return f"{index} ||| {one_line(h.text)} ||| F0= {h.logprob:.4f} ||| {h.score:.4f}\n"
 
-    def emit(index: int, hyps: list) -> str:
+    def emit(index: int, hyps: list, notes: Sequence[Diagnostic] = ()) -> str:
         hyps = hyps or [_empty_translation()]
         if fmt == "json":
             obj = hyps[0].to_json()
             obj["text"] = one_line(obj["text"])
             if nbest > 1:
                 obj["nbest"] = [{**h.to_json(), "text": one_line(h.text)} for h in hyps]
-            return json_line(obj) + "\n"
+            return json_line(with_diagnostics(obj, notes)) + "\n"
         if listed:
             return "".join(hypothesis(index, h) for h in hyps)
         if fmt == "scores":
@@ -92,7 +94,7 @@ def translate_stream(
     translator: Any,
     lines: Iterator[str],
     out: BinaryIO,
-    emit: Callable[[int, list], str],
+    emit: Callable[..., str],
     chunk_lines: int,
     batch_tokens: int,
     search: dict[str, Any],
@@ -102,13 +104,16 @@ def translate_stream(
     steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
 ) -> int:
     """Translate `lines` with `translator.translate_nbest` (`decode_stream`; each chunk sorted into
-    token-bounded batches by the translator). Returns the number of lines."""
+    token-bounded batches by the translator). Each warning goes to `warn`, and those about one line to
+    its output too (`emit`'s notes: `--json` prints them). Returns the number of lines."""
+    by_line = ByInput(warn)
 
     def decode(texts: list[str], first_line: int, steering: dict[str, Any]) -> list:
-        return translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=first_line, warn=warn,
+        return translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=first_line, warn=by_line,
                                           **steering, **search)
 
-    return decode_stream(lines, out, decode, lambda i, _, r: emit(i, r), chunk_lines, progress, total, steer)
+    return decode_stream(lines, out, decode, lambda i, _, r: emit(i, r, by_line.pop(i)), chunk_lines, progress,
+                         total, steer)
 
 
 def decode_stream(

@@ -4,7 +4,9 @@ and whichever engine produced it (`Translator`, `Generator`, the CTranslate2 eng
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
+
+from seq2seq.config.diagnostics import Diagnostic
 
 
 @dataclass
@@ -60,3 +62,13 @@ class Segment:
     def to_json(self) -> dict[str, Any]:
         return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
                 "words": [{"word": w, "start": round(a, 3), "end": round(b, 3)} for w, a, b in self.words]}
+
+
+def with_diagnostics(obj: dict[str, Any], notes: Sequence[Diagnostic]) -> dict[str, Any]:
+    """A result object with the warnings its input drew, if any: "warnings" (their messages) and
+    "diagnostics" (each {"message", "code", "field", "index"}: `Diagnostic.as_json`); what the server
+    answers and `translate --json` prints alike."""
+    if notes:
+        obj["warnings"] = [d.message for d in notes]
+        obj["diagnostics"] = [d.as_json() for d in notes]
+    return obj

@@ -1,8 +1,8 @@
 """How the server answers what went wrong, and what a result drew: every error a JSON object
 `{"error": message}` with its HTTP status (`error_response`, the app's handlers: `add_error_handlers`;
 `seq2seq.serve.app` lists the statuses), 401 without the API key (`RequireApiKey`), an error of the
-model call about one input named as the request names it (`refused`), and a result object's
-warnings (`with_diagnostics`).
+model call about one input named as the request names it (`refused`). A result object's warnings are
+`seq2seq.inference.results.with_diagnostics`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.serve.requests import RequestError, check_api_key
 
 log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one name, whichever module logs them
@@ -68,15 +68,6 @@ def refused(e: Seq2SeqError, name: Any) -> RequestError:
     d = e.diagnostic
     where = "" if d.index is None else f"{name(d.index)}: "
     return RequestError(422, as_request_field(where + d.message), d)
-
-
-def with_diagnostics(obj: dict[str, Any], notes: list[Diagnostic]) -> dict[str, Any]:
-    """A result object with the warnings its input drew, if any: "warnings" (their messages) and
-    "diagnostics" (each {"message", "code", "field", "index"}: `Diagnostic.as_json`)."""
-    if notes:
-        obj["warnings"] = [d.message for d in notes]
-        obj["diagnostics"] = [d.as_json() for d in notes]
-    return obj
 
 
 def add_error_handlers(app: FastAPI) -> None:

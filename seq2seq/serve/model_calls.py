@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from seq2seq.config.diagnostics import Diagnostic, Warn
+from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.protocol import ServedModel
 from seq2seq.inference.steering import Steering
@@ -65,14 +65,8 @@ class ModelCalls:
     def _warnings(log_it: Any) -> tuple[Warn, dict[int, list[Diagnostic]]]:
         """A `warn` for the model call that logs each warning and keeps those about one input in
         {index: [diagnostics]}."""
-        notes: dict[int, list[Diagnostic]] = {}
-
-        def warn(diagnostic: Diagnostic) -> None:
-            log_it("%s", diagnostic)
-            if isinstance(diagnostic, Diagnostic) and diagnostic.index is not None:
-                notes.setdefault(diagnostic.index, []).append(diagnostic)
-
-        return warn, notes
+        warn = ByInput(lambda diagnostic: log_it("%s", diagnostic))
+        return warn, warn.notes
 
     @staticmethod
     def _steering_arguments(items: list[tuple[str, Steering | None]]) -> dict[str, Any]:

@@ -24,11 +24,12 @@ from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.results import with_diagnostics
 from seq2seq.inference.steering import Steering, SteeringError, encode_steering
 from seq2seq.model.encoders.sources import SourceError
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.demo import attention_png, demo_page, model_info
-from seq2seq.serve.errors import refused, with_diagnostics
+from seq2seq.serve.errors import refused
 from seq2seq.serve.model_calls import ModelCalls, Unreadable
 from seq2seq.serve.requests import (
     Limits, RequestError, check_source_size, media_type, parse_options, parse_paths, parse_steering, parse_texts,
@@ -147,8 +148,7 @@ class ModelServer:
         results, nbest, warnings = await self.run(texts, parse_options(fields, self.limits), steering,
                                                   (lambda i: "text") if single else (lambda i: f"texts[{i}]"))
         emit = formatter("json", nbest)
-        objects = [with_diagnostics(json.loads(emit(i, hyps)), notes)
-                   for i, (hyps, notes) in enumerate(zip(results, warnings))]
+        objects = [json.loads(emit(i, hyps, notes)) for i, (hyps, notes) in enumerate(zip(results, warnings))]
         return JSONResponse(objects[0] if single else {"translations": objects})
 
     async def generate(self, request: Request) -> JSONResponse:
