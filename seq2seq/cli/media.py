@@ -57,6 +57,7 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
          **kw: Any) -> None:
     from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
+    from seq2seq.config.diagnostics import ByInput
     from seq2seq.inference.formats import decode_stream, file_formatter
 
     steer = Steerer.from_options(kw)
@@ -96,11 +97,14 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                 click.echo(f"attention plot: {show_attention}", err=True)
                 return
 
+            by_line = ByInput(warn)  # the warnings about one file go in its --json object too
+
             def decode(paths: list[str], first_line: int, steering: dict[str, Any]) -> list:
-                return generator.generate(paths, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=warn,
+                return generator.generate(paths, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=by_line,
                                           first_line=first_line, **windows, **steering, **search)
 
-            decode_stream(sources, out, decode, lambda _, path, r: emit(path, r), chunk_lines, steer=steer)
+            decode_stream(sources, out, decode, lambda i, path, r: emit(path, r, by_line.pop(i)), chunk_lines,
+                          steer=steer)
     except SourceError as e:
         raise click.ClickException(f"{e} (--skip-bad writes an empty line for such a file and goes on)") from None
 

@@ -66,22 +66,23 @@ def timed_text(h: Translation) -> str:
     return " ".join(f"[{s.start:.2f}-{s.end:.2f}] {one_line(s.text)}".rstrip() for s in h.segments)
 
 
-def file_formatter(fmt: str, nbest: int, timestamps: bool = False) -> Callable[[str, list], str]:
-    """The output text of one source file from its n-best list ([] for a file that could not be read).
+def file_formatter(fmt: str, nbest: int, timestamps: bool = False) -> Callable[..., str]:
+    """emit(path, n-best list, notes=()): the output text of one source file from its n-best list ([] for
+    a file that could not be read) and the warnings it drew.
 
     text: the best text. path: "path<TAB>text". json: one object per file (with an "nbest" list when
-    nbest > 1). nbest > 1 (text or path): one "path<TAB>score<TAB>text" line per hypothesis.
+    nbest > 1, and its "warnings" and "diagnostics" if it drew any). nbest > 1 (text or path): one "path<TAB>score<TAB>text" line per hypothesis.
     timestamps (transcriptions): text and path give each window as "[start-end] text" (`timed_text`),
     json a "segments" list (start, end, text, words with approximate times).
     """
     show = timed_text if timestamps else (lambda h: one_line(h.text))
 
-    def emit(path: str, hyps: list) -> str:
+    def emit(path: str, hyps: list, notes: Sequence[Diagnostic] = ()) -> str:
         if fmt == "json":
             obj = hyps[0].to_json() if hyps else {"source": path, "text": "", "error": "unreadable"}
             if nbest > 1:
                 obj["nbest"] = [h.to_json() for h in hyps]
-            return json_line(obj) + "\n"
+            return json_line(with_diagnostics(obj, notes)) + "\n"
         if nbest > 1:
             return "".join(f"{path}\t{h.score:.4f}\t{show(h)}\n" for h in hyps) or f"{path}\t\t\n"
         text = show(hyps[0]) if hyps else ""
