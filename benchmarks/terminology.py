@@ -139,6 +139,8 @@ def main() -> None:
     split_arguments(p)
     p.add_argument("--terms", type=int, default=2, help="terms per sentence, at most")
     p.add_argument("--base-forms", action="store_true", help="give each term as its base form (a lemma)")
+    p.add_argument("--constraint-lenpen", type=float, default=None,
+                   help="the length penalty of the sentences with constraints (default: the model's)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -147,6 +149,8 @@ def main() -> None:
     model = Translator.load(args.model_dir, device="cpu")
     plain_model = Translator.load(args.plain_dir, device="cpu") if args.plain_dir else model
     opts = {"beam": args.beam}
+    if args.constraint_lenpen is not None:  # only the constrained sentences are searched with it
+        opts["constraint_lenpen"] = args.constraint_lenpen
     quiet = [].append
 
     def timed(translator: Translator, **steering) -> tuple[list[str], float]:

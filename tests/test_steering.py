@@ -379,3 +379,20 @@ def test_glossary_terms_beyond_what_the_beam_holds_are_dropped_with_a_warning(tr
                                           "not enforced (pass a larger --beam)"]
     assert (warnings[0].field, warnings[0].code) == ("glossary", "terms_dropped")
     assert "Mann" in out[0][0].text and "fährt" in out[0][0].text
+
+
+def test_constraint_lenpen_is_the_lenpen_of_the_sentences_with_constraints_only(translator):
+    texts = ["A dog runs in the park.", "A man.", "Two women walk."]
+    constraints = [["Hund", "Park"], None, ["Frauen"]]
+
+    def run(**options):  # texts, and scores to float noise (a sentence searched in another batch)
+        return [[(h.text, round(h.score, 4)) for h in n] for n in translator.translate_nbest(texts, beam=4, **options)]
+
+    mixed = run(constraints=constraints, lenpen=1.0, constraint_lenpen=0.3)
+    assert mixed[1] == run(lenpen=1.0)[1]  # a sentence without constraints: exactly as without the option
+    alone = run(constraints=constraints, lenpen=0.3)
+    assert [mixed[0], mixed[2]] == [alone[0], alone[2]]  # the constrained ones: as if lenpen were 0.3
+    assert run(constraints=constraints) == run(constraints=constraints, constraint_lenpen=None)
+    assert mixed[0] != run(constraints=constraints, lenpen=1.0)[0]  # the option does something here
+    with pytest.raises(ValueError, match="constraint_lenpen must be a number"):
+        translator.search_config(constraint_lenpen="low")

@@ -12,6 +12,8 @@ per-sentence length limit (`max_length`), the GNMT length penalty and score (`le
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ class SearchConfig:
     beam: beam size (beam search only). nbest: hypotheses returned per source (<= beam for beam
     search, 1 for greedy, the number of independent samples for sampling).
     lenpen: GNMT length-penalty exponent alpha in score = logprob / ((5 + L) / 6) ** alpha.
+    constraint_lenpen: the lenpen of the sentences that have constraints (None: `lenpen`); the others
+    are searched with `lenpen`, exactly as without it (`constrained`).
     max_len_a, max_len_b, max_len: the per-sentence length limit (`max_length`); max_len (optional)
     is a hard cap. min_len: EOS is forbidden before this many tokens.
     no_repeat_ngram: if n > 0, no n-gram occurs twice in a hypothesis.
@@ -58,6 +62,9 @@ class SearchConfig:
     beam: int = _option(5, "Beam size (1 = greedy search).")
     nbest: int = _option(1, "Hypotheses per source (> 1: an n-best list).")
     lenpen: float = _option(1.0, "Length penalty exponent (GNMT).")
+    constraint_lenpen: float | None = _option(
+        None, "Length penalty of the sentences with constraints (default: --lenpen): forced terms lengthen "
+              "an output, a lower one keeps it as long as without them.")
     max_len_a: float = _option(1.2, "Max output length = a * source length + b.")
     max_len_b: int = _option(10, "See --max-len-a.")
     max_len: int | None = None
@@ -103,6 +110,12 @@ class SearchConfig:
         + max_len_b) tokens, at most `length_cap(max_positions)`, at least 0."""
         limit = math.floor(self.max_len_a * src_len + self.max_len_b + 1e-6)
         return max(0, int(min(limit, self.length_cap(max_positions))))
+
+    def constrained(self) -> SearchConfig:
+        """The search of the sentences with constraints: `constraint_lenpen` as the lenpen, where set."""
+        if self.constraint_lenpen is None:
+            return self
+        return dataclasses.replace(self, lenpen=self.constraint_lenpen, constraint_lenpen=None)
 
     def length_penalty(self, length: int) -> float:
         """GNMT's ((5 + length) / 6) ** lenpen; length counts the EOS (see `score`)."""

@@ -312,8 +312,16 @@ class Translator:
         its length limit is searched again without them (keeping its prefix and banned phrases),
         with a warning naming line(key). processor: the call's (default: the model's). given: each
         hypothesis's first `given` tokens are a forced language tag (`decoder_prefix_ids`), left out of
-        its Translation."""
+        its Translation. The sources with constraints are searched with `cfg.constrained()` (their own
+        length penalty, `constraint_lenpen`), the others with `cfg`."""
         processor = processor or self.processor
+        constrained = {k for k, c in (controls or {}).items() if c.constraints and k in examples}
+        if constrained and cfg.constrained() != cfg:  # their own length penalty: two searches, one per kind
+            groups = [({k: x for k, x in examples.items() if k in constrained}, cfg.constrained()),
+                      ({k: x for k, x in examples.items() if k not in constrained}, cfg)]
+            return {k: v for group, group_cfg in groups if group
+                    for k, v in self._search(group, group_cfg, batch_tokens, about, on_batch, controls, line, warn,
+                                             processor, given).items()}
         lengths = {k: processor.length(x) for k, x in examples.items()}
         autocast = "bf16" if self.precision == "bf16" else "fp32"
         results: dict[Any, list[Translation]] = {}
