@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import click
 
@@ -14,6 +14,7 @@ from seq2seq.cli.common import (
     show_progress, user_errors,
 )
 from seq2seq.cli.steering import Steerer, steering_options
+from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.inference.formats import formatter, translate_stream
 from seq2seq.text.lines import read_input_lines
 
@@ -97,7 +98,7 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
     hyps: list[str] = []
     plain = formatter("text", 1)
 
-    def emit(index: int, results: list, notes: Any = ()) -> str:
+    def emit(index: int, results: list, notes: Sequence[Diagnostic] = ()) -> str:
         line = plain(index, results)
         hyps.append(line[:-1])
         return line

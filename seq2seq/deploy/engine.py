@@ -70,7 +70,7 @@ from seq2seq.inference.controls import prefix_too_long
 from seq2seq.inference.options import resolve_search
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.pipeline import prepare_call
-from seq2seq.inference.steering import SteeringError, encode_steering
+from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, SteeringError, encode_steering
 from seq2seq.model.encoders.base import SourceProcessor, source_processor
 from seq2seq.text.languages import LanguageError
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
@@ -205,9 +205,9 @@ class CTranslate2Translator:
         first_line: int = 1,
         warn: Warn | None = None,
         *,
-        prefix: Sequence[str | None] | None = None,
-        constraints: Sequence[Sequence[str] | None] | None = None,
-        avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        prefix: Prefixes | None = None,
+        constraints: PhraseLists | None = None,
+        avoid: AvoidPhrases | None = None,
         glossary: Glossary | str | Path | None = None,
         terms: str | None = None,
         term_forms: str = "exact",

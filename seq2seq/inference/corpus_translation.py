@@ -49,7 +49,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
@@ -59,6 +59,9 @@ from seq2seq.inference.noise import WordNoise, noise_line
 from seq2seq.storage.atomic import read_json, write_json_atomic, write_text_atomic
 from seq2seq.text.languages import source_prefix
 from seq2seq.text.lines import InputError, decoded_lines, one_line, open_binary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.inference.translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ class CorpusJob:
             return {**self.search, "sample": True}
         return {"beam": DEFAULT_BEAM, **self.search}
 
-    def settings(self, translator: Any, models: str) -> dict[str, Any]:
+    def settings(self, translator: Translator, models: str) -> dict[str, Any]:
         """What a resumed run must repeat: models (their fingerprint), direction, method, the resolved
         search, seed, chunking, filters, noise and target language."""
         search = dataclasses.asdict(translator.search_config(**self.search_options()))
@@ -188,7 +191,7 @@ class CorpusTranslation:
     settings.
     """
 
-    def __init__(self, translator: Any, job: CorpusJob, models: str) -> None:
+    def __init__(self, translator: Translator, job: CorpusJob, models: str) -> None:
         self.translator = translator
         self.job = job
         self.out = Path(job.output_dir)
@@ -349,7 +352,7 @@ class CorpusTranslation:
         search = dict(self.search)
         if self.job.method == "sample":
             search["seed"] = chunk_seed(self.job.seed, index)
-        language = {"tgt_lang": self.job.tgt_lang} if self.job.tgt_lang else {}
+        language: dict[str, Any] = {"tgt_lang": self.job.tgt_lang} if self.job.tgt_lang else {}
         results = self.translator.translate_nbest([texts[i] for i in todo], batch_tokens=self.job.batch_tokens,
                                                   first_line=first_line, warn=warn, **language, **search)
         rng = np.random.default_rng([self.job.seed, index])
@@ -419,6 +422,6 @@ def corpus_yaml(entry: dict[str, Any]) -> str:
     return head + yaml.safe_dump({"data": {"corpora": [entry]}}, sort_keys=False, allow_unicode=True)
 
 
-def translate_corpus(translator: Any, job: CorpusJob, models: str, **run: Any) -> dict[str, Any]:
+def translate_corpus(translator: Translator, job: CorpusJob, models: str, **run: Any) -> dict[str, Any]:
     """Run `job` with `translator` (see `CorpusTranslation.run` for the keywords); returns the summary."""
     return CorpusTranslation(translator, job, models).run(**run)

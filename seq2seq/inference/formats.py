@@ -10,6 +10,7 @@ import sys
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
+from seq2seq.inference.protocol import TranslationEngine
 from seq2seq.inference.results import Translation, with_diagnostics
 from seq2seq.text.lines import json_line, one_line, warn
 
@@ -36,7 +37,7 @@ def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable
         raise ValueError(f"unknown n-best format {nbest_format!r}; choose one of {', '.join(NBEST_FORMATS)}")
     listed = nbest_format or ("marian" if nbest > 1 and fmt != "json" else None)
 
-    def hypothesis(index: int, h: Any) -> str:
+    def hypothesis(index: int, h: Translation) -> str:
         if listed == "fairseq":
             return f"H-{index}\t{h.score:.4f}\t{one_line(h.text)}\n"
         return f"{index} ||| {one_line(h.text)} ||| F0= {h.logprob:.4f} ||| {h.score:.4f}\n"
@@ -92,7 +93,7 @@ def file_formatter(fmt: str, nbest: int, timestamps: bool = False) -> Callable[.
 
 
 def translate_stream(
-    translator: Any,
+    translator: TranslationEngine,
     lines: Iterator[str],
     out: BinaryIO,
     emit: Callable[..., str],

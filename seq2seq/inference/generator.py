@@ -25,7 +25,7 @@ from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
-from seq2seq.inference.steering import Steering, SteeringError, encode_steering
+from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, encode_steering
 from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.translator import Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
@@ -167,9 +167,9 @@ class Transcriber(Generator):
         max_window_seconds: float | None = None,
         timestamps: bool = False,
         progress: bool = False,
-        prefix: Sequence[str | None] | None = None,
-        constraints: Sequence[Sequence[str] | None] | None = None,
-        avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        prefix: Prefixes | None = None,
+        constraints: PhraseLists | None = None,
+        avoid: AvoidPhrases | None = None,
         tgt_lang: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:

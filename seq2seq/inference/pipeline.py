@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.steering import Steering, SteeringError, check_steering, steer_inputs, term_mode, with_terms
+from seq2seq.inference.steering import (
+    AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, check_steering, steer_inputs, term_mode, with_terms,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.model.encoders.sources import SourceProcessor
@@ -80,7 +82,8 @@ def check_batch_tokens(batch_tokens: int) -> None:
 
 
 def prepare_call(engine: Prepares, texts: list[str], batch_tokens: int, first_line: int, warn: Warn | None, *,
-                 prefix: Any = None, constraints: Any = None, avoid: Any = None,
+                 prefix: Prefixes | None = None, constraints: PhraseLists | None = None,
+                 avoid: AvoidPhrases | None = None,
                  glossary: Glossary | str | Path | None = None, terms: str | None = None,
                  options: dict[str, Any]) -> PreparedCall:
     """The prepare step of a call to `engine` (see the module docstring); the arguments as

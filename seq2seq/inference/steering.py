@@ -49,6 +49,12 @@ class Steering:
         return bool(self.prefix or self.constraints or self.avoid or self.terms)
 
 
+# A call's per-input steering arguments, as `translate_nbest` takes them (one entry per input; `avoid` may
+# also be one list of phrases for every input); None: not given.
+Prefixes = Sequence[str | None]
+PhraseLists = Sequence[Sequence[str] | None]
+AvoidPhrases = Sequence[str] | Sequence[Sequence[str] | None]
+
 # the steering field each kind of phrase comes from (a diagnostic's `field`)
 FIELD_OF = {"prefix": "prefix", "constraint": "constraints", "glossary term": "glossary", "banned phrase": "avoid"}
 
@@ -75,9 +81,8 @@ def steering_asked(prefix: Any, constraints: Any, avoid: Any, glossary: Any) -> 
     return not (prefix is None and constraints is None and avoid is None and glossary is None)
 
 
-def steer_inputs(n: int, *, prefix: Sequence[str | None] | None = None,
-                 constraints: Sequence[Sequence[str] | None] | None = None,
-                 avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+def steer_inputs(n: int, *, prefix: Prefixes | None = None, constraints: PhraseLists | None = None,
+                 avoid: AvoidPhrases | None = None,
                  glossary: Glossary | None = None, sources: Sequence[str] | None = None,
                  first_line: int = 1) -> list[Steering] | None:
     """One `Steering` per input (None when the call asks for none).

@@ -46,7 +46,7 @@ from seq2seq.inference.results import Translation
 from seq2seq.inference.search import search
 from seq2seq.inference.search_state import Hypothesis
 from seq2seq.inference.steering import (
-    SteeringError, continuation_pieces, encode_steering, sentence_end_pieces,
+    AvoidPhrases, PhraseLists, Prefixes, SteeringError, continuation_pieces, encode_steering, sentence_end_pieces,
 )
 from seq2seq.model.encoders.base import Encoder, source_kind, source_processor
 from seq2seq.model.encoders.sources import PrefixedSource, SourceError, SourceKind, SourceProcessor
@@ -191,9 +191,9 @@ class Translator:
         *,
         skip_bad: bool = False,
         skipped: dict[int, str] | None = None,
-        prefix: Sequence[str | None] | None = None,
-        constraints: Sequence[Sequence[str] | None] | None = None,
-        avoid: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        prefix: Prefixes | None = None,
+        constraints: PhraseLists | None = None,
+        avoid: AvoidPhrases | None = None,
         glossary: Glossary | str | Path | None = None,
         terms: str | None = None,
         term_forms: str = "exact",
