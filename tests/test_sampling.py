@@ -151,3 +151,19 @@ def test_image_and_audio_sources_refuse_subword_sampling(tmp_path):
                              f"training.output_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="subword_alpha .* is for text sources"):
         run_training(cfg)
+
+
+def test_a_pair_annotated_with_terms_keeps_its_best_segmentation(pair, texts):
+    from seq2seq.text.terminology import annotate, words
+
+    en, de = texts[0][:60], texts[1][:60]
+    annotated = [annotate(s, words(t)[-1:]) if i % 2 == 0 else s for i, (s, t) in enumerate(zip(en, de))]
+    best_src = [ids + [EOS_ID] for ids in pair.src.encode(annotated)]
+    best_tgt = pair.tgt.encode(de)
+    segmenter = SubwordSampler(pair, annotated, de, best_src, best_tgt, alpha=0.2, max_len=200, seed=5)
+    for epoch in range(3):
+        src_ids, tgt_ids = segmenter.epoch(epoch)
+        for i in range(0, len(en), 2):  # annotated: the term is copied piece for piece, as at inference
+            assert src_ids[i] == best_src[i] and tgt_ids[i] == best_tgt[i]
+        plain = range(1, len(en), 2)
+        assert sum(src_ids[i] != best_src[i] or tgt_ids[i] != best_tgt[i] for i in plain) > len(plain) / 3

@@ -32,6 +32,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.data.batching import TokenBatchSampler
+from seq2seq.text.terminology import TERM
 from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
 
 
@@ -39,7 +40,11 @@ class SubwordSampler:
     """Sampled segmentations of the training texts, one per epoch (see the module docstring).
 
     best_src_ids (ending in EOS) / best_tgt_ids: the best segmentation, which cleaning checked; a
-    sampled side longer than `max_len` pieces (the cleaning limit) falls back to it.
+    sampled side longer than `max_len` pieces (the cleaning limit) falls back to it, and a pair whose
+    source is annotated with terms (`data.terminology`, after the reserved piece <term>) keeps it: the
+    model learns to copy a term piece for piece, as the term and the output are segmented at inference
+    (sampled apart, a term's two sides seldom had the same pieces, and the model used far fewer of the
+    terms: docs/terminology.md).
     prefixes: per row, the tag ids its source starts with (`seq2seq.text.languages`; as in its
     best_src_ids), kept before every sampled segmentation and not counted towards max_len; None: no tags.
     tgt_prefixes: likewise the tag ids its target starts with (a language tag on the decoder).
@@ -64,6 +69,10 @@ class SubwordSampler:
             src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
             src_ids, tgt_ids = [], []
             for i, (src_text, tgt_text) in enumerate(zip(self.src_texts, self.tgt_texts)):
+                if TERM in src_text:  # annotated with terms: copied piece for piece, as at inference
+                    src_ids.append(self.best_src_ids[i])
+                    tgt_ids.append(self.best_tgt_ids[i])
+                    continue
                 src = src_tok.sample(src_text, self.alpha, self.nbest)
                 tgt = tgt_tok.sample(tgt_text, self.alpha, self.nbest)
                 prefix = list(self.prefixes[i]) if self.prefixes is not None else []
