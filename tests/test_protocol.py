@@ -106,7 +106,8 @@ def test_the_server_serves_a_ctranslate2_export_as_the_engine_translates(tiny_mo
         status, info = call(port, "GET", "/info")
         assert status == 200 and info["precision"] == "fp32" and info["parameters"] == engine.parameters
         status, answer = call(port, "POST", "/translate", {"text": "A dog.", "constraints": ["Hund"]})
-        assert status == 422 and "constraints" in answer["error"], answer  # refused in one line, not dropped
+        assert status == 422 and "cannot honour lexical constraints" in answer["error"], answer  # not dropped
+        assert answer["code"] == "unsupported_option" and answer["field"] == "constraints"
         status, answer = call(port, "POST", "/translate", {"text": "A dog.", "tgt_lang": "de"})
         assert status == 422 and answer["field"] == "tgt_lang", answer
 

@@ -98,7 +98,8 @@ def prepare_call(engine: Prepares, texts: list[str], batch_tokens: int, first_li
         terms = "annotate"
     mode = term_mode(terms, annotates, engine.path)
     if glossary is not None and constraints_refused is not None and mode != "annotate":
-        raise SteeringError(f"{constraints_refused} (a glossary's terms are constraints)")
+        raise SteeringError(f"{constraints_refused} (a glossary's terms are constraints)", field="glossary",
+                            code="unsupported_option")
     if glossary is not None and not isinstance(glossary, Glossary):
         glossary = Glossary.load(glossary)
     if glossary is not None and engine.processor.kind.reads_files:
@@ -110,7 +111,7 @@ def prepare_call(engine: Prepares, texts: list[str], batch_tokens: int, first_li
                             sources=texts, first_line=first_line)
     if steering is not None and constraints_refused is not None:
         if mode != "annotate" and any(s.constraints for s in steering):
-            raise SteeringError(constraints_refused)
+            raise SteeringError(constraints_refused, field="constraints", code="unsupported_option")
     elif steering is not None:
         steering = [_checked(s, cfg, first_line + i, mode, warn) for i, s in enumerate(steering)]
     if steering is not None and mode != "constrain":  # the terms on the sources, as the model was trained
