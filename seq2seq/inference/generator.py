@@ -25,8 +25,8 @@ from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
-from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, encode_steering
 from seq2seq.inference.pipeline import prepare_call
+from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, encode_steering
 from seq2seq.inference.translator import Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind, WindowedSource

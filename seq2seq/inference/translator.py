@@ -383,8 +383,6 @@ class Translator:
         )
 
 
-
-
 class Bf16Linear(nn.Module):
     """y = x W^T computed in bfloat16 (W cast once), fp32 in and out: int8's output projection
     where the CPU has native bf16."""

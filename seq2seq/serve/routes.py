@@ -76,8 +76,8 @@ class ModelServer:
             await asyncio.to_thread(self.batcher.close)
             log.info("batching worker stopped after %d model calls", self.batcher.calls)
 
-    def _steering(self, items: list[str], steering: list[Steering] | None, options: dict[str, Any],
-                  name: Callable[[int], str]) -> list[Steering | None]:
+    def _steering(self, items: list[str], steering: list[Steering] | None, search: dict[str, Any],
+                  options: dict[str, Any], name: Callable[[int], str]) -> list[Steering | None]:
         """Each item's steering (None for none), checked before it is queued by the step the model call
         starts with (`seq2seq.inference.pipeline.prepare_call`, the glossary's terms included) and encoded
         as the search will encode it: 422 naming the item (name(index)) where it cannot be honoured. The
@@ -86,7 +86,6 @@ class ModelServer:
         if steering is None and self.glossary is None:
             return [None] * len(items)
         steering = steering or [Steering() for _ in items]
-        search = {k: v for k, v in options.items() if k not in CALL_OPTIONS}
         try:
             call = prepare_call(self.model, items, self.limits.batch_tokens, 1, lambda diagnostic: None,
                                 prefix=[s.prefix for s in steering], constraints=[s.constraints for s in steering],
@@ -106,8 +105,9 @@ class ModelServer:
         options the model's `search_config` refuses, or steering (one per item, None for none; the
         glossary's terms are added here) it cannot honour. name(index): how messages call an item."""
         name = name or (lambda i: f"item {i}")
+        search = {k: v for k, v in options.items() if k not in CALL_OPTIONS}  # the rest: the call's own
         try:
-            cfg = self.model.search_config(**{k: v for k, v in options.items() if k not in CALL_OPTIONS})
+            cfg = self.model.search_config(**search)
             self.model.processor_for(options.get("tgt_lang"))  # LanguageError: none, or unknown
         except Seq2SeqError as e:
             raise RequestError(422, str(e), e.diagnostic) from None
@@ -115,7 +115,7 @@ class ModelServer:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest, []
-        jobs = list(zip(items, self._steering(items, steering, options, name)))
+        jobs = list(zip(items, self._steering(items, steering, search, options, name)))
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
         future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample")
         try:

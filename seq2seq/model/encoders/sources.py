@@ -1,11 +1,11 @@
 """What a model reads, whatever its modality: the `SourceKind` of its sources (TEXT, IMAGE, AUDIO, or a
 plugin's own) and the `SourceProcessor` contract, the one owner of what follows from that kind:
-probing a file and checking it against a caller's `SourceLimits`, preparing examples, their lengths, collating batches, describing a source and what attention is
-drawn over (`AttentionView`). What only some processors can do is a capability of its own, checked
-where it is used (`PrefixedSource`: sources that can start with extra pieces, a language tag;
-`WindowedSource`: recordings cut into windows at their pauses). A
-source that cannot be used is a `SourceError` naming it
-(`SourceTooLarge` over the limits). Sentences are `seq2seq.model.encoders.text_processor`'s;
+probing a file and checking it against a caller's `SourceLimits`, preparing examples, their
+lengths, collating batches, describing a source and what attention is drawn over (`AttentionView`).
+What only some processors can do is a capability of its own, checked where it is used
+(`PrefixedSource`: sources that can start with extra pieces, a language tag; `WindowedSource`:
+recordings cut into windows at their pauses). A source that cannot be used is a `SourceError` naming
+it (`SourceTooLarge` over the limits). Sentences are `seq2seq.model.encoders.text_processor`'s;
 `seq2seq.model.encoders.base` maps `model.encoder.type` to a processor.
 """
 
@@ -85,10 +85,9 @@ class SourceTooLarge(SourceError):
 
 class SourceProcessor:
     """The contract of one kind of source: how a source is opened and probed, checked against limits,
-    prepared into an example, measured, collated and described. Built from the
-    encoder config alone (`Modality.processor`); every consumer (training data, `Translator` and
-    `Generator`, the CTranslate2 engine, the server, fine-tuning) calls these methods and never asks
-    which class it has.
+    prepared into an example, measured, collated and described. Built from the encoder config alone
+    (`Modality.processor`); every consumer (training data, `Translator` and `Generator`, the CTranslate2
+    engine, the server, fine-tuning) calls these methods and never asks which class it has.
 
     kind: the `SourceKind` (TEXT processors read sentences, the others files).
     sample_rate: audio kinds only, the rate of their waveform examples (what `WindowedSource.split`
