@@ -167,3 +167,70 @@ def test_a_pair_annotated_with_terms_keeps_its_best_segmentation(pair, texts):
             assert src_ids[i] == best_src[i] and tgt_ids[i] == best_tgt[i]
         plain = range(1, len(en), 2)
         assert sum(src_ids[i] != best_src[i] or tgt_ids[i] != best_tgt[i] for i in plain) > len(plain) / 3
+
+
+@pytest.fixture(scope="module")
+def term_pair(texts):
+    from seq2seq.text.terminology import TERM
+
+    en, de = texts
+    tok = train_tokenizer(en + de, 400, TokenizerConfig(), user_symbols=[TERM])
+    return TokenizerPair(tok, tok, joint=True)
+
+
+def test_terms_drawn_anew_each_epoch_are_encoded_at_their_best_segmentation(term_pair, texts):
+    from seq2seq.config.terminology import TerminologyConfig
+    from seq2seq.data.terminology import TermSampler
+    from seq2seq.text.terminology import TERM, word_counts, words
+
+    en, de = texts[0][:200], texts[1][:200]
+    term_id = term_pair.src.piece_id(TERM)
+    best_src = [ids + [EOS_ID] for ids in term_pair.src.encode(en)]
+    best_tgt = term_pair.tgt.encode(de)
+    terms = TermSampler(TerminologyConfig(share=0.5, skip_frequent=5, resample=True), word_counts(de))
+
+    def segmenter(seed, alpha=None):
+        return SubwordSampler(term_pair, en, de, best_src, best_tgt, alpha=alpha, max_len=200, seed=seed, terms=terms)
+
+    epochs = [segmenter(5).epoch(e) for e in range(3)]
+    annotated = []
+    for src_ids, tgt_ids in epochs:
+        rows = {i for i, ids in enumerate(src_ids) if term_id in ids}
+        assert 0.35 < len(rows) / len(en) < 0.65
+        for i, (src, tgt) in enumerate(zip(src_ids, tgt_ids)):
+            assert src[-1] == EOS_ID and tgt == best_tgt[i]  # no substitutes: the target as it was
+            if i not in rows:  # alpha None: a plain pair at its best segmentation
+                assert src == best_src[i]
+                continue
+            text = term_pair.src.decode([src[:-1]])[0]
+            source, *appended = [part.strip() for part in text.split(TERM)]
+            assert source == en[i].strip() and 1 <= len(appended) <= 2
+            assert all(term in words(de[i]) for term in appended)  # words of the pair's own target
+            assert src[:-1] == term_pair.src.encode([text])[0]  # encoded at the best segmentation
+        annotated.append(rows)
+    assert annotated[0] != annotated[1] != annotated[2]  # another draw in every epoch...
+    assert segmenter(5).epoch(1) == epochs[1]  # ...a function of (seed, epoch)
+    assert segmenter(6).epoch(0) != epochs[0]
+    # with subword regularization, the plain pairs are sampled and the annotated ones are not
+    src_ids, tgt_ids = segmenter(5, alpha=0.2).epoch(0)
+    assert {i for i, ids in enumerate(src_ids) if term_id in ids} == annotated[0]
+    plain = [i for i in range(len(en)) if i not in annotated[0]]
+    assert sum(src_ids[i] != best_src[i] for i in plain) > len(plain) / 3
+
+
+def test_a_run_with_resampled_terms_prepares_plain_pairs_and_annotates_its_batches(tmp_path, multi30k_small):
+    from seq2seq.data import prepare
+    from seq2seq.text.terminology import TERM
+
+    cfg = load_config(write_config(tmp_path, multi30k_small, tmp_path / "m"),
+                      ["data.subword_alpha=null", "data.terminology.share=0.5", "data.terminology.resample=true"])
+    data = text_training_data(cfg, tmp_path / "m")
+    assert not any(TERM in s for s in prepare(cfg.data, cfg.tokenizer, tmp_path / "m").train["src"])
+    term_id = data.tokenizers.src.piece_id(TERM)
+    rows = list(range(len(data.sampler.segmenter.best_src_ids)))
+    epochs = []
+    for epoch in range(2):
+        data.sampler.set_epoch(epoch)
+        batch = data.collate(rows)
+        epochs.append({i for i, row in zip(batch.indices, batch.src) if term_id in row.tolist()})
+    assert all(0.35 < len(e) / len(rows) < 0.65 for e in epochs) and epochs[0] != epochs[1]

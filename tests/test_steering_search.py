@@ -182,6 +182,20 @@ def test_with_word_pieces_a_phrase_is_met_only_as_whole_words():
     assert tracker.all_met().tolist() == [True]
 
 
+def test_word_pieces_continue_a_word_after_a_letter_digit_hyphen_or_apostrophe():
+    from seq2seq.inference.steering import continuation_pieces
+
+    class Pieces:
+        pieces = ["<pad>", "<unk>", "<s>", "</s>", "\u2581Hund", "e", "-", "’s", "\u2581-", ".", ",", "7", "\u2581"]
+        vocab_size = len(pieces)
+
+        def id_to_piece(self, i):
+            return self.pieces[i]
+
+    continues = continuation_pieces(Pieces(), 14)  # (a padded vocabulary: the rest continues nothing)
+    assert [Pieces.pieces[i] for i in continues.nonzero().flatten().tolist()] == ["e", "-", "’s", "7"]
+
+
 def test_eos_is_forbidden_until_every_constraint_is_met():
     tracker = ConstraintTracker([[[5]]], group=2, eos_id=EOS, device=torch.device("cpu"))
     tracker.follow(None, torch.tensor([0, 0]), torch.tensor([5, 6]))  # row 0 met it, row 1 not

@@ -80,6 +80,27 @@ def test_substituted_terms_replace_the_word_in_the_annotation_and_the_target_ali
     assert never.pair("s", "ein Hund", np.random.default_rng(0)) == (f"s {TERM} Hund", "ein Hund")
 
 
+def test_compound_substitutes_are_words_no_training_target_holds():
+    counts = Counter({"Hund": 50, "Hut": 5, "Rosen": 1, "Blumenwiese": 2, "grüne": 7, "blaue": 3, "ein": 500,
+                      "mit": 400})
+    sampler = TermSampler(TerminologyConfig(share=1.0, max_terms=1, skip_frequent=2, substitute=1.0,
+                                            substitute_with="compounds"), counts)
+    assert sampler.heads == ["Hund", "Hut", "Rosen"]  # the short nouns ("Blumenwiese" is too long)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for target in ["ein Hund mit Hund.", "ein grüne mit"] * 10:
+        source, substituted = sampler.pair("s", target, rng)
+        term = source.split(f" {TERM} ")[1]
+        first, second = re.fullmatch(r"(\w+?)(hund|hut|rosen)", term).groups()  # a candidate, then a head
+        assert first in sampler.pool[target[4:5].isupper()] and term not in counts
+        assert substituted == target.replace(target.split()[1], term)  # in the target alike
+        seen.add(term)
+    assert len(seen) > 5
+    with pytest.raises(ConfigError, match="data.terminology.substitute_with must be one of words, compounds, "
+                                          "got 'pairs'"):
+        TerminologyConfig(substitute_with="pairs")
+
+
 def test_the_rare_pick_annotates_the_rarest_candidate_words_first():
     counts = Counter({"Hund": 50, "Hut": 5, "Rosen": 1, "Ball": 20, "ein": 500, "mit": 400, "und": 300})
     sampler = TermSampler(TerminologyConfig(share=1.0, max_terms=2, skip_frequent=3, pick="rare"), counts)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from seq2seq.config.schema import ConfigError
 
 PICKS = ("random", "rare")  # how a pair's terms are chosen among its candidate words
+SUBSTITUTES = ("words", "compounds")  # what a substituted term is replaced by
 
 
 @dataclass
@@ -28,6 +29,13 @@ class TerminologyConfig:
         another candidate word of the training targets (drawn at random, capitalised as the word it
         replaces): the source then cannot predict the term, so the model learns to take it from the
         annotation rather than ignore it (a term the pair's own translation holds anyway teaches little).
+    substitute_with: "words" (another word of the corpus) or "compounds" (two of them joined, the second
+        lowercased, "Baum" + "Hütte" -> "Baumhütte": a word no training target holds, as a fifth of a
+        termbase's terms are, which the model can only copy piece for piece).
+    resample: draw the annotated pairs, their terms and substitutes anew in every epoch (seeded by the
+        run's seed and the epoch, as subword regularization samples segmentations) instead of once when
+        the data is prepared: over a training the model copies many more (pair, term) combinations, and a
+        substituted word can never be learnt from its pair, only read from the annotation.
     """
 
     share: float = 0.0
@@ -36,10 +44,15 @@ class TerminologyConfig:
     base_forms: bool = False
     pick: str = "random"
     substitute: float = 0.0
+    substitute_with: str = "words"
+    resample: bool = False
 
     def __post_init__(self) -> None:
         if self.pick not in PICKS:
             raise ConfigError(f"data.terminology.pick must be one of {', '.join(PICKS)}, got {self.pick!r}")
+        if self.substitute_with not in SUBSTITUTES:
+            raise ConfigError(f"data.terminology.substitute_with must be one of {', '.join(SUBSTITUTES)}, "
+                              f"got {self.substitute_with!r}")
         if not 0.0 <= self.share <= 1.0:
             raise ConfigError(f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
         if not 0.0 <= self.substitute <= 1.0:

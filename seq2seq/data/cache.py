@@ -232,7 +232,7 @@ def _build_cache(entry: Path, train_sources: list[Source], valid_sources: list[S
             job = ShardJob(src_model, tgt_model, tuple(source.prefix_ids), False, cfg.max_len, cfg.max_ratio,
                            tuple(source.tgt_prefix_ids))
             chunks = source.split.chunks()
-            if cfg.terminology.on:  # a share of the sources annotated with target terms
+            if cfg.terminology.on and not cfg.terminology.resample:  # a share of the sources annotated with terms
                 sampler = TermSampler(cfg.terminology, word_counts(t for block in source.split.side(1) for t in block))
                 chunks = sampler.annotated(chunks, seed=i)
             done = write_shards(chunks, job, tmp, f"train{i}", workers)

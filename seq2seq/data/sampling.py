@@ -15,13 +15,19 @@ Each epoch is segmented as a whole before it is batched, so the batches are buck
 sampled lengths and carry no more padding than without sampling (batching by the best
 segmentation's lengths instead padded the Multi30K batches by ~35% more at alpha 0.3).
 
+The same pass draws a model's training terms anew each epoch where `data.terminology.resample` asks
+for it (`terms`, a `seq2seq.data.terminology.TermSampler`): a new share of the pairs is annotated, with
+new terms and substitutes, each such pair at its best segmentation; with `alpha` None nothing is sampled
+but the terms.
+
 Reproducibility: the samples come from SentencePiece's own generator, which is seeded with
 (seed, epoch) before each epoch. Within one process that repeats an epoch's segmentation exactly,
 but SentencePiece mixes a per-process value into its generator, so another process (a new run,
 or a resumed one) draws other samples from the same distribution: a run with subword
 regularization is not bit-reproducible, and `--resume` continues it with a new segmentation of
 the current epoch (its remaining batches may repeat or skip a few rows). Everything else about
-the resume (weights, optimizer, schedule, position) is exact.
+the resume (weights, optimizer, schedule, position) is exact. The terms come from numpy's generator
+seeded alike, so they repeat exactly in every process.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.data.batching import TokenBatchSampler
+from seq2seq.data.terminology import TermSampler
 from seq2seq.text.terminology import TERM
 from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
 
@@ -48,18 +55,23 @@ class SubwordSampler:
     prefixes: per row, the tag ids its source starts with (`seq2seq.text.languages`; as in its
     best_src_ids), kept before every sampled segmentation and not counted towards max_len; None: no tags.
     tgt_prefixes: likewise the tag ids its target starts with (a language tag on the decoder).
+    alpha: None samples no segmentation (every pair at its best one): the sampler then only annotates.
+    terms: with `data.terminology.resample`, the `TermSampler` that annotates a new draw of pairs with
+        terms in every epoch (seeded by (seed, epoch)); the texts are then the plain pairs, and an annotated
+        pair is encoded at its best segmentation (the plain pair where that exceeds `max_len`).
     """
 
     def __init__(self, tokenizers: TokenizerPair, src_texts: Sequence[str], tgt_texts: Sequence[str],
                  best_src_ids: Sequence[list[int]], best_tgt_ids: Sequence[list[int]],
-                 alpha: float, nbest: int = -1, max_len: int = 256, seed: int = 0,
+                 alpha: float | None, nbest: int = -1, max_len: int = 256, seed: int = 0,
                  prefixes: Sequence[Sequence[int]] | None = None,
-                 tgt_prefixes: Sequence[Sequence[int]] | None = None) -> None:
+                 tgt_prefixes: Sequence[Sequence[int]] | None = None, terms: TermSampler | None = None) -> None:
         self.tokenizers = tokenizers
         self.src_texts, self.tgt_texts = src_texts, tgt_texts
         self.best_src_ids, self.best_tgt_ids = best_src_ids, best_tgt_ids
         self.alpha, self.nbest, self.max_len, self.seed = alpha, nbest, max_len, seed
         self.prefixes, self.tgt_prefixes = prefixes, tgt_prefixes
+        self.terms = terms
         self._cache: tuple[int, list[list[int]], list[list[int]]] | None = None
 
     def epoch(self, epoch: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -67,17 +79,26 @@ class SubwordSampler:
         if self._cache is None or self._cache[0] != epoch:
             spm.set_random_generator_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
             src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
+            rng = np.random.default_rng([self.seed, epoch])
             src_ids, tgt_ids = [], []
             for i, (src_text, tgt_text) in enumerate(zip(self.src_texts, self.tgt_texts)):
-                if TERM in src_text:  # annotated with terms: copied piece for piece, as at inference
+                prefix = list(self.prefixes[i]) if self.prefixes is not None else []
+                tgt_prefix = list(self.tgt_prefixes[i]) if self.tgt_prefixes is not None else []
+                if self.terms is not None:  # this epoch's terms, at the pair's best segmentation
+                    annotated, target = self.terms.pair(src_text, tgt_text, rng)
+                    if annotated != src_text:
+                        src, tgt = src_tok.encode([annotated])[0], tgt_tok.encode([target])[0]
+                        if len(src) <= self.max_len and len(tgt) <= self.max_len:
+                            src_ids.append(prefix + src + [EOS_ID])
+                            tgt_ids.append(tgt_prefix + tgt)
+                            continue
+                if TERM in src_text or self.alpha is None:  # annotated when prepared (copied piece for piece)
                     src_ids.append(self.best_src_ids[i])
                     tgt_ids.append(self.best_tgt_ids[i])
                     continue
                 src = src_tok.sample(src_text, self.alpha, self.nbest)
                 tgt = tgt_tok.sample(tgt_text, self.alpha, self.nbest)
-                prefix = list(self.prefixes[i]) if self.prefixes is not None else []
                 src_ids.append(prefix + src + [EOS_ID] if len(src) <= self.max_len else self.best_src_ids[i])
-                tgt_prefix = list(self.tgt_prefixes[i]) if self.tgt_prefixes is not None else []
                 tgt_ids.append(tgt_prefix + tgt if len(tgt) <= self.max_len else self.best_tgt_ids[i])
             self._cache = (epoch, src_ids, tgt_ids)
         return self._cache[1], self._cache[2]

@@ -4,15 +4,17 @@
     for chunk in sampler.annotated(chunks):    # (sources, targets) chunks, a share of sources annotated
         ...
 
-A pair is annotated with words of its own target, as the user of a termbase would give them: 1 to
-`max_terms` of them, drawn among the words that are not one of the target side's `skip_frequent`
-most frequent words (function words are not terms), at random or the rarest first (`pick`), appended to the source by
-`seq2seq.text.terminology.annotate` (as their base forms with `base_forms`). Which pairs and which
-words follow a generator seeded by (`seed`, chunk), so the same corpus is annotated the same way every
-time (the cache key holds the settings). With `substitute`, a share of the terms is replaced, in the
-annotation and in the target, by another word of the corpus: a term the source cannot predict, which the
-model can only take from the annotation. Only training pairs are annotated: validation measures the
-translation of plain sources, which is what the best checkpoint is chosen for.
+A pair is annotated with words of its own target, as the user of a termbase would give them: 1 to `max_terms`
+of them, drawn among the words that are not one of the target side's `skip_frequent` most frequent words
+(function words are not terms), at random or the rarest first (`pick`), appended to the source by
+`seq2seq.text.terminology.annotate` (as their base forms with `base_forms`). Which pairs and which words
+follow a generator seeded by (`seed`, chunk), so the same corpus is annotated the same way every time (the
+cache key holds the settings); with `resample`, each epoch draws anew, seeded by (seed, epoch), as it is
+batched (`seq2seq.data.sampling.SubwordSampler`). With `substitute`, a share of the terms is replaced, in the
+annotation and in the target, by another word of the corpus: a term the source cannot predict, which the model
+can only take from the annotation (with `substitute_with: compounds`, two corpus words joined, a word no
+training target holds, as a fifth of a termbase's terms are). Only training pairs are annotated: validation
+measures the translation of plain sources, which is what the best checkpoint is chosen for.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from seq2seq.config.terminology import TerminologyConfig
 from seq2seq.text.terminology import annotate, base_forms, words
 
 Chunk = tuple[list[str], list[str]]
+SHORT_NOUN = 8  # letters, at most, of a compound substitute's second half
 
 
 class TermSampler:
@@ -45,6 +48,8 @@ class TermSampler:
         self.bases = base_forms(counts) if cfg.base_forms else None
         candidates = sorted(w for w in counts if w.lower() not in self.frequent and not w.isdigit())
         self.pool = {upper: [w for w in candidates if w[:1].isupper() == upper] for upper in (False, True)}
+        # the second halves of compound substitutes: the short nouns ("Hütte", "Shirt"), else any candidate
+        self.heads = [w for w in self.pool[True] if len(w) <= SHORT_NOUN] or candidates
 
     def candidates(self, target: str) -> list[str]:
         """The words of `target` that may be terms: each once, in order, none of the most frequent."""
@@ -71,6 +76,8 @@ class TermSampler:
             if rng.random() < self.cfg.substitute and len(pool) > 1:
                 i = int(rng.integers(len(pool)))
                 other = pool[i] if pool[i] != term else pool[(i + 1) % len(pool)]
+                if self.cfg.substitute_with == "compounds":
+                    other += self.heads[int(rng.integers(len(self.heads)))].lower()
                 if other not in words(target):
                     target = re.sub(rf"(?<![\w'’-]){re.escape(term)}(?![\w'’-])", other, target)
                     term = other

@@ -192,16 +192,21 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
     )
 
 
+WORD_JOINERS = frozenset("-'’")  # inside a word: "Equinox-Stand", "Männer's" (`seq2seq.text.terminology.words`)
+
+
 def continuation_pieces(tokenizer: Tokenizer, vocab_size: int) -> torch.Tensor:
-    """[vocab_size] bool: the target pieces that continue a word (no leading "▁", starting with a letter or
-    digit): a constraint followed by one is not met as a word (`seq2seq.inference.constraints`)."""
+    """[vocab_size] bool: the target pieces that continue a word (no leading "▁", starting with a letter, a
+    digit or a hyphen or apostrophe, which joins the word to the next: "Equinox-Stand" is one word): a
+    constraint followed by one is not met as a word (`seq2seq.inference.constraints`)."""
     from seq2seq.text.tokenizer import SPECIAL_IDS
 
     special = set(SPECIAL_IDS.values())
     out = torch.zeros(vocab_size, dtype=torch.bool)
     for i in range(min(vocab_size, tokenizer.vocab_size)):
         piece = tokenizer.id_to_piece(i)
-        out[i] = i not in special and not piece.startswith("\u2581") and piece[:1].isalnum()
+        out[i] = i not in special and not piece.startswith("\u2581") and (piece[:1].isalnum() or
+                                                                          piece[:1] in WORD_JOINERS)
     return out
 
 

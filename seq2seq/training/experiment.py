@@ -29,6 +29,7 @@ from seq2seq.data import prepare
 from seq2seq.data.mixing import CorpusMix, MixedBatches
 from seq2seq.data.shards import ShardedRows, pair_lengths
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
+from seq2seq.data.terminology import TermSampler
 from seq2seq.accel.device import choose_device
 from seq2seq.model.encoders import Encoder, get_modality
 from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
@@ -36,6 +37,7 @@ from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
 from seq2seq.text.languages import model_languages, reserved_pieces
+from seq2seq.text.terminology import word_counts
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
 
@@ -74,16 +76,20 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     src_lengths, tgt_lengths = pair_lengths(train)  # from the memory-mapped shards, like every batch's rows
     max_tokens, seed, multiple = cfg.training.max_tokens, cfg.training.seed, cfg.training.shape_multiple
     segmenter = None
-    if cfg.data.subword_alpha is not None:  # subword regularization: every epoch segmented anew (in memory)
+    terms = cfg.data.terminology
+    if cfg.data.subword_alpha is not None or (terms.on and terms.resample):
+        # subword regularization, or terms drawn anew: every epoch segmented or annotated anew (in memory)
         prefixes = tgt_prefixes = None
         if any(part.prefix_ids for part in prepared.corpora):
             prefixes = [part.prefix_ids for part in prepared.corpora for _ in part.rows]
         if any(part.tgt_prefix_ids for part in prepared.corpora):
             tgt_prefixes = [part.tgt_prefix_ids for part in prepared.corpora for _ in part.rows]
         columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()
-        segmenter = SubwordSampler(tok, train["src"][:], train["tgt"][:], columns["src_ids"], columns["tgt_ids"],
+        targets = train["tgt"][:]
+        sampler_of_terms = TermSampler(terms, word_counts(targets)) if terms.on and terms.resample else None
+        segmenter = SubwordSampler(tok, train["src"][:], targets, columns["src_ids"], columns["tgt_ids"],
                                    cfg.data.subword_alpha, cfg.data.subword_nbest, cfg.data.max_len, seed=seed,
-                                   prefixes=prefixes, tgt_prefixes=tgt_prefixes)
+                                   prefixes=prefixes, tgt_prefixes=tgt_prefixes, terms=sampler_of_terms)
     mix = None
     if cfg.data.corpora:
         mix = CorpusMix([part.size for part in prepared.corpora], [part.weight for part in prepared.corpora],
