@@ -90,12 +90,14 @@ def test_the_terminology_recipe_runs_at_its_smallest(multi30k_small, tmp_path):
             "training.valid_every=3", "training.checkpoint_every=3", "training.max_tokens=500",
             "training.best_metric=loss", "training.precision=fp32"]
     result = run_script(RECIPES / "terminology" / "run.py", data, "--output-dir", out, "--shares", 0.5, "--steps", 3,
-                        "--limit", 8, "--jobs", 1, "--threads", 1, *(x for s in tiny for x in ("--set", s)))
+                        "--limit", 8, "--jobs", 1, "--threads", 1, *(x for s in tiny for x in ("--set", s)),
+                        "--terms-set", "data.terminology.resample=true")
     assert f"chosen on val: share0.5; report: {out / 'report.json'}" in result.stdout
     for name, share in (("plain", 0.0), ("share0.5", 0.5)):
         assert (out / name / "model.safetensors").is_file()
         config = yaml.safe_load((out / name / "config.yaml").read_text())
         assert config["data"]["terminology"]["share"] == share and config["training"]["max_steps"] == 3
+        assert config["data"]["terminology"]["resample"] is (name != "plain")  # --terms-set: the terms models only
         assert config["model"]["d_model"] == 32
     report = json.loads((out / "report.json").read_text())
     assert report["steps"] == 3 and report["base_forms"] is False

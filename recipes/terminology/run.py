@@ -4,12 +4,15 @@
     python recipes/terminology/run.py ../shared/data/multi30k --output-dir runs/terminology
     python recipes/terminology/run.py ../shared/data/multi30k --shares 0.3 --base-forms --output-dir runs/lemmas
     python recipes/terminology/run.py ../shared/data/multi30k --shares 0.5 --pick rare --output-dir runs/rare
+    python recipes/terminology/run.py ../shared/data/multi30k --shares 0.5 --pick rare \
+        --terms-set data.terminology.resample=true --terms-set data.terminology.substitute=0.5 \
+        --terms-set data.terminology.substitute_with=compounds --output-dir runs/resampled
 
 Steps (each skipped when its result is there, a stopped training resumed; --jobs at a time):
 
 1. the plain model: configs/multi30k_en_de.yaml for --steps steps (seed --seed);
 2. one model per --shares value: the same, with `data.terminology.share` (and `base_forms` with
-   --base-forms): a share of the training sources annotated with words of their own targets, appended
+   --base-forms, `pick`, and any other --terms-set override): a share of the training sources annotated with words of their own targets, appended
    after <term> (docs/terminology.md). The annotated corpus is built and cached by the data
    preparation itself;
 3. benchmarks/terminology.py on val for each share (terms from the val references that the plain
@@ -68,6 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads of each training and benchmark")
     p.add_argument("--limit", type=int, default=None, help="benchmark only the first N sentences (a smoke run)")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="config override of every model")
+    p.add_argument("--terms-set", dest="terms_overrides", action="append", default=[],
+                   help="config override of the models trained with terms only (not the plain one), e.g. "
+                        "data.terminology.resample=true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     data, out = args.data_dir.resolve(), args.output_dir.resolve()
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     for share in args.shares:
         models[f"share{share:g}"] = [f"data.terminology.share={share}",
                                      f"data.terminology.base_forms={str(args.base_forms).lower()}",
-                                     f"data.terminology.pick={args.pick}"]
+                                     f"data.terminology.pick={args.pick}", *args.terms_overrides]
     jobs = [Job(name, lambda name=name, sets=sets: trainer.train(name, args.steps, sets),
                 out / name / "model.safetensors") for name, sets in models.items()]
     schedule(jobs, args.jobs)
