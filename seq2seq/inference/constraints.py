@@ -51,9 +51,10 @@ class ConstraintTracker(Control):
 
     constraints[u]: unit u's phrases; `group` (k) rows per unit. continuation [V] (optional): True for
     the pieces that continue a word (SentencePiece pieces without the leading "▁" that start with a
-    letter, a digit, a hyphen or an apostrophe: `seq2seq.inference.steering.continuation_pieces`); given, a phrase is met only as whole words: its last token must not be followed
-    by such a piece ("Hund" is not met by "Hunde"), so a phrase whose tokens have all been produced
-    is *complete* but met only once the next token (or EOS) ends the word. State: progress [B, C]
+    letter, a digit, a hyphen or an apostrophe: `seq2seq.inference.steering.continuation_pieces`);
+    given, a phrase is met only as whole words: its last token must not be followed by such a piece
+    ("Hund" is not met by "Hunde"), so a phrase whose tokens have all been produced is *complete* but
+    met only once the next token (or EOS) ends the word. State: progress [B, C]
     (tokens of each phrase matched by the end of the row), met [B, C] (padding counts as met).
     """
 
