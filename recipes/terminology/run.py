@@ -12,9 +12,9 @@ Steps (each skipped when its result is there, a stopped training resumed; --jobs
 
 1. the plain model: configs/multi30k_en_de.yaml for --steps steps (seed --seed);
 2. one model per --shares value: the same, with `data.terminology.share` (and `base_forms` with
-   --base-forms, `pick`, and any other --terms-set override): a share of the training sources annotated with words of their own targets, appended
-   after <term> (docs/terminology.md). The annotated corpus is built and cached by the data
-   preparation itself;
+   --base-forms, `pick`, and any other --terms-set override): a share of the training sources annotated
+   with words of their own targets, appended after <term> (docs/terminology.md). The annotated corpus is
+   built and cached by the data preparation itself;
 3. benchmarks/terminology.py on val for each share (terms from the val references that the plain
    model misses, rarest first): the share whose output with its terms (annotated and guaranteed by the
    beam: `--terms both`, the default of such a model) has the best val BLEU is chosen;
