@@ -25,6 +25,27 @@ def test_linear_cross_entropy_equals_composed_ops(smoothing, chunk):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_token_weights_scale_each_positions_loss_and_gradient(chunk):
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 50, (37,))
+    weights = torch.where(torch.arange(37) % 3 == 0, 4.0, 1.0).double()
+    ref = (F.cross_entropy(h @ w.t(), t, label_smoothing=0.1, reduction="none") * weights).sum()
+    ref_grads = torch.autograd.grad(ref, (h, w))
+    got = linear_cross_entropy(h, w, t, 0.1, chunk=chunk, token_weights=weights)
+    grads = torch.autograd.grad(got, (h, w))
+    assert torch.allclose(got, ref, rtol=1e-12) and got > linear_cross_entropy(h, w, t, 0.1, chunk=chunk)
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 pads the last chunk: its rows keep their weights
+        bf16 = linear_cross_entropy(h.float(), w.float(), t, 0.1, chunk=chunk, token_weights=weights.float())
+    assert abs(bf16.item() - ref.item()) / ref.item() < 5e-3
+    with pytest.raises(ValueError, match="token_weights"):
+        linear_cross_entropy(h, w, t, token_weights=weights[:5])
+
+
 def test_linear_cross_entropy_bf16_autocast_close_to_fp32_and_keeps_dtypes():
     torch.manual_seed(0)
     h = torch.randn(300, 32, requires_grad=True)

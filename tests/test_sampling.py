@@ -223,7 +223,8 @@ def test_a_run_with_resampled_terms_prepares_plain_pairs_and_annotates_its_batch
     from seq2seq.text.terminology import TERM
 
     cfg = load_config(write_config(tmp_path, multi30k_small, tmp_path / "m"),
-                      ["data.subword_alpha=null", "data.terminology.share=0.5", "data.terminology.resample=true"])
+                      ["data.subword_alpha=null", "data.terminology.share=0.5", "data.terminology.resample=true",
+                       "data.terminology.loss_weight=3"])
     data = text_training_data(cfg, tmp_path / "m")
     assert not any(TERM in s for s in prepare(cfg.data, cfg.tokenizer, tmp_path / "m").train["src"])
     term_id = data.tokenizers.src.piece_id(TERM)
@@ -233,4 +234,10 @@ def test_a_run_with_resampled_terms_prepares_plain_pairs_and_annotates_its_batch
         data.sampler.set_epoch(epoch)
         batch = data.collate(rows)
         epochs.append({i for i, row in zip(batch.indices, batch.src) if term_id in row.tolist()})
+        # the loss weighs 3 the target pieces of each row's terms (found by `term_token_weights`), and the
+        # annotation's words are the target's: every annotated row has some
+        weights = batch.target_weights.view(-1)
+        per_row = torch.zeros(batch.tgt_out.shape).view(-1).index_put_((batch.target_positions,), weights - 1)
+        weighted_rows = {i for i, w in zip(batch.indices, per_row.view(batch.tgt_out.shape)) if w.sum() > 0}
+        assert set(weights.tolist()) == {1.0, 3.0} and weighted_rows == epochs[-1]
     assert all(0.35 < len(e) / len(rows) < 0.65 for e in epochs) and epochs[0] != epochs[1]

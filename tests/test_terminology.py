@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from seq2seq.cli import cli
 from seq2seq.config import ConfigError, load_config
 from seq2seq.config.terminology import TerminologyConfig
-from seq2seq.data.terminology import TermSampler
+from seq2seq.data.batching import make_target
+from seq2seq.data.terminology import TermSampler, term_token_weights
 from seq2seq.inference.steering import SteeringError, sentence_ends
 from seq2seq.inference.translator import Translator
 from seq2seq.text.terminology import TERM, annotate, base_forms, forms_of, stem, word_counts, words
@@ -111,9 +112,23 @@ def test_the_rare_pick_annotates_the_rarest_candidate_words_first():
         TerminologyConfig(pick="often")
 
 
+def test_a_terms_pieces_weigh_the_loss_weight_where_its_row_holds_them_in_order():
+    tgt_in, tgt_out = make_target([[20, 21, 22, 23, 21], [21, 22]])  # tgt_out: ids + EOS (3), padded with 0
+    positions = tgt_out.view(-1).ne(0).nonzero().squeeze(1)
+    src_ids = [[30, 31, 9, 21, 22, 9, 20, 3], [30, 22, 3]]  # row 0's terms: pieces 21 22, and 20 (9: <term>)
+    weights = term_token_weights(src_ids, tgt_out, positions, term_id=9, weight=4.0)
+    # row 0: 20, then 21 22 in order; the last 21 alone is not the term; EOS and the plain row 1 weigh 1
+    assert weights.tolist() == [4.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    separate = term_token_weights(src_ids, tgt_out, positions, term_id=9, weight=4.0,
+                                  to_target={21: 23, 22: 21, 20: None}.get)  # other vocabularies: 21 22 -> 23 21
+    assert separate.tolist() == [1.0, 1.0, 1.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0]
+
+
 def test_the_section_is_checked():
     with pytest.raises(ConfigError, match="data.terminology.share"):
         TerminologyConfig(share=1.5)
+    with pytest.raises(ConfigError, match="data.terminology.loss_weight must be >= 1, got 0.5"):
+        TerminologyConfig(loss_weight=0.5)
     with pytest.raises(ConfigError, match="data.terminology.max_terms"):
         TerminologyConfig(max_terms=0)
     with pytest.raises(ConfigError, match="unknown config key 'data.terminology.shar'"):
@@ -126,13 +141,14 @@ def test_sentence_ends_counts_the_sentences_a_source_ends():
 
 @pytest.fixture(scope="module")
 def term_model(multi30k_small, tmp_path_factory):
-    """A tiny model trained with half its training sources annotated (data.terminology.share 0.5)."""
+    """A tiny model trained with half its training sources annotated (data.terminology.share 0.5), its terms'
+    pieces weighted 2 in the loss (the trainer takes the batches' weights)."""
     root = tmp_path_factory.mktemp("terms")
     files = multi30k_small
     cfg = {
         "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
                  "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"]),
-                 "terminology": {"share": 0.5}},
+                 "terminology": {"share": 0.5, "loss_weight": 2.0}},
         "tokenizer": {"vocab_size": 300},
         "model": {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "share_embeddings": True},
         "training": {"output_dir": str(root / "model"), "max_steps": 30, "valid_every": 30, "max_tokens": 1500,

@@ -36,6 +36,10 @@ class TerminologyConfig:
         run's seed and the epoch, as subword regularization samples segmentations) instead of once when
         the data is prepared: over a training the model copies many more (pair, term) combinations, and a
         substituted word can never be learnt from its pair, only read from the annotation.
+    loss_weight: the weight, in the training loss, of the target pieces of a pair's terms (where the target
+        holds a term's pieces as the annotation has them; 1: none weighs more; Ailem et al. 2021 weight a
+        term's tokens alike): the few pieces a model must copy weigh more against the many it translates,
+        so that it learns to use the terms it is given (docs/terminology.md measures it).
     """
 
     share: float = 0.0
@@ -46,6 +50,7 @@ class TerminologyConfig:
     substitute: float = 0.0
     substitute_with: str = "words"
     resample: bool = False
+    loss_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.pick not in PICKS:
@@ -57,6 +62,8 @@ class TerminologyConfig:
             raise ConfigError(f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
         if not 0.0 <= self.substitute <= 1.0:
             raise ConfigError(f"data.terminology.substitute must be a fraction in [0, 1], got {self.substitute}")
+        if self.loss_weight < 1.0:
+            raise ConfigError(f"data.terminology.loss_weight must be >= 1, got {self.loss_weight}")
         if self.max_terms < 1:
             raise ConfigError(f"data.terminology.max_terms must be >= 1, got {self.max_terms}")
         if self.skip_frequent < 0:

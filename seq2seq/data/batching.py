@@ -45,6 +45,8 @@ class Batch:
     target_positions: LongTensor [n_tgt_tokens], the flat positions (in tgt_out.view(-1)) of those
         non-pad entries, found on the host when the batch is made, so that the loss gathers them without
         asking the device which they are (a boolean-mask gather waits for the GPU); None: the loss finds them.
+    target_weights: FloatTensor [n_tgt_tokens], the loss weight of each of those tokens (a term's tokens
+        weigh more: `seq2seq.data.terminology.term_token_weights`); None: all 1.
     """
 
     src: Any
@@ -53,6 +55,7 @@ class Batch:
     n_tgt_tokens: int
     indices: list[int]
     target_positions: torch.Tensor | None = None
+    target_weights: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -62,13 +65,15 @@ class Batch:
         return dataclasses.replace(self, src=to_device(self.src, device, non_blocking),
                                    tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
                                    tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
-                                   target_positions=to_device(self.target_positions, device, non_blocking))
+                                   target_positions=to_device(self.target_positions, device, non_blocking),
+                                   target_weights=to_device(self.target_weights, device, non_blocking))
 
     def pin_memory(self) -> Batch:
         """A copy with every tensor in page-locked host memory, which a GPU copies from without the host
         waiting (`to(device, non_blocking=True)`)."""
         return dataclasses.replace(self, src=_pinned(self.src), tgt_in=self.tgt_in.pin_memory(),
-                                   tgt_out=self.tgt_out.pin_memory(), target_positions=_pinned(self.target_positions))
+                                   tgt_out=self.tgt_out.pin_memory(), target_positions=_pinned(self.target_positions),
+                                   target_weights=_pinned(self.target_weights))
 
     @property
     def shape(self) -> tuple[int, ...]:

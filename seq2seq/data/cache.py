@@ -150,8 +150,8 @@ def prepare(
 
     settings = {k: v for k, v in to_dict(cfg).items() if k in
                 ("src_column", "tgt_column", "max_len", "max_ratio", "lowercase", "valid_max_sentences")}
-    if cfg.terminology.on:  # (a plain corpus keeps the key it had)
-        settings["terminology"] = to_dict(cfg.terminology)
+    if cfg.terminology.on:  # (a plain corpus keeps the key it had; the loss weight changes no data)
+        settings["terminology"] = {k: v for k, v in to_dict(cfg.terminology).items() if k != "loss_weight"}
     fields = {"version": CACHE_VERSION, "train": train_fp, "valid": valid_fp, "settings": settings,
               "src_model": _model_hash(tokenizers.src), "tgt_model": _model_hash(tokenizers.tgt)}
     if several:

@@ -15,18 +15,23 @@ annotation and in the target, by another word of the corpus: a term the source c
 can only take from the annotation (with `substitute_with: compounds`, two corpus words joined, a word no
 training target holds, as a fifth of a termbase's terms are). Only training pairs are annotated: validation
 measures the translation of plain sources, which is what the best checkpoint is chosen for.
+
+With `loss_weight`, `term_token_weights` gives each batch's target tokens their loss weights: the pieces of a
+term, where the target holds it as the annotation has it, weigh `loss_weight`, every other token 1.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+import torch
 
 from seq2seq.config.terminology import TerminologyConfig
 from seq2seq.text.terminology import annotate, base_forms, words
+from seq2seq.text.tokenizer import EOS_ID
 
 Chunk = tuple[list[str], list[str]]
 SHORT_NOUN = 8  # letters, at most, of a compound substitute's second half
@@ -100,3 +105,34 @@ class TermSampler:
             rng = np.random.default_rng([seed, i])
             pairs = [self.pair(s, t, rng) for s, t in zip(sources, targets)]
             yield [s for s, _ in pairs], [t for _, t in pairs]
+
+
+def term_token_weights(src_ids: Sequence[Sequence[int]], tgt_out: torch.Tensor, positions: torch.Tensor,
+                       term_id: int, weight: float, to_target: Callable[[int], int | None] | None = None
+                       ) -> torch.Tensor:
+    """The loss weights [K] of a batch's scored target tokens (`positions` [K], flat indices in tgt_out.view(-1),
+    tgt_out [B, T]): `weight` where the token is part of one of its row's terms, else 1. A row's terms are
+    the piece runs its source holds after each reserved piece <term> (`term_id`); each place where the
+    target holds such a run, piece for piece, weighs `weight`. src_ids: the B rows' source ids (a source
+    without <term> weighs all its target's tokens 1); to_target: a source id -> the target vocabulary's id
+    of the same piece (None where it has none), for separate vocabularies (None: one joint vocabulary)."""
+    marked = torch.zeros(tgt_out.shape, dtype=torch.bool)
+    for row, ids in enumerate(src_ids):
+        ids = [i for i in ids if i != EOS_ID]
+        if term_id not in ids:
+            continue
+        target = tgt_out[row].tolist()
+        terms: list[list[int | None]] = [[]]  # the runs after each <term>
+        for i in ids[ids.index(term_id) + 1:]:
+            if i == term_id:
+                terms.append([])
+            else:
+                terms[-1].append(to_target(i) if to_target is not None else i)
+        for term in terms:
+            n = len(term)
+            if n == 0 or None in term:  # an empty run, or a piece the target vocabulary lacks
+                continue
+            for start in range(len(target) - n + 1):
+                if target[start : start + n] == term:
+                    marked[row, start : start + n] = True
+    return torch.where(marked.view(-1).index_select(0, positions), weight, 1.0).to(torch.float32)

@@ -29,7 +29,7 @@ from seq2seq.data import prepare
 from seq2seq.data.mixing import CorpusMix, MixedBatches
 from seq2seq.data.shards import ShardedRows, pair_lengths
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
-from seq2seq.data.terminology import TermSampler
+from seq2seq.data.terminology import TermSampler, term_token_weights
 from seq2seq.accel.device import choose_device
 from seq2seq.model.encoders import Encoder, get_modality
 from seq2seq.model.encoders.base import resolve_encoder_config, source_kind
@@ -37,7 +37,7 @@ from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
 from seq2seq.text.languages import model_languages, reserved_pieces
-from seq2seq.text.terminology import word_counts
+from seq2seq.text.terminology import TERM, word_counts
 from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
 
@@ -103,10 +103,18 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
         sampler = ResegmentedBatches(segmenter, max_tokens=max_tokens, seed=seed, multiple=multiple)
     rows = ShardedRows(train) if segmenter is None else sampler.rows  # type: ignore[attr-defined]
 
+    term_id = tok.src.piece_id(TERM) if terms.on and terms.loss_weight != 1.0 else None
+    to_target = None if tok.joint else lambda i: tok.tgt.piece_id(tok.src.id_to_piece(i))
+
     def collate(indices: list[int]) -> Batch:
         src_ids, tgt_ids = rows(indices)
-        return collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)],
-                            multiple=multiple)
+        batch = collate_text([{"src_ids": s, "tgt_ids": t, "index": i} for s, t, i in zip(src_ids, tgt_ids, indices)],
+                             multiple=multiple)
+        if term_id is not None:  # a term's tokens weigh data.terminology.loss_weight in the loss
+            assert batch.target_positions is not None  # collate_text finds them
+            batch.target_weights = term_token_weights(src_ids, batch.tgt_out, batch.target_positions, term_id,
+                                                      terms.loss_weight, to_target)
+        return batch
 
     valid = None
     if prepared.valid is not None and len(prepared.valid):

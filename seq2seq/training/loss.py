@@ -43,7 +43,7 @@ def _compute_dtype(t: Tensor) -> torch.dtype:
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
-                need_grad: bool) -> Tensor:
+                need_grad: bool, token_weights: Tensor | None) -> Tensor:
         dtype = _compute_dtype(hidden)
         grad_dtype = torch.float32 if dtype == torch.float16 else dtype
         with torch.autocast(hidden.device.type, enabled=False):
@@ -62,6 +62,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             for start in range(0, h.size(0), chunk):
                 h_c, t_c = h[start : start + chunk], target[start : start + chunk, None]
                 rows = h_c.size(0)
+                w_c = None if token_weights is None else token_weights[start : start + chunk].to(acc_dtype)
                 padding = bucket(rows) - rows if pad_rows and rows < chunk else 0
                 if padding:
                     h_c, t_c = F.pad(h_c, (0, 0, 0, padding)), F.pad(t_c, (0, 0, 0, padding))
@@ -75,13 +76,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 chunk_loss = lse - (1.0 - smoothing) * picked
                 if total is not None:
                     chunk_loss = chunk_loss - (smoothing / vocab) * total
-                loss += chunk_loss[:rows].sum()
+                chunk_loss = chunk_loss[:rows] if w_c is None else chunk_loss[:rows] * w_c
+                loss += chunk_loss.sum()
                 if need_grad:
                     assert grad_h is not None and grad_w is not None  # made above when need_grad
                     g = p.div_(s)  # softmax(z) - q, in place
                     if smoothing:
                         g.sub_(smoothing / vocab)
                     g.scatter_add_(1, t_c, g.new_full(t_c.shape, -(1.0 - smoothing)))
+                    if w_c is not None:  # (bf16's zero padding rows add nothing to grad_w and are cut from grad_h)
+                        g[:rows].mul_(w_c[:, None])
                     g = g.to(grad_dtype)
                     # Same dtype: reuse the sliced (and padded) chunk. Only bf16 pads, and then h_g is h.
                     h_gc = h_c if h_g is h else h_g[start : start + chunk]
@@ -98,25 +102,28 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if grad_h is None:
             raise RuntimeError("linear_cross_entropy was computed without gradients (grad mode was off)")
         hidden_dtype, weight_dtype = ctx.dtypes
-        return (grad_h * grad).to(hidden_dtype), (grad_w * grad).to(weight_dtype), None, None, None, None
+        return (grad_h * grad).to(hidden_dtype), (grad_w * grad).to(weight_dtype), None, None, None, None, None
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0,
-                         chunk: int | None = None) -> Tensor:
+                         chunk: int | None = None, token_weights: Tensor | None = None) -> Tensor:
     """Summed label-smoothed cross-entropy of the logits hidden @ weight.T (fp32 softmax and sum).
 
     hidden [N, D], weight [V, D] (a bias-free output projection), target [N] class ids (no padding)
     -> scalar. smoothing=0 gives the plain summed NLL. `chunk` rows at a time (default: ~8 MB of
-    fp32 logits).
+    fp32 logits). token_weights [N]: each position's loss (and gradient) multiplied by its weight
+    (None: all 1), as terms are weighted (`seq2seq.data.terminology.term_token_weights`).
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.size(1) != weight.size(1) or target.shape != hidden.shape[:1]:
         raise ValueError(f"expected hidden [N, D], weight [V, D], target [N]; got {tuple(hidden.shape)}, "
                          f"{tuple(weight.shape)}, {tuple(target.shape)}")
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    if token_weights is not None and token_weights.shape != target.shape:
+        raise ValueError(f"expected token_weights [N] = {tuple(target.shape)}, got {tuple(token_weights.shape)}")
     chunk = chunk or max(1, CHUNK_BYTES // (4 * weight.size(0)))
     need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk, need_grad)
+    return _LinearCrossEntropy.apply(hidden, weight, target, float(smoothing), chunk, need_grad, token_weights)
 
 
 def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt_out: Tensor, pad_id: int) -> Tensor:
@@ -142,12 +149,14 @@ def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt
 
 
 def sequence_loss(model: Seq2SeqTransformer, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
-                  smoothing: float = 0.0, ctc_weight: float = 0.0, positions: Tensor | None = None) -> Tensor:
+                  smoothing: float = 0.0, ctc_weight: float = 0.0, positions: Tensor | None = None,
+                  token_weights: Tensor | None = None) -> Tensor:
     """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.
 
     Only the non-pad positions of tgt_out are projected to the vocabulary and scored: `positions` [K],
     their flat indices in tgt_out.view(-1) (`Batch.target_positions`, found on the host; None: found
-    here, which on a GPU waits for it). With ctc_weight w > 0: (1 - w) * that loss + w * `ctc_loss` of
+    here, which on a GPU waits for it); `token_weights` [K], their loss weights (`Batch.target_weights`;
+    None: all 1). With ctc_weight w > 0: (1 - w) * that loss + w * `ctc_loss` of
     the encoder's memory.
     """
     if positions is None:
@@ -156,7 +165,7 @@ def sequence_loss(model: Seq2SeqTransformer, src: Any, tgt_in: Tensor, tgt_out: 
     hidden = model.decoder.features(tgt_in, memory, memory_pad_mask)[0]
     hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # [K, D]
     loss = linear_cross_entropy(hidden, model.decoder.output_weight, tgt_out.reshape(-1).index_select(0, positions),
-                                smoothing)
+                                smoothing, token_weights=token_weights)
     if ctc_weight:
         ctc = ctc_loss(memory, memory_pad_mask, model.decoder.output_weight, tgt_out, pad_id)
         loss = (1 - ctc_weight) * loss + ctc_weight * ctc

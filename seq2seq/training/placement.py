@@ -69,6 +69,6 @@ class TeacherForcedLoss(nn.Module):
         self.model, self.pad_id, self.smoothing, self.ctc_weight = model, pad_id, smoothing, ctc_weight
 
     def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing, self.ctc_weight,
-                             positions)
+                             positions, weights)

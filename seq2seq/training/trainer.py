@@ -262,8 +262,9 @@ class Trainer:
         with autocast_context(self.device, self.precision):
             if self.ddp is None:
                 return sequence_loss(self.model, batch.src, batch.tgt_in, batch.tgt_out, self.pad_id,
-                                     self.cfg.label_smoothing, self.cfg.ctc_weight, batch.target_positions)
-            return self.ddp(batch.src, batch.tgt_in, batch.tgt_out, batch.target_positions)
+                                     self.cfg.label_smoothing, self.cfg.ctc_weight, batch.target_positions,
+                                     batch.target_weights)
+            return self.ddp(batch.src, batch.tgt_in, batch.tgt_out, batch.target_positions, batch.target_weights)
 
     def _accumulate_gradients(self, batches: list[Batch], total_tokens: int) -> tuple[float, bool]:
         """Backpropagate each micro-batch's summed loss / total_tokens (the step's tokens over all
