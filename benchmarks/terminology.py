@@ -13,7 +13,8 @@ own). Sentences without such a word get no terms.
 
 Systems, each decoding the whole split with beam 5 and timed in this run: the plain model without terms
 and with the constrained beam (--terms constrain); the model trained with terms (data.terminology)
-without terms, annotated (the terms appended to the source: --terms annotate), constrained, and both.
+without terms, annotated (the terms appended to the source: --terms annotate), with each --term-bias B
+annotated and pushed (`--terms annotate --term-bias B`), constrained, and both.
 
 With --base-forms the constrained beam takes any inflected form of a lemma (`--term-forms inflected`), a
 row forces the lemma as written (for comparison), and a second table gives, for the terms whose lemma
@@ -141,6 +142,8 @@ def main() -> None:
     p.add_argument("--base-forms", action="store_true", help="give each term as its base form (a lemma)")
     p.add_argument("--constraint-lenpen", type=float, default=None,
                    help="the length penalty of the sentences with constraints (default: the model's)")
+    p.add_argument("--term-bias", type=float, nargs="*", default=[],
+                   help="also the annotated terms with each of these bonuses (decoding.term_bias)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -168,14 +171,20 @@ def main() -> None:
           f"terms on {sum(bool(t) for t in given)} sentences ({sum(counts[t] == 0 for ts in exact for t in ts)} never "
           f"in the training targets){'; given as base forms' if args.base_forms else ''}")
     rows = [evaluate("plain model", plain, plain_s, plain_s, sources, refs, given, exact, args.base_forms)]
-    systems = [("plain model, constrained beam", plain_model, "constrain")] if args.plain_dir else []
+    # (name, model, how its terms reach it: None for none, its further options)
+    systems: list[tuple[str, Translator, str | None, dict]] = []
+    if args.plain_dir:
+        systems += [("plain model, constrained beam", plain_model, "constrain", {})]
     if args.base_forms:  # the lemma forced as written, for comparison
-        systems += [("plain model, constrained beam, lemma as written", plain_model, "constrain")]
-    systems += [("terms model, no terms", model, None), ("terms model, annotated", model, "annotate"),
-                ("terms model, constrained beam", model, "constrain"), ("terms model, both", model, "both")]
+        systems += [("plain model, constrained beam, lemma as written", plain_model, "constrain", {})]
+    systems += [("terms model, no terms", model, None, {}),
+                ("terms model, annotated", model, "annotate", {"term_bias": 0.0})]  # alone, whatever its config
+    systems += [(f"terms model, annotated, term bias {b:g}", model, "annotate", {"term_bias": b})
+                for b in args.term_bias]
+    systems += [("terms model, constrained beam", model, "constrain", {}), ("terms model, both", model, "both", {})]
     forms_rows = []
-    for name, translator, mode in systems:
-        steering = {} if mode is None else {"constraints": given, "terms": mode}
+    for name, translator, mode, extra in systems:
+        steering = {} if mode is None else {"constraints": given, "terms": mode, **extra}
         if mode is not None and args.base_forms and "as written" not in name:  # a lemma met by any of its forms
             steering["term_forms"] = "inflected"
         hyps, secs = timed(translator, **steering)

@@ -110,6 +110,34 @@ def tiny_model_dir(multi30k_small, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def term_model(multi30k_small, tmp_path_factory):
+    """A tiny model trained with half its training sources annotated (data.terminology.share 0.5), its terms'
+    pieces weighted 2 in the loss (the trainer takes the batches' weights). Tests must not modify it."""
+    import yaml
+    from click.testing import CliRunner
+
+    from seq2seq.cli import cli
+
+    root = tmp_path_factory.mktemp("terms")
+    files = multi30k_small
+    cfg = {
+        "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
+                 "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"]),
+                 "terminology": {"share": 0.5, "loss_weight": 2.0}},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "share_embeddings": True},
+        "training": {"output_dir": str(root / "model"), "max_steps": 30, "valid_every": 30, "max_tokens": 1500,
+                     "lr": 0.003, "warmup_steps": 10, "device": "cpu", "valid_bleu": False, "best_metric": "loss",
+                     "threads": 1},
+        "decoding": {"beam": 4, "max_len_b": 10},
+    }
+    (root / "c.yaml").write_text(yaml.safe_dump(cfg))
+    result = CliRunner().invoke(cli, ["train", str(root / "c.yaml")])
+    assert result.exit_code == 0, result.output
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
 def m30k_tiny(tmp_path_factory) -> Path:
     """Multi30K as the recipes read it ({train,val,test_2016_flickr}.{en,de,fr}.gz), at its smallest:
     the first 200 train pairs, 8 val and 8 test."""

@@ -183,6 +183,28 @@ def test_the_page_steers_every_line_as_json_input_does_and_shows_warnings(browse
         page.close()
 
 
+def test_a_terms_model_takes_the_terms_mode_and_the_annotated_terms_bonus(browser, term_model):
+    lines = ["A man in a red shirt.", "Two dogs play."]
+    expected = [obj["text"] for obj in cli_json(term_model, [json.dumps({"text": t, "constraints": ["Schnee"]})
+                                                             for t in lines],
+                                                "--json-input", "--greedy", "--terms", "annotate", "--term-bias", "30")]
+    assert all("Schnee" in t for t in expected)
+    with serving(create_app(load_model(term_model, device="cpu"))) as (port, _):
+        page = open_page(browser, port)
+        page.wait_for_selector("#terms-mode:not(.hidden)")
+        assert page.locator("#opt-term_bias").is_hidden()  # a bonus for annotated terms only
+        page.select_option("#terms", "annotate")
+        page.fill("#opt-term_bias", "30")
+        page.select_option("#strategy", "greedy")
+        assert page.locator("#opt-term_bias").is_visible()  # whatever the search strategy
+        page.fill("#source", "\n".join(lines))
+        page.fill("#constraints", "Schnee")
+        page.click("#run")
+        wait_for_results(page, 2)
+        assert result_texts(page) == expected
+        page.close()
+
+
 def test_an_image_model_captions_an_upload_and_shows_the_apis_errors(browser, image_model, tmp_path):
     image = image_model / "img" / "1.png"
     expected = json.loads(CliRunner().invoke(cli, ["caption", str(image_model / "model"), str(image),

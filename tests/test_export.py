@@ -230,6 +230,8 @@ def test_ctranslate2_engine_handles_empty_and_overlong_lines(engines):
     assert results[1][0].text == ours.translate(["red cat"])[0]
     with pytest.raises(ValueError, match="not available with the ctranslate2 engine"):
         theirs.translate_nbest(["red cat"], attention_layer=-1)
+    with pytest.raises(ValueError, match="term_bias is not available with the ctranslate2 engine"):
+        theirs.translate_nbest(["red cat"], term_bias=2.0)
     with pytest.raises(ValueError, match="nbest"):
         theirs.translate_nbest(["red cat"], beam=2, nbest=3)
 

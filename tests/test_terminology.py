@@ -139,29 +139,6 @@ def test_sentence_ends_counts_the_sentences_a_source_ends():
     assert [sentence_ends(t) for t in ("A dog.", "A dog", "Hi. A dog runs!", "Stop?! Go.")] == [1, 0, 2, 2]
 
 
-@pytest.fixture(scope="module")
-def term_model(multi30k_small, tmp_path_factory):
-    """A tiny model trained with half its training sources annotated (data.terminology.share 0.5), its terms'
-    pieces weighted 2 in the loss (the trainer takes the batches' weights)."""
-    root = tmp_path_factory.mktemp("terms")
-    files = multi30k_small
-    cfg = {
-        "data": {"train_src": str(files["train.en"]), "train_tgt": str(files["train.de"]),
-                 "valid_src": str(files["val.en"]), "valid_tgt": str(files["val.de"]),
-                 "terminology": {"share": 0.5, "loss_weight": 2.0}},
-        "tokenizer": {"vocab_size": 300},
-        "model": {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "share_embeddings": True},
-        "training": {"output_dir": str(root / "model"), "max_steps": 30, "valid_every": 30, "max_tokens": 1500,
-                     "lr": 0.003, "warmup_steps": 10, "device": "cpu", "valid_bleu": False, "best_metric": "loss",
-                     "threads": 1},
-        "decoding": {"beam": 4, "max_len_b": 10},
-    }
-    (root / "c.yaml").write_text(yaml.safe_dump(cfg))
-    result = CliRunner().invoke(cli, ["train", str(root / "c.yaml")])
-    assert result.exit_code == 0, result.output
-    return root / "model"
-
-
 def test_training_annotates_a_share_of_the_sources_and_keeps_the_marker_whole(term_model, multi30k_small):
     from seq2seq.data import prepare
 
@@ -262,12 +239,14 @@ def test_the_benchmark_runs_at_its_smallest(term_model, tiny_model_dir, tmp_path
     out = tmp_path / "rows.json"
     result = run_benchmark("terminology.py", "--model-dir", term_model, "--plain-dir", tiny_model_dir,
                            "--data-dir", MULTI30K, "--split", "val", "--limit", 12, "--threads", 1, "--json", out,
-                           "--base-forms")
+                           "--base-forms", "--term-bias", 30)
     rows = json.loads(out.read_text())["rows"]
     assert [r["system"] for r in rows] == ["plain model", "plain model, constrained beam",
                                            "plain model, constrained beam, lemma as written", "terms model, no terms",
-                                           "terms model, annotated", "terms model, constrained beam",
-                                           "terms model, both"]
+                                           "terms model, annotated", "terms model, annotated, term bias 30",
+                                           "terms model, constrained beam", "terms model, both"]
+    pushed = next(r for r in rows if r["system"] == "terms model, annotated, term bias 30")
+    assert float(pushed["any form"].rstrip("%")) > float(rows[4]["any form"].rstrip("%"))  # the bonus adds terms
     forms = json.loads(out.read_text())["forms"]
     assert [r["system"] for r in forms] == [r["system"] for r in rows[1:] if r["system"] != "terms model, no terms"]
     assert all(re.fullmatch(r"\d+\.\d% of \d+", r[k]) for r in forms for k in ("lemma != form", "nouns", "other words"))

@@ -37,6 +37,8 @@ class SearchConfig:
     lenpen: GNMT length-penalty exponent alpha in score = logprob / ((5 + L) / 6) ** alpha.
     constraint_lenpen: the lenpen of the sentences that have constraints (None: `lenpen`); the others
     are searched with `lenpen`, exactly as without it (`constrained`).
+    term_bias: with terms only annotated (`--terms annotate`), a bonus in nats added to the next piece of
+    each term an output has not met yet (`seq2seq.inference.term_bias`): a push, not a guarantee; 0: off.
     max_len_a, max_len_b, max_len: the per-sentence length limit (`max_length`); max_len (optional)
     is a hard cap. min_len: EOS is forbidden before this many tokens.
     no_repeat_ngram: if n > 0, no n-gram occurs twice in a hypothesis.
@@ -65,6 +67,9 @@ class SearchConfig:
     constraint_lenpen: float | None = _option(
         None, "Length penalty of the sentences with constraints (default: --lenpen): forced terms lengthen "
               "an output, a lower one keeps it as long as without them.")
+    term_bias: float = _option(
+        0.0, "With --terms annotate: a bonus (nats) on the next piece of each term an output has not met yet, "
+             "so that the model writes the term where it would write its own word (0: off; not a guarantee).")
     max_len_a: float = _option(1.2, "Max output length = a * source length + b.")
     max_len_b: int = _option(10, "See --max-len-a.")
     max_len: int | None = None
@@ -174,6 +179,8 @@ def check_search(values: Mapping[str, Any], where: str = "") -> None:
     check(v["topk"] >= 0, f"topk must be >= 0, got {v['topk']}")
     check(0.0 < v["topp"] <= 1.0, f"topp must be in (0, 1], got {v['topp']}")
     check(v["temperature"] > 0.0, f"temperature must be > 0, got {v['temperature']}")
+    check(v["term_bias"] >= 0.0 and math.isfinite(v["term_bias"]),
+          f"term_bias must be a finite number >= 0, got {v['term_bias']}")
     check(0.0 <= v["ctc_weight"] <= 1.0, f"ctc_weight must be in [0, 1], got {v['ctc_weight']}")
     check(v["ctc_weight"] == 0.0 or strategy != "sample", "ctc_weight needs beam or greedy search, not sample")
     check(v.get("seed") is None or 0 <= v["seed"] < 2**63, f"seed must be between 0 and 2**63 - 1, got {v['seed']}")

@@ -165,6 +165,9 @@ class CTranslate2Translator:
         if cfg.attention_layer is not None:
             raise ValueError("the attention (--alignment, --show-attention) is not available with the "
                              "ctranslate2 engine")
+        if cfg.term_bias > 0:
+            raise ValueError("term_bias is not available with the ctranslate2 engine; translate with the torch "
+                             "engine (--engine torch), or pass --term-bias 0")
         if cfg.strategy == "beam" and cfg.min_len < 1:
             raise ValueError("min_len 0 is not available with the ctranslate2 engine's beam search")
         return cfg

@@ -25,6 +25,7 @@
     prefix              `TargetPrefix`: the output starts with given tokens
     constraints         lexically constrained beam search (dynamic beam allocation)
     avoid               `BannedPhrases`: phrases that must never appear in an output
+    term_bias           `TermBias`: a bonus on the next piece of each annotated term (decoding.term_bias)
     glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
     corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
     fingerprint         `model_fingerprint`: sha256 of the files that decide a model's translations

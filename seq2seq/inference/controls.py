@@ -5,7 +5,9 @@ A `SourceControls` holds one source's controls (built from text by `seq2seq.infe
 * `prefix`: the output starts with these tokens (`seq2seq.inference.prefix.TargetPrefix`);
 * `constraints`: token sequences that must each appear, in any order, each as consecutive tokens
   (lexically constrained beam search with dynamic beam allocation, `seq2seq.inference.constraints`);
-* `avoid`: token sequences that must not appear (`seq2seq.inference.avoid.BannedPhrases`).
+* `avoid`: token sequences that must not appear (`seq2seq.inference.avoid.BannedPhrases`);
+* `preferred`: annotated terms the search pushes toward without forcing them (`decoding.term_bias`,
+  `seq2seq.inference.term_bias.TermBias`).
 
 In the search loop (`seq2seq.inference.search`) each kind of control is a `Control` over the live
 units and rows: it masks the next-token log-probabilities of every step (`mask`) and follows the
@@ -37,9 +39,11 @@ class SourceControls:
     avoid: list[list[int]] = field(default_factory=list)
     sentence_ends: int | None = None  # how many sentences the source ends (the constraints' sentence-end rule)
     forms: list[int] | None = None  # constraints[i] is a form of constraint forms[i] (None: each its own)
+    preferred: list[list[int]] = field(default_factory=list)  # terms given a bonus, not forced (term_bias)
+    preferred_forms: list[int] | None = None  # preferred[i] is a form of term preferred_forms[i]
 
     def __bool__(self) -> bool:
-        return bool(self.prefix or self.constraints or self.avoid)
+        return bool(self.prefix or self.constraints or self.avoid or self.preferred)
 
 
 class SteeringError(InputError):

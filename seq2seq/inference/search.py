@@ -203,7 +203,8 @@ class _Search:
         units = self.units
         per_unit = [self.source_controls[s] for s in units.source]
         self.controls, self.tracker = build_controls(per_unit, group, units.max_host, units.source, self.cfg.eos_id,
-                                                     self.device, self.continuation, self.sentence_end)
+                                                     self.device, self.continuation, self.sentence_end,
+                                                     self.cfg.term_bias)
         if self.tracker is not None:
             if self.cfg.strategy != "beam":
                 raise ValueError(f"constraints need beam search, not {self.cfg.strategy} search")

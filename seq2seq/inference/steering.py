@@ -144,9 +144,10 @@ TERM_FORMS = ("exact", "inflected")
 
 def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: str = "constrain",
                     source: str | None = None, forms: str = "exact",
-                    warn: Warn | None = None) -> SourceControls:
+                    warn: Warn | None = None, prefer: bool = False) -> SourceControls:
     """The token ids of one input's controls (see the module docstring); its terms (constraints and
-    glossary terms) as constraints unless `mode` only annotates, with the sentence-end rule of `source`
+    glossary terms) as constraints unless `mode` only annotates, where `prefer` makes them the terms the
+    search gives a bonus (`SourceControls.preferred`, `decoding.term_bias`); with the sentence-end rule of `source`
     (`sentence_ends`). forms "inflected": a term is met by any of its inflected forms (its last word with
     each ending of `seq2seq.text.terminology.forms_of`; the term as given is a lemma), "exact" only as
     written. SteeringError naming the line for an empty constraint or banned phrase, text the target
@@ -183,12 +184,15 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
     avoided = [phrase("banned phrase", a) for a in steering.avoid]
     _check_contradictions(steering, prefix, constraints, of, avoided, line, warn)
     enforced = mode != "annotate" and bool(constraints)
+    preferred = mode == "annotate" and prefer and bool(constraints)
     return SourceControls(
         prefix=prefix,
         constraints=constraints if enforced else [],
         avoid=avoided,
         sentence_ends=sentence_ends(source) if source is not None and enforced else None,
         forms=of if enforced and forms == "inflected" else None,
+        preferred=constraints if preferred else [],
+        preferred_forms=of if preferred and forms == "inflected" else None,
     )
 
 

@@ -1,6 +1,6 @@
 """What masks a search step's log-probabilities besides the length rules: the n-gram block
 (`block_repeated_ngrams`) and a batch's decoding controls (`build_controls`: a target prefix,
-constraints, banned phrases; `seq2seq.inference.controls`).
+constraints, banned phrases, soft terms; `seq2seq.inference.controls`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from seq2seq.inference.constraints import ConstraintTracker
 from seq2seq.inference.controls import Control, ControlError, SourceControls, prefix_too_long
 from seq2seq.inference.prefix import TargetPrefix
 from seq2seq.inference.strategies import NEG_INF
+from seq2seq.inference.term_bias import TermBias
 
 
 def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_lengths: Sequence[int],
                    sources: Sequence[int], eos_id: int, device: torch.device,
-                   continuation: Tensor | None = None, sentence_end: Tensor | None = None
-                   ) -> tuple[list[Control], ConstraintTracker | None]:
+                   continuation: Tensor | None = None, sentence_end: Tensor | None = None,
+                   term_bias: float = 0.0) -> tuple[list[Control], ConstraintTracker | None]:
     """The controls of a batch's units (`per_unit[u]`: unit u's, None for none; `sources[u]`: its source
-    in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`). Returns
-    the masking controls, and the constraint tracker (None without constraints) that the constrained
-    beam strategy reads.
+    in the batch; `max_lengths[u]`: its length limit; continuation: see `ConstraintTracker`; term_bias: the
+    bonus of the preferred terms, `TermBias`). Returns the masking controls, and the constraint tracker
+    (None without constraints) that the constrained beam strategy reads.
 
     ControlError naming the source for a prefix that does not fit the length limit."""
     controls = [c or SourceControls() for c in per_unit]
@@ -32,6 +33,9 @@ def build_controls(per_unit: Sequence[SourceControls | None], group: int, max_le
         if len(c.prefix) > limit:
             raise ControlError(source, prefix_too_long(len(c.prefix), limit), field="prefix", code="prefix_too_long")
     out: list[Control] = []
+    if term_bias > 0 and any(c.preferred for c in controls):  # first: every mask after it wins over a bonus
+        out.append(TermBias([c.preferred for c in controls], group, term_bias, eos_id, device, continuation,
+                            [c.preferred_forms for c in controls]))
     if any(c.avoid for c in controls):
         out.append(BannedPhrases([c.avoid for c in controls], group, device))
     tracker = None

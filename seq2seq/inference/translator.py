@@ -213,8 +213,9 @@ class Translator:
         TSV file; text sources): its target terms become constraints where its source terms occur.
         terms: how constraints and glossary terms reach the model: "annotate", "constrain" or "both"
         (`seq2seq.inference.steering.term_mode`; default: "both" for a model trained with terms on its
-        sources, docs/terminology.md, else "constrain"); term_forms "inflected": the beam takes any inflected
-        form of a term given as a lemma ("exact": only the term as written).
+        sources, docs/terminology.md, else "constrain"); with "annotate", the option term_bias > 0 gives each
+        term's pieces a bonus (`seq2seq.inference.term_bias`); term_forms "inflected": the beam takes any
+        inflected form of a term given as a lemma ("exact": only the term as written).
         tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
         bilingual model refuses it (LanguageError, a ValueError). options: see `search_config`.
         """
@@ -235,7 +236,7 @@ class Translator:
             for i in examples:
                 steer = steering[i] if steering is not None else None
                 c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i], term_forms,
-                                    warn or log.warning) if steer else SourceControls()
+                                    warn or log.warning, prefer=cfg.term_bias > 0) if steer else SourceControls()
                 if c or forced:
                     controls[i] = dataclasses.replace(c, prefix=[*forced, *c.prefix])
         done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,

@@ -1,0 +1,46 @@
+"""Soft terms: a bonus on the next piece of each term an output has not met yet (`decoding.term_bias`).
+
+The annotation (`--terms annotate`) tells a model trained with `data.terminology` which words its output
+should hold; it places most of them, and where it writes its own word instead ("Oberteil" where the term
+says "Bluse") nothing makes it change its mind. `TermBias` adds `bias` (a log-probability bonus, in nats)
+to the token that continues each term a row has not met: the term's first piece, or its next piece once
+the row has begun it. A met term gets nothing more, so a term is pushed once, where the model finds a
+place for it, and never repeated. It is a push, not a guarantee (the constrained beam is that): the model
+still writes another word where its own is stronger by more than the bonus, and greedy search and
+sampling take it as well as the beam. Progress through a term, and met as a whole word, follow the
+constrained beam's rules (`seq2seq.inference.constraints.ConstraintTracker`, without its end-of-sentence
+rules).
+
+A hypothesis's score and token log-probabilities include the bonuses it took. Rows without terms get
+none: their log-probabilities are unchanged, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from seq2seq.inference.constraints import ConstraintTracker
+from seq2seq.inference.controls import Control
+
+
+class TermBias(Control):
+    """terms[u]: unit u's terms as token ids (forms[u][i]: the term phrase i is a form of, None: each its
+    own); `group` rows per unit; bias: the bonus (> 0). continuation [V]: the pieces that continue a word
+    (`ConstraintTracker`)."""
+
+    def __init__(self, terms: Sequence[Sequence[Sequence[int]]], group: int, bias: float, eos_id: int,
+                 device: torch.device, continuation: Tensor | None = None,
+                 forms: Sequence[Sequence[int] | None] | None = None) -> None:
+        self.bias = bias
+        self.progress = ConstraintTracker(terms, group, eos_id, device, continuation, forms=forms)
+
+    def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
+        wanted = self.progress.next_tokens()  # [B, C]: each unmet term's next token, -1 for the others
+        bonus = torch.full(wanted.shape, self.bias, dtype=lprobs.dtype, device=lprobs.device)
+        lprobs.scatter_add_(1, wanted.clamp(min=0), bonus.masked_fill_(wanted < 0, 0.0))
+
+    def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
+        self.progress.follow(kept_units, parents, new_tokens)

@@ -1,0 +1,115 @@
+"""Soft terms (decoding.term_bias, seq2seq.inference.term_bias): a bonus on the next piece of each annotated
+term an output has not met yet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from seq2seq.cli import cli
+from seq2seq.config import SearchConfig
+from seq2seq.inference.term_bias import TermBias
+from seq2seq.inference.translator import Translator
+from seq2seq.text.terminology import TERM
+
+V, EOS = 10, 3
+CONTINUES = torch.zeros(V, dtype=torch.bool)
+CONTINUES[7] = True  # piece 7 continues a word, every other piece starts one
+
+
+def bonus_after(bias: TermBias, rows: int) -> torch.Tensor:
+    """[rows, V]: what one step of `bias` adds to zero log-probabilities."""
+    lprobs = torch.zeros(rows, V)
+    bias.mask(lprobs, torch.zeros(rows, 1, dtype=torch.long), 0, None)
+    return lprobs
+
+
+def test_the_bonus_goes_to_each_unmet_terms_next_piece_and_stops_once_the_term_is_met():
+    # unit 0: terms [5, 6] and [8]; unit 1: none; two rows per unit
+    bias = TermBias([[[5, 6], [8]], []], group=2, bias=2.5, eos_id=EOS, device=torch.device("cpu"),
+                    continuation=CONTINUES)
+    first = bonus_after(bias, 4)
+    assert first[0].tolist() == first[1].tolist() == [0, 0, 0, 0, 0, 2.5, 0, 0, 2.5, 0]
+    assert not first[2:].any()  # a unit without terms: untouched
+    bias.follow(None, None, torch.tensor([5, 8, 4, 4]))  # row 0 begins the first term, row 1 writes the second
+    second = bonus_after(bias, 4)
+    assert second[0].tolist() == [0, 0, 0, 0, 0, 0, 2.5, 0, 2.5, 0]  # the term's next piece, and the other term
+    assert second[1].tolist() == [0, 0, 0, 0, 0, 2.5, 0, 0, 0, 0]  # [8] complete: no bonus while its word ends
+    bias.follow(None, None, torch.tensor([6, 4, 4, 4]))  # row 1's "8" ends as a word: met for good
+    third = bonus_after(bias, 4)
+    assert third[0].tolist() == [0, 0, 0, 0, 0, 0, 0, 0, 2.5, 0]
+    assert third[1].tolist() == [0, 0, 0, 0, 0, 2.5, 0, 0, 0, 0]
+    bias.follow(None, None, torch.tensor([7, 4, 4, 4]))  # "5 6 7": the word goes on, the term is not met
+    assert bonus_after(bias, 4)[0].tolist() == [0, 0, 0, 0, 0, 2.5, 0, 0, 2.5, 0]  # begun again
+
+
+def test_the_bonus_follows_the_beams_rows_and_its_live_units():
+    bias = TermBias([[[5, 6]], [[9]]], group=2, bias=1.0, eos_id=EOS, device=torch.device("cpu"))
+    bias.follow(None, None, torch.tensor([5, 4, 4, 4]))
+    bias.follow(None, torch.tensor([1, 0, 2, 3]), torch.tensor([4, 4, 4, 4]))  # row 1 now continues row 0's "5"...
+    assert bonus_after(bias, 4)[1, 6] == 0.0 and bonus_after(bias, 4)[1, 5] == 1.0  # ...then 4: begun again
+    bias.follow(None, torch.tensor([0, 0, 2, 3]), torch.tensor([5, 5, 4, 4]))
+    assert bonus_after(bias, 4)[:2, 6].tolist() == [1.0, 1.0]
+    bias.follow(torch.tensor([1]), torch.tensor([2, 3]), torch.tensor([9, 4]))  # unit 0 ends; unit 1's rows stay
+    after = bonus_after(bias, 2)
+    assert after[0].tolist() == [0.0] * V and after[1, 9] == 1.0
+
+
+def test_a_bias_of_zero_decodes_exactly_as_the_annotation_alone(term_model):
+    translator = Translator.load(term_model, device="cpu")
+    texts = ["A man in a red shirt.", "Two dogs play in the snow."]
+    constraints = [["Schnee"], []]
+    alone = translator.translate_nbest(texts, constraints=constraints, terms="annotate")
+    zero = translator.translate_nbest(texts, constraints=constraints, terms="annotate", term_bias=0.0)
+    assert [(h[0].text, h[0].score) for h in alone] == [(h[0].text, h[0].score) for h in zero]
+    # the constrained beam guarantees the terms already: the bonus is for annotated terms only
+    both = translator.translate_nbest(texts, constraints=constraints, terms="both")
+    assert [(h[0].text, h[0].score) for h in both] == [
+        (h[0].text, h[0].score) for h in translator.translate_nbest(texts, constraints=constraints, terms="both",
+                                                                    term_bias=5.0)]
+
+
+@pytest.mark.parametrize("search", [{"greedy": True}, {"beam": 4}])
+def test_a_large_bias_puts_every_annotated_term_in_and_leaves_sources_without_terms_alone(term_model, search):
+    translator = Translator.load(term_model, device="cpu")
+    tok = translator.tokenizers.tgt
+    texts = ["A man in a red shirt.", "Two dogs play in the snow.", "A woman sings."]
+    constraints = [["Schnee", "Hund"], [], ["Gitarre"]]
+    pushed = translator.translate_nbest(texts, constraints=constraints, terms="annotate", term_bias=30.0, **search)
+    alone = translator.translate_nbest(texts, constraints=constraints, terms="annotate", **search)
+    for hyps, terms in zip(pushed, constraints):
+        assert TERM in hyps[0].src_pieces or not terms
+        pieces = hyps[0].token_ids
+        for term in terms:  # each term's pieces, in a row, in the output
+            ids = tok.encode([term])[0]
+            assert any(pieces[i: i + len(ids)] == ids for i in range(len(pieces))), (term, hyps[0].text)
+    # a source without terms in the same batch decodes as it does without any bonus, bit for bit
+    assert (pushed[1][0].text, pushed[1][0].score) == (alone[1][0].text, alone[1][0].score)
+    assert pushed[0][0].text != alone[0][0].text
+
+
+def test_the_option_is_checked_and_reaches_the_command_line_and_the_server(term_model, tmp_path):
+    from seq2seq.serve.requests import Limits, parse_options
+
+    translator = Translator.load(term_model, device="cpu")
+    for bad, message in ((-1.0, "term_bias must be a finite number >= 0, got -1.0"),
+                         (float("inf"), "term_bias must be a finite number, got inf")):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            translator.translate(["A dog."], constraints=[["Hund"]], terms="annotate", term_bias=bad)
+    for bad in (-2, float("nan")):
+        with pytest.raises(ValueError, match=f"^decoding.term_bias must be a finite number >= 0, got {bad}$"):
+            SearchConfig(term_bias=bad)
+    assert parse_options({"terms": "annotate", "term_bias": 2.5}, Limits()) == {"terms": "annotate", "term_bias": 2.5}
+    (tmp_path / "in.txt").write_text("A man in a red shirt.\nTwo dogs play.\n")
+    (tmp_path / "c.txt").write_text("Schnee\n\n")
+    result = CliRunner().invoke(cli, ["translate", str(term_model), "-i", str(tmp_path / "in.txt"), "--json",
+                                      "--constraints-file", str(tmp_path / "c.txt"), "--terms", "annotate",
+                                      "--greedy", "--term-bias", "30"])
+    assert result.exit_code == 0, result.output
+    lines = [yaml.safe_load(line) for line in result.output.splitlines()]
+    assert len(lines) == 2 and "Schnee" in lines[0]["text"]
+    result = CliRunner().invoke(cli, ["translate", str(term_model), "-i", str(tmp_path / "in.txt"),
+                                      "--term-bias", "-1"])
+    assert result.exit_code != 0 and "term_bias must be a finite number >= 0, got -1" in result.output
