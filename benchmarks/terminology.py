@@ -26,7 +26,8 @@ a whole word of the output; with --base-forms also any form of the lemma); windo
 found in both, the share of the reference's words within 2 words of it that are also within 2 words of it
 in the output: placement); BLEU, chrF and the length ratio (output words / reference words) against the
 references; the share of outputs with terms that hold a term after a sentence end although their source
-is one sentence ("appended"); and the decoding time against the plain model's. The data directory holds
+is one sentence ("appended"); and the decoding time against the plain model's (with --rounds N, the medians
+of N timings taken round by round, every system in each round). The data directory holds
 {split}.{lang}.gz and train.{lang}.gz (../shared/data/multi30k by default).
 """
 
@@ -36,6 +37,7 @@ import argparse
 import json
 import logging
 import re
+import statistics
 import sys
 import time
 from collections import Counter
@@ -144,6 +146,8 @@ def main() -> None:
                    help="the length penalty of the sentences with constraints (default: the model's)")
     p.add_argument("--term-bias", type=float, nargs="*", default=[],
                    help="also the annotated terms with each of these bonuses (decoding.term_bias)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time each system this many times, round by round, and report the medians")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -183,14 +187,22 @@ def main() -> None:
                 for b in args.term_bias]
     systems += [("terms model, constrained beam", model, "constrain", {}), ("terms model, both", model, "both", {})]
     forms_rows = []
+    runs: dict[str, tuple[Translator, dict]] = {"plain model": (plain_model, {})}  # what each row decodes with
+    times = {"plain model": [plain_s]}
     for name, translator, mode, extra in systems:
         steering = {} if mode is None else {"constraints": given, "terms": mode, **extra}
         if mode is not None and args.base_forms and "as written" not in name:  # a lemma met by any of its forms
             steering["term_forms"] = "inflected"
         hyps, secs = timed(translator, **steering)
+        runs[name], times[name] = (translator, steering), [secs]
         rows.append(evaluate(name, hyps, secs, plain_s, sources, refs, given, exact, args.base_forms))
         if args.base_forms and mode is not None:
             forms_rows.append({"system": name, **right_forms(hyps, exact, given)})
+    for _ in range(args.rounds - 1):  # more timings, round by round, so that a busy spell slows every row alike
+        for name, (translator, steering) in runs.items():
+            times[name].append(timed(translator, **steering)[1])
+    for row in rows:
+        row["time"] = f"{statistics.median(times[row['system']]) / statistics.median(times['plain model']):.2f}x"
     for table in (rows, forms_rows):
         if table:
             keys = list(table[0])

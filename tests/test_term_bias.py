@@ -45,6 +45,19 @@ def test_the_bonus_goes_to_each_unmet_terms_next_piece_and_stops_once_the_term_i
     assert bonus_after(bias, 4)[0].tolist() == [0, 0, 0, 0, 0, 2.5, 0, 0, 2.5, 0]  # begun again
 
 
+def test_each_row_keeps_the_bonus_it_took_and_the_most_it_can_take_a_step():
+    bias = TermBias([[[5, 6], [8]], []], group=2, bias=2.0, eos_id=EOS, device=torch.device("cpu"),
+                    continuation=CONTINUES)
+    everyone = torch.arange(4)
+    assert [t.tolist() for t in bias.bonus(everyone)] == [[0, 0, 0, 0], [4.0, 4.0, 0, 0]]  # 2 unmet terms x 2
+    bias.follow(None, None, torch.tensor([5, 8, 4, 4]))
+    bias.follow(None, torch.tensor([1, 0, 2, 3]), torch.tensor([4, 6, 4, 4]))  # the rows swap parents
+    taken, most = bias.bonus(everyone)
+    assert taken.tolist() == [2.0, 4.0, 0, 0]  # row 0: "8" (met by the 4 after it); row 1: "5 6"
+    # row 0: "5 6" left; row 1: "8" left, and "5 6", whose word may still go on ("5 6 7": begun again)
+    assert most.tolist() == [2.0, 4.0, 0, 0]
+
+
 def test_the_bonus_follows_the_beams_rows_and_its_live_units():
     bias = TermBias([[[5, 6]], [[9]]], group=2, bias=1.0, eos_id=EOS, device=torch.device("cpu"))
     bias.follow(None, None, torch.tensor([5, 4, 4, 4]))
@@ -113,3 +126,33 @@ def test_the_option_is_checked_and_reaches_the_command_line_and_the_server(term_
     result = CliRunner().invoke(cli, ["translate", str(term_model), "-i", str(tmp_path / "in.txt"),
                                       "--term-bias", "-1"])
     assert result.exit_code != 0 and "term_bias must be a finite number >= 0, got -1" in result.output
+
+
+def test_a_pushed_hypothesis_is_scored_with_its_bonus_after_the_length_penalty(term_model):
+    translator = Translator.load(term_model, device="cpu")
+    tok, cfg = translator.tokenizers.tgt, translator.search_config()
+    texts, constraints = ["A man in a red shirt.", "Two dogs play in the snow."], [["Schnee"], ["Frau", "Ball"]]
+    for search in ({"greedy": True}, {"beam": 4}):
+        for hyps, terms in zip(translator.translate_nbest(texts, constraints=constraints, terms="annotate",
+                                                          term_bias=4.0, **search), constraints):
+            hyp = hyps[0]
+            replay = TermBias([[tok.encode([t])[0] for t in terms]], 1, 4.0, EOS, torch.device("cpu"),
+                              translator._continuation())
+            for token in hyp.token_ids:  # the bonus the hypothesis took, token by token
+                replay.follow(None, None, torch.tensor([token]))
+            taken = float(replay.bonus(torch.arange(1))[0])
+            length = len(hyp.token_ids) + 1
+            assert taken > 0 and hyp.score == pytest.approx(cfg.score(hyp.logprob - taken, length) + taken, abs=1e-4)
+            assert hyp.score != pytest.approx(cfg.score(hyp.logprob, length), abs=1e-3)
+
+
+def test_the_exact_beam_with_a_bonus_finds_at_least_the_early_stopping_beams_best(term_model):
+    translator = Translator.load(term_model, device="cpu")
+    texts = ["A man in a red shirt.", "Two dogs play in the snow.", "A woman sings."]
+    constraints = [["Schnee"], [], ["Gitarre", "Hund"]]
+    for bias in (0.0, 1.5):
+        early, exact = (translator.translate_nbest(texts, constraints=constraints, terms="annotate", term_bias=bias,
+                                                   beam=4, early_stopping=stop) for stop in (True, False))
+        assert all(b[0].score >= a[0].score - 1e-5 for a, b in zip(early, exact))
+    plain = translator.translate_nbest(texts[1:2], beam=4, early_stopping=False)
+    assert (exact[1][0].text, exact[1][0].score) == (plain[0][0].text, plain[0][0].score)  # no terms: no bonus

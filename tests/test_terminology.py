@@ -239,12 +239,13 @@ def test_the_benchmark_runs_at_its_smallest(term_model, tiny_model_dir, tmp_path
     out = tmp_path / "rows.json"
     result = run_benchmark("terminology.py", "--model-dir", term_model, "--plain-dir", tiny_model_dir,
                            "--data-dir", MULTI30K, "--split", "val", "--limit", 12, "--threads", 1, "--json", out,
-                           "--base-forms", "--term-bias", 30)
+                           "--base-forms", "--term-bias", 30, "--rounds", 2)
     rows = json.loads(out.read_text())["rows"]
     assert [r["system"] for r in rows] == ["plain model", "plain model, constrained beam",
                                            "plain model, constrained beam, lemma as written", "terms model, no terms",
                                            "terms model, annotated", "terms model, annotated, term bias 30",
                                            "terms model, constrained beam", "terms model, both"]
+    assert rows[0]["time"] == "1.00x" and all(re.fullmatch(r"\d+\.\d\dx", r["time"]) for r in rows)
     pushed = next(r for r in rows if r["system"] == "terms model, annotated, term bias 30")
     assert float(pushed["any form"].rstrip("%")) > float(rows[4]["any form"].rstrip("%"))  # the bonus adds terms
     forms = json.loads(out.read_text())["forms"]

@@ -1,7 +1,7 @@
 """Decoding with a trained model.
 
     search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
-    search_state        the loop's state and result: `Units`, `Rows`, `Hypothesis`
+    search_state        the loop's state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
     step_masks          the n-gram block and a batch's controls (`build_controls`), masking each step
     strategies          greedy, beam and sampling: which tokens continue
     ctc                 rescoring finished hypotheses with a CTC head

@@ -83,6 +83,12 @@ class Control:
         """After a step: only the units kept_units [U'] remain (None: all), each new row continues the
         row parents [B'] (indices before the step; None: each row its own), extended by new_tokens [B']."""
 
+    def bonus(self, rows: Tensor) -> tuple[Tensor, Tensor] | None:
+        """For a control that adds to log-probabilities (`seq2seq.inference.term_bias`): of the rows [N], the
+        bonus each has taken so far and the most it can take at one step, ([N], [N]); a hypothesis's score
+        adds its bonus after the length penalty. None (the default): this control gives none."""
+        return None
+
 
 def padded(seqs: Sequence[Sequence[int]], width: int | None = None, fill: int = -1) -> Tensor:
     """Token sequences -> [len(seqs), width] long tensor, `fill` after each sequence's end."""

@@ -25,6 +25,8 @@ reports the same quantities:
   sampling filters were), the sum of `token_logprobs`;
 * `score = logprob / ((5 + L) / 6) ** lenpen` (GNMT length penalty, `SearchConfig.score`); beam
   search ranks finished hypotheses by it, and the n-best lists of every strategy are sorted by it.
+  A control that adds a bonus to log-probabilities (`decoding.term_bias`) has it in `logprob`, and
+  the score takes it out before the length penalty and adds it after (`Control.bonus`).
 
 Length limits, per sentence: max_len = `SearchConfig.max_length(src_len, model.cfg.max_positions)`,
 min(floor(max_len_a * src_len + max_len_b), cfg.max_len, max_positions - 1), src_len from
@@ -47,14 +49,13 @@ reproducible for a given batch and seed, but its random draws depend on the batc
 Shapes: N sources, U active units, g rows per unit, B = U * g decoder rows, V vocabulary,
 S padded source length, t tokens generated so far.
 
-Beside the loop: its state and result (`Units`, `Rows`, `Hypothesis`) in
+Beside the loop: its state and result (`Units`, `Rows`, `EndedHypotheses`, `Hypothesis`) in
 `seq2seq.inference.search_state`, the n-gram block and the making of a batch's controls in
 `seq2seq.inference.step_masks`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -66,36 +67,9 @@ from seq2seq.inference.constraints import ConstrainedBeam
 from seq2seq.inference.controls import Control, SourceControls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
 from seq2seq.inference.protocol import SearchableModel, reorder_memory
-from seq2seq.inference.search_state import Hypothesis, Rows, Units
+from seq2seq.inference.search_state import EndedHypotheses, Hypothesis, Rows, Units
 from seq2seq.inference.step_masks import block_repeated_ngrams, build_controls
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
-
-
-@dataclass
-class _Finished:
-    """Hypotheses that ended at `step`, waiting for the host read that brings their values:
-    values [n, 2 * step + 3] = tokens (step), token log-probabilities (step + 1), the total, met (0/1);
-    sources: each one's source; attention [n, step + 1, S] on the host (or None)."""
-
-    values: Tensor
-    sources: list[int]
-    step: int
-    attention: Tensor | None
-
-    def complete(self, flat: list[float], search: _Search) -> None:
-        """Append the hypotheses to `search.finished`, from their values as read (`flat`)."""
-        t, width = self.step, 2 * self.step + 3
-        for i, source in enumerate(self.sources):
-            row = flat[i * width: (i + 1) * width]
-            total = row[2 * t + 1]
-            search.finished[source].append(Hypothesis(
-                tokens=[int(x) for x in row[:t]],
-                score=search.cfg.score(total, t + 1),
-                logprob=total,
-                token_logprobs=row[t: 2 * t + 1],
-                attention=None if self.attention is None else self.attention[i][:, search.real_positions(source)],
-                constraints_met=row[-1] != 0,
-            ))
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,7 +157,7 @@ class _Search:
         self._start_controls(g)
         self.blocked = torch.tensor(sorted({cfg.pad_id, cfg.bos_id} - {cfg.eos_id}), device=device)
         self.finished: list[list[Hypothesis]] = [[] for _ in max_lens]
-        self.pending: _Finished | None = None  # hypotheses ended, whose values the next host read brings
+        self.pending: EndedHypotheses | None = None  # hypotheses ended, whose values the next host read brings
         b = len(self.units.source) * g
         self.rows = Rows(
             tokens=torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device),
@@ -370,15 +344,40 @@ class _Search:
             units.n_finished += final.sum(dim=1)
             # Also done when no live hypothesis has a finite score: nothing more can finish.
             return (units.n_finished >= self.group) | at_max | (cont.scores[:, 0] == NEG_INF)
-        cfg = self.cfg
+        cfg, g = self.cfg, self.group
         assert units.best_finished is not None and units.max_penalty is not None  # exact beam search has them
-        ended = torch.where(final, cfg.score(cand.scores[:, : self.group], step + 1), NEG_INF)
-        units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(self.group, dim=1).values
+        scores = cand.scores[:, :g]
+        bonus = self._bonus(cand.rows[:, :g])
+        if bonus is not None:  # a bonus counts after the length penalty
+            scores = cfg.score(scores - bonus[0], step + 1) + bonus[0]
+        else:
+            scores = cfg.score(scores, step + 1)
+        ended = torch.where(final, scores, NEG_INF)
+        units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(g, dim=1).values
         # The best score a live hypothesis could still reach: its log-probability only falls, so
-        # only the length penalty can help, most at max_len when lenpen > 0, else at the next step.
+        # only the length penalty can help, most at max_len when lenpen > 0, else at the next step;
+        # and a bonus can still grow, at most by its most a step until max_len.
         penalty = units.max_penalty if cfg.lenpen > 0 else cfg.length_penalty(step + 2)
-        bound = cont.scores.amax(dim=1) / penalty  # (constrained beam: candidates are not in score order)
+        bonus = self._bonus(cont.rows)
+        if bonus is None:
+            bound = cont.scores.amax(dim=1) / penalty  # (constrained beam: candidates are not in score order)
+        else:
+            taken, most = bonus
+            penalty = penalty[:, None] if isinstance(penalty, Tensor) else penalty
+            bound = ((cont.scores - taken) / penalty + taken + most * (units.max - step)[:, None]).amax(dim=1)
         return (units.best_finished[:, -1] >= bound) | at_max
+
+    def _bonus(self, rows: Tensor) -> tuple[Tensor, Tensor] | None:
+        """The bonus the controls gave each unit's rows [U, k] (row within its unit) and the most they can
+        give a step, ([U, k], [U, k]) (`Control.bonus`); None without such a control."""
+        if not self.controls:
+            return None
+        flat = (self._arange(rows.size(0))[:, None] * self.group + rows).view(-1)
+        parts = [b for b in (c.bonus(flat) for c in self.controls) if b is not None]
+        if not parts:
+            return None
+        taken, most = (torch.stack(p).sum(dim=0).view(rows.shape) for p in zip(*parts))
+        return taken, most
 
     def _read(self, *flags: Tensor) -> list[list[bool]]:
         """The step's one host read: `flags` (bool tensors, e.g. which units are done), each as a flat
@@ -396,7 +395,7 @@ class _Search:
             out.append([v != 0 for v in values[at: at + f.numel()]])
             at += f.numel()
         if pending is not None:
-            pending.complete(values[at:], self)
+            pending.complete(values[at:], self.cfg, self.finished, self.real_positions)
         return out
 
     def _finalize(self, cand: Candidates, final: list[bool], step: int, rows: Rows, step_attn: Tensor | None) -> None:
@@ -410,14 +409,17 @@ class _Search:
         col = torch.tensor([k % g for k in ended], device=self.device)
         index = unit * g + cand.rows[unit, col]
         met = torch.ones_like(unit, dtype=torch.bool) if self.tracker is None else self.tracker.all_met(index)
+        bonus = self._bonus(cand.rows[:, :g])
+        taken = torch.zeros_like(met, dtype=torch.float32) if bonus is None else bonus[0][unit, col]
         values = torch.cat([rows.tokens[index, 1:].to(torch.float32),  # ids < 2^24: exact in float32
                             rows.logprobs[index], cand.logprob[unit, col][:, None].float(),
-                            cand.scores[unit, col][:, None].float(), met[:, None].to(torch.float32)], dim=1)
+                            cand.scores[unit, col][:, None].float(), met[:, None].to(torch.float32),
+                            taken[:, None].float()], dim=1)
         attn = None
         if rows.attention is not None:
             assert step_attn is not None  # rows keep attention when each step has it (attention_layer set)
             attn = torch.cat([rows.attention[index], step_attn[index][:, None]], dim=1).cpu()
-        self.pending = _Finished(values, [self.units.source[u] for u in unit_host], step, attn)
+        self.pending = EndedHypotheses(values, [self.units.source[u] for u in unit_host], step, attn)
 
     def _nbest(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
         """The best `nbest` distinct hypotheses, best first (stable for equal scores); only those that

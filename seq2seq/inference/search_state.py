@@ -1,14 +1,18 @@
 """What the search loop holds and returns: `Units` (per unit) and `Rows` (per decoder row), the state
-between steps, each narrowed by one `select`; `Hypothesis`, one output sequence. The vocabulary (units,
+between steps, each narrowed by one `select`; `EndedHypotheses`, those a step ended, until the host reads
+them; `Hypothesis`, one output sequence. The vocabulary (units,
 rows, lengths and scores) is that of `seq2seq.inference.search`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
+
+from seq2seq.config.search import SearchConfig
 
 
 @dataclass
@@ -30,6 +34,37 @@ class Hypothesis:
     attention: Tensor | None = None
     ctc_logprob: float | None = None  # log P_CTC(tokens | source), with decoding.ctc_weight > 0
     constraints_met: bool = True  # False: ended at the length limit before meeting its constraints
+
+
+@dataclass
+class EndedHypotheses:
+    """Hypotheses that ended at `step`, waiting for the host read that brings their values:
+    values [n, 2 * step + 4] = tokens (step), token log-probabilities (step + 1), the total, met (0/1), the
+    bonus taken (`Control.bonus`; 0 without); sources: each one's source; attention [n, step + 1, S] on the
+    host (or None)."""
+
+    values: Tensor
+    sources: list[int]
+    step: int
+    attention: Tensor | None
+
+    def complete(self, flat: list[float], cfg: SearchConfig, finished: list[list[Hypothesis]],
+                 real_positions: Callable[[int], Tensor]) -> None:
+        """Append the hypotheses to `finished` (one list per source), from their values as read (`flat`);
+        real_positions(source): the source's real positions, which its attention keeps. A bonus counts after
+        the length penalty."""
+        t, width = self.step, 2 * self.step + 4
+        for i, source in enumerate(self.sources):
+            row = flat[i * width: (i + 1) * width]
+            total, met, taken = row[2 * t + 1: 2 * t + 4]
+            finished[source].append(Hypothesis(
+                tokens=[int(x) for x in row[:t]],
+                score=cfg.score(total, t + 1) if not taken else cfg.score(total - taken, t + 1) + taken,
+                logprob=total,
+                token_logprobs=row[t: 2 * t + 1],
+                attention=None if self.attention is None else self.attention[i][:, real_positions(source)],
+                constraints_met=met != 0,
+            ))
 
 
 @dataclass

@@ -11,8 +11,10 @@ sampling take it as well as the beam. Progress through a term, and met as a whol
 constrained beam's rules (`seq2seq.inference.constraints.ConstraintTracker`, without its end-of-sentence
 rules).
 
-A hypothesis's score and token log-probabilities include the bonuses it took. Rows without terms get
-none: their log-probabilities are unchanged, bit for bit.
+A hypothesis's log-probabilities include the bonuses it took, and its score is its log-probability less
+them divided by the length penalty, plus them: a bonus inside the length penalty would be worth more to a
+short hypothesis than to a long one, and made the outputs shorter (docs/terminology.md). Rows without
+terms get none: their log-probabilities and scores are unchanged, bit for bit.
 """
 
 from __future__ import annotations
@@ -36,11 +38,22 @@ class TermBias(Control):
                  forms: Sequence[Sequence[int] | None] | None = None) -> None:
         self.bias = bias
         self.progress = ConstraintTracker(terms, group, eos_id, device, continuation, forms=forms)
+        self.taken = torch.zeros(self.progress.met.size(0), device=device)  # [B]: the bonus each row took
+        self.wanted: Tensor | None = None  # [B, C]: what this step's `mask` gave a bonus to
 
     def mask(self, lprobs: Tensor, tokens: Tensor, step: int, raw: Tensor | None) -> None:
-        wanted = self.progress.next_tokens()  # [B, C]: each unmet term's next token, -1 for the others
+        self.wanted = wanted = self.progress.next_tokens()  # [B, C]: each unmet term's next token, -1 for the others
         bonus = torch.full(wanted.shape, self.bias, dtype=lprobs.dtype, device=lprobs.device)
         lprobs.scatter_add_(1, wanted.clamp(min=0), bonus.masked_fill_(wanted < 0, 0.0))
 
     def follow(self, kept_units: Tensor | None, parents: Tensor | None, new_tokens: Tensor) -> None:
+        rows = parents if parents is not None else torch.arange(new_tokens.numel(), device=new_tokens.device)
+        wanted = self.wanted if self.wanted is not None else self.progress.next_tokens()  # (this step's `mask`)
+        hits = (wanted.index_select(0, rows) == new_tokens[:, None]).sum(dim=1)
+        self.taken = self.taken.index_select(0, rows) + self.bias * hits
+        self.wanted = None
         self.progress.follow(kept_units, parents, new_tokens)
+
+    def bonus(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        unmet = (~self.progress.met.index_select(0, rows)).sum(dim=1)  # a token may continue each of them
+        return self.taken.index_select(0, rows), self.bias * unmet
