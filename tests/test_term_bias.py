@@ -156,3 +156,27 @@ def test_the_exact_beam_with_a_bonus_finds_at_least_the_early_stopping_beams_bes
         assert all(b[0].score >= a[0].score - 1e-5 for a, b in zip(early, exact))
     plain = translator.translate_nbest(texts[1:2], beam=4, early_stopping=False)
     assert (exact[1][0].text, exact[1][0].score) == (plain[0][0].text, plain[0][0].score)  # no terms: no bonus
+
+
+def test_the_ctranslate2_engine_refuses_an_asked_bonus_and_warns_where_the_models_own_goes_unused(term_model, tmp_path):
+    pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
+    import shutil
+
+    from seq2seq.deploy.ctranslate2 import export_ctranslate2
+    from seq2seq.deploy.engine import CTranslate2Translator
+
+    model = tmp_path / "model"
+    shutil.copytree(term_model, model)
+    config = yaml.safe_load((model / "config.yaml").read_text())
+    config["decoding"]["term_bias"] = 2.0  # the model's own default, as the Multi30K config sets one
+    (model / "config.yaml").write_text(yaml.safe_dump(config))
+    engine = CTranslate2Translator.load(export_ctranslate2(model, tmp_path / "ct2"), threads=1)
+    warnings: list = []
+    engine.translate(["A dog runs."], warn=warnings.append)  # no terms: nothing to say
+    assert warnings == []
+    out = engine.translate(["A dog runs.", "A man."], constraints=[["Hund"], []], warn=warnings.append)
+    assert len(out) == 2 and [w.message for w in warnings] == [
+        "decoding.term_bias (2) is not available in CTranslate2: the annotated terms get no bonus (translate with "
+        "--engine torch for it)"]
+    with pytest.raises(ValueError, match="term_bias is not available with the ctranslate2 engine"):
+        engine.translate(["A dog runs."], constraints=[["Hund"]], term_bias=2.0)

@@ -165,7 +165,7 @@ class CTranslate2Translator:
         if cfg.attention_layer is not None:
             raise ValueError("the attention (--alignment, --show-attention) is not available with the "
                              "ctranslate2 engine")
-        if cfg.term_bias > 0:
+        if options.get("term_bias"):
             raise ValueError("term_bias is not available with the ctranslate2 engine; translate with the torch "
                              "engine (--engine torch), or pass --term-bias 0")
         if cfg.strategy == "beam" and cfg.min_len < 1:
@@ -224,6 +224,12 @@ class CTranslate2Translator:
                             avoid=avoid, glossary=glossary, terms=terms, options=options)
         texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
         warn = warn or log.warning
+        if cfg.term_bias > 0 and mode == "annotate" and any(s for s in steering or []) and \
+                "term_bias" not in self._warned:  # the model's own default: the terms go annotated, without it
+            self._warned.add("term_bias")
+            warn(Diagnostic(f"decoding.term_bias ({cfg.term_bias:g}) is not available in CTranslate2: the annotated "
+                            "terms get no bonus (translate with --engine torch for it)", field="term_bias",
+                            code="unsupported_option"))
         if cfg.strategy == "beam" and not cfg.early_stopping and "early_stopping" not in self._warned:
             self._warned.add("early_stopping")
             warn(Diagnostic("decoding.early_stopping=false is not available in CTranslate2: beam search stops once "
