@@ -107,8 +107,9 @@ def appended(hyps: list[str], sources: list[str], given: list[list[str]]) -> flo
     return 100 * late / max(total, 1)
 
 
-def evaluate(name: str, hyps: list[str], seconds: float, base_seconds: float, sources: list[str], refs: list[str],
-             given: list[list[str]], exact: list[list[str]], lemmas: bool) -> dict:
+def evaluate(name: str, hyps: list[str], sources: list[str], refs: list[str], given: list[list[str]],
+             exact: list[list[str]], lemmas: bool) -> dict:
+    """A table row without its time (`main` adds it, from every timing of the system)."""
     s = score(hyps, [refs], metrics=("bleu", "chrf"))
     n = sum(len(t) for t in exact)
     hits = sum(has_word(h, t) for h, ts in zip(hyps, exact) for t in ts)
@@ -119,7 +120,7 @@ def evaluate(name: str, hyps: list[str], seconds: float, base_seconds: float, so
     row.update({"window": f"{window_overlap(hyps, refs, exact):.1f}", "BLEU": f"{s['bleu']['score']:.2f}",
                 "chrF": f"{s['chrf']['score']:.2f}",
                 "length": f"{sum(len(words(h)) for h in hyps) / sum(len(words(r)) for r in refs):.3f}",
-                "appended": f"{appended(hyps, sources, given):.1f}%", "time": f"{seconds / base_seconds:.2f}x"})
+                "appended": f"{appended(hyps, sources, given):.1f}%"})
     return row
 
 
@@ -174,7 +175,7 @@ def main() -> None:
     print(f"\n{args.split} {args.src}->{args.tgt}: {len(sources)} sentences, beam {args.beam}; {sum(map(len, given))} "
           f"terms on {sum(bool(t) for t in given)} sentences ({sum(counts[t] == 0 for ts in exact for t in ts)} never "
           f"in the training targets){'; given as base forms' if args.base_forms else ''}")
-    rows = [evaluate("plain model", plain, plain_s, plain_s, sources, refs, given, exact, args.base_forms)]
+    rows = [evaluate("plain model", plain, sources, refs, given, exact, args.base_forms)]
     # (name, model, how its terms reach it: None for none, its further options)
     systems: list[tuple[str, Translator, str | None, dict]] = []
     if args.plain_dir:
@@ -195,7 +196,7 @@ def main() -> None:
             steering["term_forms"] = "inflected"
         hyps, secs = timed(translator, **steering)
         runs[name], times[name] = (translator, steering), [secs]
-        rows.append(evaluate(name, hyps, secs, plain_s, sources, refs, given, exact, args.base_forms))
+        rows.append(evaluate(name, hyps, sources, refs, given, exact, args.base_forms))
         if args.base_forms and mode is not None:
             forms_rows.append({"system": name, **right_forms(hyps, exact, given)})
     for _ in range(args.rounds - 1):  # more timings, round by round, so that a busy spell slows every row alike

@@ -126,10 +126,14 @@ class SearchConfig:
         """GNMT's ((5 + length) / 6) ** lenpen; length counts the EOS (see `score`)."""
         return length_penalty(length, self.lenpen)
 
-    def score(self, logprob: Any, length: int) -> Any:
+    def score(self, logprob: Any, length: int, bonus: Any = None) -> Any:
         """The search score of a hypothesis of `length` predictions (its tokens and the EOS) and total
-        log-probability `logprob` (a float, or a tensor of them): logprob / length_penalty(length)."""
-        return logprob / self.length_penalty(length)
+        log-probability `logprob` (a float, or a tensor of them): logprob / length_penalty(length). bonus (the
+        same kind, None: none): what a control added to `logprob` (`decoding.term_bias`), which counts after
+        the length penalty: (logprob - bonus) / length_penalty(length) + bonus."""
+        if bonus is None:
+            return logprob / self.length_penalty(length)
+        return (logprob - bonus) / self.length_penalty(length) + bonus
 
     def check_ctc_head(self, training_ctc_weight: float, model: Any = None) -> None:
         """ctc_weight > 0 needs a CTC head, which only a model trained with training.ctc_weight > 0 has.

@@ -346,37 +346,34 @@ class _Search:
             return (units.n_finished >= self.group) | at_max | (cont.scores[:, 0] == NEG_INF)
         cfg, g = self.cfg, self.group
         assert units.best_finished is not None and units.max_penalty is not None  # exact beam search has them
-        scores = cand.scores[:, :g]
-        bonus = self._bonus(cand.rows[:, :g])
-        if bonus is not None:  # a bonus counts after the length penalty
-            scores = cfg.score(scores - bonus[0], step + 1) + bonus[0]
-        else:
-            scores = cfg.score(scores, step + 1)
-        ended = torch.where(final, scores, NEG_INF)
+        bonus = self._bonus(self._global_rows(cand.rows[:, :g]))
+        ended = torch.where(final, cfg.score(cand.scores[:, :g], step + 1,
+                                             None if bonus is None else bonus[0].view(final.shape)), NEG_INF)
         units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(g, dim=1).values
         # The best score a live hypothesis could still reach: its log-probability only falls, so
         # only the length penalty can help, most at max_len when lenpen > 0, else at the next step;
         # and a bonus can still grow, at most by its most a step until max_len.
         penalty = units.max_penalty if cfg.lenpen > 0 else cfg.length_penalty(step + 2)
-        bonus = self._bonus(cont.rows)
+        bonus = self._bonus(self._global_rows(cont.rows))
         if bonus is None:
             bound = cont.scores.amax(dim=1) / penalty  # (constrained beam: candidates are not in score order)
         else:
-            taken, most = bonus
+            taken, most = (x.view(cont.rows.shape) for x in bonus)
             penalty = penalty[:, None] if isinstance(penalty, Tensor) else penalty
             bound = ((cont.scores - taken) / penalty + taken + most * (units.max - step)[:, None]).amax(dim=1)
         return (units.best_finished[:, -1] >= bound) | at_max
 
+    def _global_rows(self, rows: Tensor) -> Tensor:
+        """Each unit's rows [U, k] (row within its unit) -> their indices among all rows [U * k]."""
+        return (self._arange(rows.size(0))[:, None] * self.group + rows).view(-1)
+
     def _bonus(self, rows: Tensor) -> tuple[Tensor, Tensor] | None:
-        """The bonus the controls gave each unit's rows [U, k] (row within its unit) and the most they can
-        give a step, ([U, k], [U, k]) (`Control.bonus`); None without such a control."""
-        if not self.controls:
-            return None
-        flat = (self._arange(rows.size(0))[:, None] * self.group + rows).view(-1)
-        parts = [b for b in (c.bonus(flat) for c in self.controls) if b is not None]
+        """The bonus the controls gave each of the rows [N] (global indices) and the most they can give it a
+        step, ([N], [N]) (`Control.bonus`); None without such a control."""
+        parts = [b for b in (c.bonus(rows) for c in self.controls) if b is not None]
         if not parts:
             return None
-        taken, most = (torch.stack(p).sum(dim=0).view(rows.shape) for p in zip(*parts))
+        taken, most = (torch.stack(p).sum(dim=0) for p in zip(*parts))
         return taken, most
 
     def _read(self, *flags: Tensor) -> list[list[bool]]:
@@ -409,8 +406,8 @@ class _Search:
         col = torch.tensor([k % g for k in ended], device=self.device)
         index = unit * g + cand.rows[unit, col]
         met = torch.ones_like(unit, dtype=torch.bool) if self.tracker is None else self.tracker.all_met(index)
-        bonus = self._bonus(cand.rows[:, :g])
-        taken = torch.zeros_like(met, dtype=torch.float32) if bonus is None else bonus[0][unit, col]
+        bonus = self._bonus(index)
+        taken = torch.zeros_like(met, dtype=torch.float32) if bonus is None else bonus[0]
         values = torch.cat([rows.tokens[index, 1:].to(torch.float32),  # ids < 2^24: exact in float32
                             rows.logprobs[index], cand.logprob[unit, col][:, None].float(),
                             cand.scores[unit, col][:, None].float(), met[:, None].to(torch.float32),

@@ -51,15 +51,14 @@ class EndedHypotheses:
     def complete(self, flat: list[float], cfg: SearchConfig, finished: list[list[Hypothesis]],
                  real_positions: Callable[[int], Tensor]) -> None:
         """Append the hypotheses to `finished` (one list per source), from their values as read (`flat`);
-        real_positions(source): the source's real positions, which its attention keeps. A bonus counts after
-        the length penalty."""
+        real_positions(source): the source's real positions, which its attention keeps."""
         t, width = self.step, 2 * self.step + 4
         for i, source in enumerate(self.sources):
             row = flat[i * width: (i + 1) * width]
             total, met, taken = row[2 * t + 1: 2 * t + 4]
             finished[source].append(Hypothesis(
                 tokens=[int(x) for x in row[:t]],
-                score=cfg.score(total, t + 1) if not taken else cfg.score(total - taken, t + 1) + taken,
+                score=cfg.score(total, t + 1, taken or None),
                 logprob=total,
                 token_logprobs=row[t: 2 * t + 1],
                 attention=None if self.attention is None else self.attention[i][:, real_positions(source)],

@@ -4,8 +4,8 @@ The annotation (`--terms annotate`) tells a model trained with `data.terminology
 should hold; it places most of them, and where it writes its own word instead ("Oberteil" where the term
 says "Bluse") nothing makes it change its mind. `TermBias` adds `bias` (a log-probability bonus, in nats)
 to the token that continues each term a row has not met: the term's first piece, or its next piece once
-the row has begun it. A met term gets nothing more, so a term is pushed once, where the model finds a
-place for it, and never repeated. It is a push, not a guarantee (the constrained beam is that): the model
+the row has begun it. A met term gets nothing more: a term is pushed until the output holds it, and not
+written twice for the bonus. It is a push, not a guarantee (the constrained beam is that): the model
 still writes another word where its own is stronger by more than the bonus, and greedy search and
 sampling take it as well as the beam. Progress through a term, and met as a whole word, follow the
 constrained beam's rules (`seq2seq.inference.constraints.ConstraintTracker`, without its end-of-sentence
