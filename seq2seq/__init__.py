@@ -6,9 +6,11 @@ The public API, importable from here (each loads torch and the model code only w
     load_model_dir                                  a model directory's model, config and tokenizers
     Config, load_config                             the typed experiment config (seq2seq.config)
     run_training                                    config -> trained model directory (seq2seq.training)
+    translate_lines                                 lines as people write them through any engine: sentences
+                                                    split, cased, joined back (seq2seq.documents)
 
 The package is layered, bottom first: config, text, model, accel, storage, report, data, inference,
-training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
+documents, training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ _API = {
     "Config": "seq2seq.config.root",
     "load_config": "seq2seq.config.root",
     "run_training": "seq2seq.training.experiment",
+    "translate_lines": "seq2seq.documents.line_translation",
 }
 
 __all__ = [*_API, "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.root import Config, load_config
+    from seq2seq.documents.line_translation import translate_lines
     from seq2seq.inference.generator import Captioner, Generator, Transcriber
     from seq2seq.inference.translator import Translator
     from seq2seq.storage.model_dir import load_model_dir

@@ -148,3 +148,11 @@ def m30k_tiny(tmp_path_factory) -> Path:
             with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
                 f.write("\n".join(head_gz(MULTI30K / f"{split}.{lang}.gz", n)) + "\n")
     return out
+
+
+def translated(engine, texts, **options) -> list[str]:
+    """The best output of each text as the front-ends give it (`translate`, `test`, the server): the text
+    pipeline's (`seq2seq.translate_lines`: sentences split and cased, looped outputs searched again)."""
+    from seq2seq.documents.line_translation import translate_lines
+
+    return [nbest[0].text if nbest else "" for nbest in translate_lines(engine, texts, **options)]

@@ -298,6 +298,18 @@ def test_the_kill_soak_benchmark_runs_at_its_smallest(tmp_path):
     assert re.search(rf"^1 kills in {len(rounds)} rounds \({len(rounds) + 1} starts\); 0 failures$", out, re.M)
 
 
+def test_the_serve_hold_benchmark_runs_at_its_smallest(tmp_path):
+    """A 2-step text model, 2 clients for 2 s per phase, a 1 s budget: the pathological request is cut at it, and
+    SIGTERM with it in flight exits 0 in time."""
+    out = run_benchmark("serve_hold.py", "--clients", 2, "--seconds", 2, "--budget", 1, "--steps", 2,
+                        "--work-dir", tmp_path / "hold").stdout
+    assert re.search(r"^with the pathological request: \d+ client requests \(2 clients\), latency p50 \d+ ms, p99 \d+ ms, "
+                     r"max \d+ ms; /health p50 \d+ ms, p99 \d+ ms", out, re.M), out
+    assert re.search(r"^the pathological request: 504 after 1\.\d\d s \(budget 1 s\)$", out, re.M), out
+    assert re.search(r"^SIGTERM with the pathological request in flight: exit 0 after", out, re.M), out
+    assert out.rstrip().endswith("0 failures")
+
+
 def test_the_serve_soak_benchmark_runs_at_its_smallest(tmp_path):
     """The audio model (2 training steps) served to 2 clients for 2 s, valid and invalid requests mixed. (The text
     and image models differ in their model's config and requests only; a soak of each would cost ~15 s more.)"""
@@ -311,6 +323,32 @@ def test_the_serve_soak_benchmark_runs_at_its_smallest(tmp_path):
     assert out.rstrip().endswith("0 failures")
     config = yaml.safe_load((tmp_path / "soak" / "audio_model" / "config.yaml").read_text())
     assert config["training"]["max_steps"] == 2 and config["model"]["encoder"]["type"] == "audio"
+
+
+def test_the_real_text_benchmark_runs_at_its_smallest(tiny_model_dir, multi30k_small):
+    out = run_benchmark("real_text.py", tiny_model_dir, "--data-dir", multi30k_small["val.en"].parent,
+                        "--split", "val", "--limit", 6, "--beam", 2, "--threads", 1).stdout
+    assert "val (6 sentences), beam 2" in out
+    rows = dict(re.findall(r"^(\S.*?)\s{2,}(\S+(?: of \d+)?)\s{2,}\S+(?: of \d+)?$", out, re.M))
+    assert re.fullmatch(r"\d+ of 6", rows["paragraphs of 3: sentences dropped"])
+    for name in ("paragraphs of 3 (2 lines)", "UPPER CASE", "Title Case", "looped outputs", "time of the rows"):
+        assert any(row.startswith(name) for row in rows), (name, out)
+
+
+def test_the_real_text_spans_benchmark_runs_at_its_smallest(tiny_model_dir):
+    out = run_benchmark("real_text_spans.py", tiny_model_dir, "--data-dir", MULTI30K,
+                        "--split", "val", "--limit", 6, "--beam", 2).stdout
+    assert "(6 sentences of val)" in out
+    rows = dict(re.findall(r"^(engine alone|spans, layer -1) +(\S+%)", out, re.M))
+    assert set(rows) == {"engine alone", "spans, layer -1"}, out
+    assert rows["spans, layer -1"] == "100.0%", out  # masked spans come back verbatim, whatever the model writes
+
+
+def test_the_sentence_splitting_benchmark_runs_at_its_smallest():
+    out = run_benchmark("sentence_splitting.py", "--data-dir", MULTI30K, "--limit", 30, "--repeats", 1,
+                        "--langs", "en").stdout
+    line = re.search(r"^en +documents\.split +(\d+) of 10 .* (\d+) of 12 ", out, re.M)
+    assert line and int(line[2]) == 12  # every hand-made case split as written
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +371,12 @@ SMOKE_TESTED = {
     "benchmarks/glossary.py": "tests/test_benchmarks.py::test_the_glossary_benchmark_runs_at_its_smallest",
     "benchmarks/kill_soak.py": "tests/test_benchmarks.py::test_the_kill_soak_benchmark_runs_at_its_smallest",
     "benchmarks/probe.py": "tests/test_benchmarks.py::test_the_probe_benchmark_runs_at_its_smallest",
+    "benchmarks/real_text.py": "tests/test_benchmarks.py::test_the_real_text_benchmark_runs_at_its_smallest",
+    "benchmarks/real_text_spans.py":
+        "tests/test_benchmarks.py::test_the_real_text_spans_benchmark_runs_at_its_smallest",
+    "benchmarks/sentence_splitting.py":
+        "tests/test_benchmarks.py::test_the_sentence_splitting_benchmark_runs_at_its_smallest",
+    "benchmarks/serve_hold.py": "tests/test_benchmarks.py::test_the_serve_hold_benchmark_runs_at_its_smallest",
     "benchmarks/serve_soak.py": "tests/test_benchmarks.py::test_the_serve_soak_benchmark_runs_at_its_smallest",
     "benchmarks/slow_core.py": "tests/test_benchmarks.py::test_the_slow_core_benchmark_runs_a_command_on_its_core",
     "benchmarks/subword_sampling.py":

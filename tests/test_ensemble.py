@@ -15,6 +15,7 @@ from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.ensemble import EnsembleModel, check_members
 from seq2seq.inference.search import SearchConfig, search
 from seq2seq.inference.translator import Translator
+from conftest import translated
 from test_search import assert_same, sources, tiny_model
 
 
@@ -129,7 +130,7 @@ def test_the_last_checkpoints_of_a_run_decode_as_an_ensemble(tiny_model_dir, tmp
     from seq2seq.storage.model_dir import load_model_dir
 
     expected = Translator([load_model_dir(tiny_model_dir, weights=p) for p in ckpts[-2:]])
-    assert result.stdout.split("\n")[:-1] == expected.translate(TEXTS)
+    assert result.stdout.split("\n")[:-1] == translated(expected, TEXTS)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -149,8 +150,8 @@ def test_translate_and_test_take_several_model_directories(tiny_model_dir, tmp_p
     result = CliRunner().invoke(cli, ["test", str(tiny_model_dir), str(tiny_model_dir), "--src", str(src), "--ref",
                                       str(ref), "-o", str(tmp_path / "hyp.txt"), "--ensemble-weights", "2,1"])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "hyp.txt").read_text().split("\n")[:-1] == Translator.load(tiny_model_dir).translate(
-        ["A dog runs.", "A man."])
+    assert (tmp_path / "hyp.txt").read_text().split("\n")[:-1] == translated(Translator.load(tiny_model_dir),
+                                                                              ["A dog runs.", "A man."])
 
 
 def test_the_server_serves_an_ensemble(tiny_model_dir):
@@ -163,7 +164,7 @@ def test_the_server_serves_an_ensemble(tiny_model_dir):
     with serving(create_app(model)) as (port, _):
         status, body = call(port, "POST", "/translate", {"texts": TEXTS[:1], "beam": 3})
     assert status == 200
-    assert body["translations"][0]["text"] == Translator.load(tiny_model_dir).translate(TEXTS[:1], beam=3)[0]
+    assert body["translations"][0]["text"] == translated(Translator.load(tiny_model_dir), TEXTS[:1], beam=3)[0]
 
 
 def test_more_checkpoints_than_the_run_kept_are_refused_naming_the_directory(tiny_model_dir):

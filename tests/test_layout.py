@@ -3,6 +3,11 @@
 The layers, bottom first (docs/architecture.md draws them). A module may import modules of its own
 subpackage and of the subpackages below it, at load time or inside a function alike; the top-level
 `seq2seq/__init__.py` (the public API) may import anything.
+
+docs/architecture.md is the map of the modules: it names every module, and every module or path it names
+exists. A module holds one concept, however long that makes it: the size limits at the end (~800 lines a
+module, ~120 a function) are guards against a file or function that grew past reading, not targets to pack
+code up to, nor a reason to split a concept.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "seq2seq"
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
-LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "inference", "training", "deploy",
-          "serve", "cli"]
+LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "inference", "documents", "training",
+          "deploy", "serve", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -169,6 +174,32 @@ def test_every_module_has_a_line_in_the_architecture_doc():
     assert not stale, "docs/architecture.md names modules that do not exist:\n" + "\n".join(stale)
 
 
+PATH = re.compile(r"(?<![\w*./-])((?:[a-z_]+/)+[a-z_]+\.py)\b")
+
+
+def unknown_paths(text: str, files: set[str]) -> list[str]:
+    """The `folder/name.py` paths in `text` (under seq2seq/, or the tail of one: `encoders/base.py`) that
+    name no file of `files` (paths under seq2seq/); paths under tests/, recipes/ and benchmarks/ are not
+    the package's."""
+    return sorted({path for path in PATH.findall(text) if not path.startswith(("tests/", "recipes/", "benchmarks/"))
+                   and not any(f == path.removeprefix("seq2seq/") or f.endswith("/" + path.removeprefix("seq2seq/"))
+                               for f in files)})
+
+
+def test_the_path_reader_sees_paths_and_their_tails():
+    files = {"model/encoders/base.py", "inference/search.py"}
+    text = "encoders/base.py, seq2seq/inference/search.py, inference/gone.py, config/*_section.py, tests/t.py"
+    assert unknown_paths(text, files) == ["inference/gone.py"]
+
+
+def test_every_path_the_architecture_doc_names_exists():
+    """The data-flow boxes and the prose name modules as paths (`cli/steering.py`, `encoders/base.py`);
+    each is a file of seq2seq/."""
+    files = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")}
+    gone = unknown_paths(ARCHITECTURE.read_text(encoding="utf-8"), files)
+    assert not gone, "docs/architecture.md names paths that are not modules of seq2seq/:\n" + "\n".join(gone)
+
+
 LISTING = re.compile(r"^ {4}([a-z_][a-z0-9_]*)(?:\.py|/)? {2,}\S", re.M)
 
 
@@ -204,16 +235,17 @@ def test_subpackage_docstrings_that_list_modules_list_them_all():
 
 
 # ---- sizes: no module over MAX_MODULE_LINES lines, no function or method over MAX_FUNCTION_LINES ------------
+# Guards, not targets: split a module when it holds two concepts, never to come under a number.
 
-MAX_MODULE_LINES = 450
-MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 120
 
-# The modules over the limit today, each being split into modules of one job (path under the repository:
-# why it is still long). A module that comes under the limit must leave this list, so that it only shrinks.
+# Modules allowed over the limit (path under the repository: why it is long). A module that comes under the
+# limit must leave this list, so that it only shrinks.
 OVER_LIMIT: dict[str, str] = {}
 
-# The functions and methods over the limit today ("path::Class.method"; nested: "path::outer.inner"), each
-# being split; like OVER_LIMIT, one that comes under the limit must leave it.
+# Functions and methods allowed over the limit ("path::Class.method"; nested: "path::outer.inner"); like
+# OVER_LIMIT, one that comes under the limit must leave it.
 LONG_FUNCTIONS: dict[str, str] = {}
 
 

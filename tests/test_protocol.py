@@ -14,6 +14,7 @@ from seq2seq.deploy.engine import CTranslate2Translator
 from seq2seq.inference.generator import Captioner, Generator, Transcriber
 from seq2seq.inference.protocol import ServedModel, TranslationEngine
 from seq2seq.inference.translator import Translator
+from conftest import translated
 
 ENGINES = [Translator, Generator, Captioner, Transcriber, CTranslate2Translator]
 METHODS = ("search_config", "translate_nbest", "translate")
@@ -97,7 +98,7 @@ def test_the_server_serves_a_ctranslate2_export_as_the_engine_translates(tiny_mo
     with pytest.raises(ValueError, match="tgt_lang 'de': the CTranslate2 engine has no language tags"):
         engine.processor_for("de")
     texts = ["A dog runs.", "Two men.", ""]
-    want = engine.translate(texts, beam=2, avoid=[None, ["Mann"], None])
+    want = translated(engine, texts, beam=2, avoid=[None, ["Mann"], None])
     with serving(create_app(engine)) as (port, _):
         status, answer = call(port, "POST", "/translate", {"texts": [texts[0], {"text": texts[1], "avoid": ["Mann"]},
                                                                       texts[2]], "beam": 2})

@@ -34,7 +34,9 @@ from seq2seq.cli import cli  # noqa: E402
 from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
+from seq2seq.documents.line_translation import translate_lines  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
+from conftest import translated  # noqa: E402
 
 TIMEOUT = 60
 SENTENCES = ["A dog runs.", "Two men are talking in a park.", "", "A woman with a red hat.",
@@ -176,8 +178,8 @@ def test_concurrent_requests_share_model_calls_and_get_their_own_translations(tr
     for r in requests:
         options = {k: v for k, v in r.items() if k not in ("text", "texts")}
         texts = r.get("texts") or [r["text"]]
-        expected.append([hyps[0].text if hyps else "" for hyps in translator.translate_nbest(texts, **options)])
-    expected_greedy = [translator.translate([SENTENCES[i]], greedy=True)[0] for i in (0, 3)]
+        expected.append([hyps[0].text if hyps else "" for hyps in translate_lines(translator, texts, **options)])
+    expected_greedy = [translated(translator, [SENTENCES[i]], greedy=True)[0] for i in (0, 3)]
     assert [e[0] for e in expected[6:8]] == expected_greedy
 
     app = create_app(translator, Limits(batch_window_ms=20))
@@ -259,7 +261,7 @@ def test_when_a_merged_model_call_fails_only_the_culprit_request_fails(translato
         return original(texts, **kwargs)
 
     good = [{"text": SENTENCES[i]} for i in (0, 1, 3)] + [{"texts": SENTENCES[4:6]}]
-    expected = [translator.translate([SENTENCES[i]])[0] for i in (0, 1, 3)] + [translator.translate(SENTENCES[4:6])]
+    expected = [translated(translator, [SENTENCES[i]])[0] for i in (0, 1, 3)] + [translated(translator, SENTENCES[4:6])]
     app = create_app(translator, Limits(batch_window_ms=20))
     batcher = app.state.batcher
     translator.translate_nbest = picky  # gate() wraps it; its restore() removes both
@@ -278,7 +280,7 @@ def test_when_a_merged_model_call_fails_only_the_culprit_request_fails(translato
 def test_a_lone_surrogate_fails_only_its_own_request_with_422(translator):
     with pytest.raises((UnicodeError, TypeError)):  # the model's tokenizer fails: so would a batch holding it
         translator.translate_nbest(["A dog.", "\ud800"])
-    expected = [translator.translate([s])[0] for s in SENTENCES[:3]]
+    expected = [translated(translator, [s])[0] for s in SENTENCES[:3]]
     app = create_app(translator, Limits(batch_window_ms=20))
     batcher = app.state.batcher
     bodies = [{"text": SENTENCES[0]}, b'{"text": "\\ud800"}', {"text": SENTENCES[1]},
@@ -443,7 +445,7 @@ def test_stopping_finishes_the_requests_in_flight(translator):
     finally:
         restore()
     status, body = results[0]
-    assert status == 200 and [t["text"] for t in body["translations"]] == translator.translate(SENTENCES[:3], beam=2)
+    assert status == 200 and [t["text"] for t in body["translations"]] == translated(translator, SENTENCES[:3], beam=2)
     assert not app.state.batcher._thread.is_alive()
 
 
@@ -472,7 +474,7 @@ def test_the_serve_command_stops_cleanly_on_a_signal(tiny_model_dir, translator,
                 time.sleep(0.1)
         status, body = call(port, "POST", "/translate", {"texts": SENTENCES[:2], "beam": 2})
         assert status == 200
-        assert [t["text"] for t in body["translations"]] == translator.translate(SENTENCES[:2], beam=2)
+        assert [t["text"] for t in body["translations"]] == translated(translator, SENTENCES[:2], beam=2)
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=TIMEOUT)
     finally:
@@ -667,22 +669,22 @@ def test_steering_fields_give_what_the_python_api_gives(translator):
         status, body = call(port, "POST", "/translate", {"text": texts[1], "prefix": "Ein Hund"})
         assert status == 200, body
         assert body["text"].startswith("Ein Hund") and body["tokens"][:2] == ["▁Ein", "▁Hund"]
-        want = translator.translate_nbest([texts[1]], prefix=["Ein Hund"])[0][0]
+        want = translate_lines(translator, [texts[1]], prefix=["Ein Hund"])[0][0]
         assert body["text"] == want.text and body["score"] == round(want.score, 4)
         # constraints for every text: each output holds the phrase (or says it could not)
         status, body = call(port, "POST", "/translate", {"texts": texts, "constraints": ["Hund"], "beam": 4})
         assert status == 200, body
-        want = translator.translate_nbest(texts, constraints=[["Hund"]] * len(texts), beam=4)
+        want = translate_lines(translator, texts, constraints=[["Hund"]] * len(texts), beam=4)
         assert texts_of(body) == [h[0].text for h in want]
         for t in body["translations"]:
             assert "▁Hund" in t["tokens"] or t.get("warnings"), t
         # avoid: none of the phrases' tokens appear; the unsteered outputs here do hold them
-        plain = translator.translate_nbest(texts)
+        plain = translate_lines(translator, texts)
         avoid = ["Ein", "eine"]
         assert all(contains(h[0].pieces, ["▁Ein"]) or contains(h[0].pieces, ["▁eine"]) for h in plain)
         status, body = call(port, "POST", "/translate", {"texts": texts, "avoid": avoid})
         assert status == 200, body
-        assert texts_of(body) == [h[0].text for h in translator.translate_nbest(texts, avoid=avoid)]
+        assert texts_of(body) == [h[0].text for h in translate_lines(translator, texts, avoid=avoid)]
         for t in body["translations"]:
             for phrase in avoid:
                 assert not contains(t["tokens"], [tgt.id_to_piece(i) for i in tgt.encode([phrase])[0]]), t
@@ -691,7 +693,7 @@ def test_steering_fields_give_what_the_python_api_gives(translator):
                  {"text": texts[3], "avoid": ["Mann"]}]
         status, body = call(port, "POST", "/translate", {"texts": items, "avoid": ["eine"], "beam": 4})
         assert status == 200, body
-        want = translator.translate_nbest(texts[:4], prefix=["", "Zwei", "", ""], constraints=[[], [], ["Frau"], []],
+        want = translate_lines(translator, texts[:4], prefix=["", "Zwei", "", ""], constraints=[[], [], ["Frau"], []],
                                           avoid=[["eine"], ["eine"], ["eine"], ["eine", "Mann"]], beam=4)
         assert texts_of(body) == [h[0].text for h in want]
         assert body["translations"][1]["text"].startswith("Zwei")
@@ -706,17 +708,17 @@ def test_constraints_that_cannot_be_met_give_the_plain_output_with_a_warning(tra
                                       "translated without them"]
         assert answer["diagnostics"] == [{"message": answer["warnings"][0], "code": "constraints_unmet",
                                           "field": "constraints", "index": 0}]
-        assert answer["text"] == translator.translate(["A dog runs."], max_len_a=0, max_len_b=3)[0]
+        assert answer["text"] == translated(translator, ["A dog runs."], max_len_a=0, max_len_b=3)[0]
 
 
 def test_steered_and_plain_requests_share_model_calls_and_get_what_they_get_alone(translator):
     requests = [{"text": SENTENCES[0], "beam": 2}, {"text": SENTENCES[1], "prefix": "Zwei Männer", "beam": 2},
                 {"texts": SENTENCES[3:5], "constraints": ["Frau"], "beam": 2},
                 {"texts": [{"text": SENTENCES[5], "avoid": ["Mann"]}], "beam": 2}]
-    expected = [translator.translate([SENTENCES[0]], beam=2),
-                translator.translate([SENTENCES[1]], prefix=["Zwei Männer"], beam=2),
-                translator.translate(SENTENCES[3:5], constraints=[["Frau"]] * 2, beam=2),
-                translator.translate([SENTENCES[5]], avoid=["Mann"], beam=2)]
+    expected = [translated(translator, [SENTENCES[0]], beam=2),
+                translated(translator, [SENTENCES[1]], prefix=["Zwei Männer"], beam=2),
+                translated(translator, SENTENCES[3:5], constraints=[["Frau"]] * 2, beam=2),
+                translated(translator, [SENTENCES[5]], avoid=["Mann"], beam=2)]
     app = create_app(translator, Limits(batch_window_ms=20))
     _, results = queued_behind_one(app, translator, requests)
     assert [texts_of(body) for _, body in results] == expected, results
@@ -788,8 +790,8 @@ def glossary_file(tmp_path, rows: str, name: str = "terms.tsv"):
 def test_a_glossary_makes_its_terms_constraints_of_the_texts_that_hold_them(translator, tmp_path):
     path = glossary_file(tmp_path, "source\ttarget\ndog\tHund\nwoman\tFrau\n")
     texts = ["A dog runs.", "A woman with a red hat.", "A man."]
-    want = translator.translate_nbest(texts, glossary=path)
-    assert want[0][0].text != translator.translate([texts[0]])[0]  # the glossary changes this one
+    want = translate_lines(translator, texts, glossary=path)
+    assert want[0][0].text != translated(translator, [texts[0]])[0]  # the glossary changes this one
     with serving(create_app(translator, glossary=path)) as (port, _):
         status, body = call(port, "POST", "/translate", {"texts": texts})
         assert status == 200, body
@@ -798,7 +800,7 @@ def test_a_glossary_makes_its_terms_constraints_of_the_texts_that_hold_them(tran
         # with the request's own constraints; and a greedy request holding a term is refused, not unsteered
         status, body = call(port, "POST", "/translate", {"text": texts[0], "constraints": ["Mann"]})
         assert status == 200, body
-        assert texts_of(body) == translator.translate([texts[0]], constraints=[["Mann"]], glossary=path)
+        assert texts_of(body) == translated(translator, [texts[0]], constraints=[["Mann"]], glossary=path)
         assert "▁Hund" in body["tokens"] and "▁Mann" in body["tokens"]
         status, body = call(port, "POST", "/translate", {"text": texts[0], "greedy": True})
         assert status == 422 and body["error"].startswith("text: ") and "need beam search" in body["error"], body

@@ -14,6 +14,7 @@ from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.steering import Steering, SteeringError, check_steering
 from seq2seq.inference.translator import Translator
+from conftest import translated
 from seq2seq.serve import batcher as batcher_module
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.requests import Limits, RequestError, parse_options, parse_texts
@@ -66,7 +67,7 @@ def test_a_lone_surrogate_in_a_json_input_text_is_named(tiny_model_dir):
 
 def test_an_avoid_string_per_line_bans_that_line_only(translator, tiny_model_dir):
     """Per-line avoid lists stay per line (they are never pooled into one list banned for every line)."""
-    plain = translator.translate(["A dog runs.", "A dog runs."], max_len_b=20)
+    plain = translated(translator, ["A dog runs.", "A dog runs."], max_len_b=20)
     word = plain[0].split()[1]
     result = translate_json(tiny_model_dir, json.dumps({"text": "A dog runs.", "avoid": [word]}),
                             json.dumps({"text": "A dog runs."}), args=("--max-len-b", "20"))

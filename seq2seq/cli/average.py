@@ -33,7 +33,7 @@ def average(model_dir: str, last: int | None, output_path: str | None, force: bo
     if last is not None and available and last > available:
         raise CheckpointError(f"--last {last}: {directory.checkpoint_dir} holds only {available} checkpoint(s)")
     output = Path(output_path) if output_path else directory.path / "model.avg.safetensors"
-    check_output_path(str(output))
+    check_output_path(str(output), [*directory.checkpoints(), directory.config_path])  # what it reads
     if available and output.exists() and not force:  # (with none, `average` says so first)
         raise click.ClickException(f"{output} exists; pass --force to replace it, or -o to write elsewhere")
     state, paths = directory.average(last)  # checked against config.yaml when there is one

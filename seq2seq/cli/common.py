@@ -4,19 +4,16 @@ for loading a model and choosing a search."""
 from __future__ import annotations
 
 import functools
-import gzip
 import logging
-import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import click
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.accel.device import INFERENCE_PRECISIONS
-from seq2seq.text.lines import std_binary
+from seq2seq.storage import outputs
 
 log = logging.getLogger("seq2seq")
 
@@ -51,37 +48,29 @@ def user_errors(fn: Callable) -> Callable:
 
 
 
-def check_output_path(output: str, inputs: Iterable[str] = (), flag: str = "-o") -> None:
-    """Refuse, with one line, an output path that cannot be written or would destroy an input: a
-    directory, a file in a directory that does not exist, or one of `inputs` itself. '-' is stdout."""
-    if output == "-":
-        return
-    path = Path(output)
-    if path.is_dir():
-        raise click.ClickException(f"{flag} {output} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise click.ClickException(f"{flag} {output}: the directory {path.parent} does not exist")
-    for source in inputs:
-        if source != "-" and path.exists() and Path(source).exists() and os.path.samefile(source, path):
-            raise click.ClickException(f"{flag} {output} is the input file {source}; writing it would destroy the input")
+# One check of a command's outputs against its inputs, and one writer (atomic, or in place for a FIFO,
+# a device, /dev/stdout): seq2seq.storage.outputs. Their errors are `Seq2SeqError`s (`user_errors`).
+check_output_path = outputs.check_output_path
+check_output_paths = outputs.check_output_paths
+output_file = outputs.open_output
 
 
-@contextmanager
-def output_file(output: str) -> Iterator[BinaryIO]:
-    """The byte stream a command writes its output to. '-': stdout. A file is written under a temporary
-    name beside it and moved into place only when the command succeeds: a failure leaves no partial
-    output, and a file that was there stays as it was. A name ending in .gz is written through gzip."""
-    if output == "-":
-        yield std_binary("stdout")
-        return
-    from seq2seq.storage.atomic import atomic_path
+def model_files(model_dirs: str | Iterable[str], weights: str | None = None,
+                engine_dir: str | None = None) -> list[str]:
+    """The files a command reads from its model(s), for `check_output_paths`: every file of each model
+    directory's layout (`ModelDir.own_files`), --weights, and the files of a CTranslate2 export
+    (--engine-dir, else MODEL_DIR/ctranslate2) when engine_dir is given or is ''."""
+    from seq2seq.storage.model_dir import ModelDir
 
-    with atomic_path(output) as tmp, open(tmp, "wb") as raw:
-        if output.endswith(".gz"):
-            with gzip.GzipFile(filename=Path(output).name.removesuffix(".gz"), mode="wb", fileobj=raw) as zipped:
-                yield zipped  # type: ignore[misc]
-        else:
-            yield raw
+    dirs = [model_dirs] if isinstance(model_dirs, str) else list(model_dirs)
+    files = [str(p) for d in dirs for p in ModelDir(d).own_files()]
+    if weights:
+        files.append(weights)
+    if engine_dir is not None and dirs:
+        export = Path(engine_dir or Path(dirs[0]) / "ctranslate2")
+        if export.is_dir():
+            files += [str(p) for p in sorted(export.iterdir()) if p.is_file()]
+    return files
 
 
 def stdin_is_tty() -> bool:
@@ -207,3 +196,45 @@ PROGRESS_OPTION = click.option(
     help="Progress bar on stderr (default: only when stderr is a terminal and the output is not shown on it).",
 )
 
+
+
+PIPELINE_STEPS = ("split_sentences", "casing", "loop_guard", "spans", "markup")  # the keywords of `text_pipeline_options`
+
+
+def text_pipeline_options(fn: Callable) -> Callable:
+    """--split-sentences/--no-split-sentences, --casing/--no-casing, --loop-guard/--no-loop-guard: the steps of the text pipeline
+    (`seq2seq.documents.line_translation`; default: on for a model trained on single sentences)."""
+    for option in reversed([
+        click.option("--split-sentences/--no-split-sentences", "split_sentences", default=None,
+                     help="Split each line into its sentences, translate each and join them back with the line's "
+                          "spacing (default: on for a model trained on single sentences, as its model directory says)."),
+        click.option("--casing/--no-casing", "casing", default=None,
+                     help="Translate a sentence in UPPER CASE or Title Case as its normal-case form, and upper-case "
+                          "an UPPER sentence's output (default: on where --split-sentences is)."),
+        click.option("--loop-guard/--no-loop-guard", "loop_guard", default=None,
+                     help="Search an output that repeats itself (\"man man man\", \"EEEEE\") again with "
+                          "no_repeat_ngram 3 (default: on)."),
+        click.option("--spans/--no-spans", "spans", default=None,
+                     help="Keep URLs, e-mail addresses, @handles, {variables}, %s, `code` and numbers verbatim: taken "
+                          "out of the sentence and put back through the word alignment (default: on)."),
+        click.option("--markup/--no-markup", "markup", default=None,
+                     help="With --spans, also inline tags (<b>, <a href=...>, <br/>, Markdown **, _, [text](url)): "
+                          "put around the translation of the words they wrapped (default: off)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def text_pipeline(translator: Any, kw: dict[str, Any]) -> Callable[..., Any]:
+    """`translate_lines` bound to the translator, with the `text_pipeline_options` given (popped from kw)
+    or the model's defaults (`pipeline_defaults`): what `translate_stream` calls (its `pipeline`)."""
+    from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
+
+    steps = pipeline_defaults(translator)
+    for name in PIPELINE_STEPS:
+        given = kw.pop(name, None)
+        if given is not None:
+            steps[name] = given
+    return functools.partial(translate_lines, translator, split_sentences=steps["split_sentences"],
+                             casing=steps["casing"], loop_guard=steps["loop_guard"], spans=steps["spans"],
+                             markup=steps["markup"])

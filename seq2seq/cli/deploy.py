@@ -81,6 +81,9 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
     from seq2seq.deploy.hf import export_hf
 
     out = Path(out_dir) if out_dir else Path(model_dir) / DEFAULT_SUBDIR[target]
+    if weights and out.resolve() in Path(weights).resolve().parents:  # OUT_DIR is replaced as a whole
+        raise click.ClickException(f"{out} holds the weights being converted ({weights}); "
+                                   "choose another output directory")
     if target == "ctranslate2":
         path = export_ctranslate2(model_dir, out, quantize=quantize, weights=weights, force=force)
     else:

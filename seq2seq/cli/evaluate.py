@@ -10,8 +10,8 @@ from typing import Any, Sequence
 import click
 
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_options, output_file, search_options, search_overrides,
-    show_progress, user_errors,
+    PIPELINE_STEPS, PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, search_options, search_overrides,
+    show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.config.diagnostics import Diagnostic
@@ -27,11 +27,23 @@ from seq2seq.text.lines import read_input_lines
 @user_errors
 def evaluate(hyp_path: str, ref_paths: tuple[str, ...], metrics: str, as_json: bool) -> None:
     """Score hypotheses against references with sacreBLEU (BLEU, chrF, TER and their signatures)."""
+    names = _metric_names(metrics)
     hyps = read_input_lines(hyp_path)
     if not hyps:
         raise click.ClickException(f"{hyp_path} is empty: nothing to score")
     refs = _read_references(ref_paths, len(hyps), hyp_path, "hypotheses")
-    _print_scores(hyps, refs, metrics, as_json)
+    _print_scores(hyps, refs, names, as_json)
+
+
+def _metric_names(metrics: str) -> list[str]:
+    """The metrics of --metrics; UsageError for an unknown one or none (checked before anything is written)."""
+    from seq2seq.text.metrics import METRICS
+
+    names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METRICS]
+    if unknown or not names:
+        raise click.UsageError(f"--metrics: unknown {unknown}; choose from {', '.join(METRICS)}")
+    return names
 
 
 def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) -> list[list[str]]:
@@ -46,15 +58,12 @@ def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) 
     return refs
 
 
-def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json: bool,
+def _print_scores(hyps: list[str], refs: list[list[str]], names: list[str], as_json: bool,
                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Score and print (as text, or as JSON: one {"score", "signature"} per metric, and `extra`'s keys)."""
-    from seq2seq.text.metrics import METRICS, format_scores, score
+    """Score with the metrics `names` (`_metric_names`) and print (as text, or as JSON: one {"score",
+    "signature"} per metric, and `extra`'s keys)."""
+    from seq2seq.text.metrics import format_scores, score
 
-    names = [m.strip().lower() for m in metrics.split(",") if m.strip()]
-    unknown = [m for m in names if m not in METRICS]
-    if unknown or not names:
-        raise click.UsageError(f"--metrics: unknown {unknown}; choose from {', '.join(METRICS)}")
     result = score(hyps, refs, names)
     if as_json:
         scores = {k: {"score": v["score"], "signature": v["signature"]} for k, v in result.items()}
@@ -75,6 +84,7 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
               help="Print the scores and signatures as JSON, with the translation speed under \"decoding\".")
 @search_options()
 @steering_options(json_input=False)
+@text_pipeline_options
 @TGT_LANG_OPTION
 @ensemble_options
 @PROGRESS_OPTION
@@ -83,13 +93,18 @@ def _print_scores(hyps: list[str], refs: list[list[str]], metrics: str, as_json:
 def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
                  as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
                  batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
-    """Translate --src with MODEL_DIR (several: an ensemble), write the hypotheses, and score them against --ref."""
+    """Translate --src with MODEL_DIR (several: an ensemble), write the hypotheses, and score them against --ref.
+
+    Each line is translated as `seq2seq translate` translates it (sentences split and cased as the model
+    directory says: --split-sentences, --casing, --loop-guard)."""
+    steps = {name: kw.pop(name) for name in PIPELINE_STEPS}
+    names = _metric_names(metrics)
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
     language = {"tgt_lang": kw.pop("tgt_lang")} if kw.get("tgt_lang") else {}
     search = search_overrides(kw)
     output = output_path or Path(src_path).name.removesuffix(".gz") + ".hyp"
-    check_output_path(output, [src_path, *ref_paths])
+    check_output_path(output, [src_path, *ref_paths, *(steer.paths if steer else []), *model_files(model_dir, weights)])
     sources = read_input_lines(src_path)
     if not sources:
         raise click.ClickException(f"{src_path} is empty: nothing to translate")
@@ -106,11 +121,12 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
     start = time.perf_counter()
     with output_file(output) as out:
         translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, {**search, **language},
-                         progress=show_progress(progress, str(output)), total=len(sources), steer=steer)
+                         progress=show_progress(progress, str(output)), total=len(sources), steer=steer,
+                         pipeline=text_pipeline(translator, steps))
     seconds = time.perf_counter() - start
     speed = {"sentences": len(hyps), "seconds": round(seconds, 3),
              "sentences_per_second": round(len(hyps) / seconds, 1)}
     click.echo(f"hypotheses: {output} ({len(hyps)} lines, translated in {seconds:.1f} s: "
                f"{speed['sentences_per_second']} sentences/s, loading excluded)", err=True)
-    _print_scores(hyps, refs, metrics, as_json, {"decoding": speed})
+    _print_scores(hyps, refs, names, as_json, {"decoding": speed})
 

@@ -16,10 +16,11 @@ import click
 
 from seq2seq.cli.common import (
     PROGRESS_OPTION,
-    check_output_path,
+    check_output_paths,
     ensemble_options,
     ensemble_settings,
     load_translator,
+    model_files,
     model_options,
     output_file,
     search_options,
@@ -70,11 +71,13 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
     cls = getattr(generators, api)  # Captioner, Transcriber
     if issubclass(cls, generators.Transcriber):
         windows = {"timestamps": kw["timestamps"], "progress": show_progress(kw["progress"], output_path)}
-        if show_attention:  # the attention of one window over the whole recording, as before windows existed
+        if show_attention:  # one plot over the whole recording: one window, never cut
             windows["max_window_seconds"] = math.inf
         elif kw["max_window_seconds"] is not None:
             windows["max_window_seconds"] = kw["max_window_seconds"]
-    check_output_path(output_path, [*files, *([input_path] if input_path else [])])
+    check_output_paths({"-o": output_path, "--show-attention": show_attention},
+                       [*files, *([input_path] if input_path else []), *(steer.paths if steer else []),
+                        *model_files((model_dir, *members), weights)])
     # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options: one line
     generator = load_translator((model_dir, *members), device, precision, weights, search, ensemble, cls=cls)
     nbest = generator.search_config(**search).nbest

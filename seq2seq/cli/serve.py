@@ -54,6 +54,15 @@ def require_serve_extra() -> None:
               help="Largest max_len_b (output tokens) a request may ask for; more: 413.")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Texts waiting for the model; more: 503.")
+@click.option("--max-work", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Decoder steps a request's search may take: the sum of its texts' output length limits x beam "
+                   "(or samples); more: 413, before it is queued.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True, max=1e6), default=30.0,
+              show_default=True, help="Seconds from a request's arrival at the queue to its answer; past them: 504, "
+                                      "and its search stops between two decoding steps (as when the client goes away).")
+@click.option("--read-timeout", type=click.FloatRange(min=0, min_open=True, max=1e6), default=10.0,
+              show_default=True, help="Seconds a request's head may take to arrive, and its body between two reads; "
+                                      "more: 408 and the connection closed.")
 @click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000, show_default=True,
               help="Image models: pixels (width x height, from the file's header) per image; more: 413.")
 @click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
@@ -74,11 +83,12 @@ def require_serve_extra() -> None:
 @user_errors
 def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precision: str, weights: str | None,
           threads: int | None, max_batch: int, batch_window_ms: float, batch_tokens: int, max_texts: int,
-          max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_pixels: int,
-          max_audio_seconds: float,
+          max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_work: int,
+          request_timeout: float, read_timeout: float, max_pixels: int, max_audio_seconds: float,
           api_key: str | None, allow_paths: bool, glossary: str | None, engine: str, engine_dir: str | None,
           no_demo: bool, log_level: str, **ensemble_kw: Any) -> None:
-    """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first);
+    """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first, or cut
+    at --request-timeout);
     several MODEL_DIRs (or --last-checkpoints) are served as one ensemble; --engine ctranslate2 serves
     the model's CTranslate2 export (`seq2seq export`).
 
@@ -102,7 +112,8 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
         limits = Limits(max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_batch=max_batch,
                         batch_window_ms=batch_window_ms, max_queue=max_queue, batch_tokens=batch_tokens,
                         max_pixels=max_pixels, max_audio_seconds=max_audio_seconds, max_phrases=max_phrases,
-                        max_len=max_len)
+                        max_len=max_len, max_work=max_work, request_timeout_s=request_timeout,
+                        read_timeout_s=read_timeout)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if api_key is None and os.environ.get(API_KEY_ENV) == "":

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
+from seq2seq.config import json_reader
 from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
 from seq2seq.inference.steering_fields import STEERING_FIELDS
@@ -83,6 +84,8 @@ class Steerer:
 
         self.json_input, self.terms, self.term_forms = json_input, terms, term_forms
         self.avoid = list(avoid)
+        # the files read: what the command's output must not replace (`check_output_paths`)
+        self.paths = [p for p in (prefix_file, constraints_file, avoid_file, glossary) if p is not None]
         self.glossary = Glossary.load(glossary) if glossary else None
         self.files: dict[str, tuple[str, Iterator[str]]] = {}
         self._handles = []
@@ -149,7 +152,7 @@ def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, list
             inputs.append(SourceInput(""))
             continue
         try:
-            obj = json.loads(line)
+            obj = json_reader.loads(line)
         except json.JSONDecodeError as e:
             raise SteeringError(f"input line {number} is not JSON ({e.msg}); --json-input reads one object "
                                 'per line, e.g. {"text": "...", "constraints": ["..."]}') from None

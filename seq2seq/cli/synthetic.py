@@ -10,17 +10,20 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, ensemble_options, ensemble_settings, load_translator, model_options,
-    search_options, search_overrides, show_progress, user_errors,
+    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator,
+    model_files, model_options, search_options, search_overrides, show_progress, user_errors,
 )
-from seq2seq.inference.corpus_translation import CORPUS_FILE, SRC_FILE, TGT_FILE, METHODS
-from seq2seq.text.lines import check_input_file, count_lines
+from seq2seq.inference.corpus_translation import (
+    CORPUS_FILE, METHODS, PARTIAL, SRC_FILE, STATE_FILE, SUMMARY_FILE, TGT_FILE,
+)
+from seq2seq.text.lines import check_input_file, count_lines, is_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.root import Config
     from seq2seq.config.tokenizer_section import TokenizerConfig
 
 SAMPLING = ("topk", "topp", "temperature")
+OUTPUT_FILES = (SRC_FILE, TGT_FILE, SRC_FILE + PARTIAL, TGT_FILE + PARTIAL, STATE_FILE, SUMMARY_FILE, CORPUS_FILE)
 
 
 def corpus_options(fn: Callable) -> Callable:
@@ -49,9 +52,11 @@ def corpus_options(fn: Callable) -> Callable:
 
 
 def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str, method: str,
-         corpus_of: Callable[[Any], dict[str, Any]], kw: dict[str, Any], noise: Any = None) -> tuple[Any, dict]:
+         corpus_of: Callable[[Any], dict[str, Any]], kw: dict[str, Any], noise: Any = None,
+         inputs: tuple[str, ...] = ()) -> tuple[Any, dict]:
     """Load the model(s), check the options, translate; returns (translator, summary).
-    corpus_of(translator): what corpus.yaml says besides the files; it may refuse (LanguageError)."""
+    corpus_of(translator): what corpus.yaml says besides the files; it may refuse (LanguageError).
+    inputs: the command's other input files, which no file written into output_dir may be."""
     from seq2seq.config.data_section import CorpusConfig
     from seq2seq.inference.corpus_translation import CorpusJob, translate_corpus
     from seq2seq.inference.fingerprint import model_fingerprint
@@ -72,6 +77,10 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
     if given and method != "sample":
         raise click.UsageError(f"{', '.join(given)}: only with --method sample")
     check_input_file(input_path)
+    if Path(output_dir).is_dir():  # (a new one holds no input)
+        read = [input_path, *inputs, *model_files(model_dir, weights)]
+        for name in OUTPUT_FILES:
+            check_output_path(Path(output_dir) / name, read, "-o")
     translator = load_translator(model_dir, device, precision, weights, {}, ensemble,
                                  {"tgt_lang": tgt_lang} if tgt_lang else {})
     try:
@@ -86,7 +95,7 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
         raise click.ClickException(str(e)) from None
     models = model_fingerprint(model_dir, weights, ensemble.get("last_checkpoints"))
     show_bar = show_progress(progress, output_dir)
-    total = count_lines(input_path) if show_bar else None
+    total = count_lines(input_path) if show_bar and is_regular_file(input_path) else None
     summary = translate_corpus(translator, job, models, progress=show_bar, total=total, warn=warn)
     counts = summary["counts"]
     click.echo(f"{counts['pairs']:,} pairs of {counts['input_lines']:,} lines in {output_dir} "
@@ -201,7 +210,8 @@ def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_la
         target = _synthetic_language(translator, tgt_lang)
         return {"src_lang": src_lang, "tgt_lang": target} if src_lang and target else {}
 
-    translator, summary = _run("distill", model_dir, input_path, output_dir, "beam", corpus_of, kw)
+    translator, summary = _run("distill", model_dir, input_path, output_dir, "beam", corpus_of, kw,
+                               inputs=tuple(p for p in (references, student_config) if p))
     if student is not None and student_config:  # (both or neither)
         real = (input_path, references) if references else None
         click.echo("train the student with:\n  " + student_command(student, student_config, model_dir[0], output_dir,

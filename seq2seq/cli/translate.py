@@ -11,14 +11,16 @@ import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_options, output_file, search_options, search_overrides,
-    show_progress, user_errors,
+    PIPELINE_STEPS, PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, search_options, search_overrides,
+    show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.deploy import check_engine_choice, engine_options, load_engine
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
 from seq2seq.inference.protocol import TranslationEngine
-from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, open_binary, std_binary, warn
+from seq2seq.text.lines import (
+    check_input_file, count_lines, decoded_lines, is_regular_file, open_binary, std_binary, warn,
+)
 
 
 @click.command()
@@ -38,6 +40,7 @@ from seq2seq.text.lines import check_input_file, count_lines, decoded_lines, ope
               help="Decoder layer for --alignment / --show-attention (negative: from the last).")
 @engine_options
 @steering_options()
+@text_pipeline_options
 @TGT_LANG_OPTION
 @ensemble_options
 @PROGRESS_OPTION
@@ -50,8 +53,11 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     """Translate text with MODEL_DIR (several: an ensemble): one output line per input line, in order.
 
     Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
-    time. With a terminal on stdin it is interactive: type a sentence after the "> " prompt.
+    time. With a terminal on stdin it is interactive: type a sentence after the "> " prompt. A line
+    of several sentences is split and joined back, and a sentence in capitals is cased, as the model
+    directory says (--split-sentences, --casing, --loop-guard; docs/documents.md).
     """
+    steps = {name: kw.pop(name) for name in PIPELINE_STEPS}
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
     language = {"tgt_lang": kw.pop("tgt_lang")} if kw.get("tgt_lang") else {}
@@ -65,7 +71,9 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     if alignment or show_attention:
         search["attention_layer"] = attention_layer
     check_input_file(input_path)
-    check_output_path(output_path, [input_path])
+    check_output_paths({"-o": output_path, "--show-attention": show_attention},
+                       [input_path, *(steer.paths if steer else []),
+                        *model_files(model_dir, weights, (engine_dir or "") if engine != "torch" else None)])
     interactive = input_path == "-" and common.stdin_is_tty()
     lines: list[str] | None = None  # --show-attention reads its one sentence up front
     if show_attention and not interactive:
@@ -83,28 +91,30 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     else:
         translator = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, search)
     nbest = translator.search_config(**search).nbest
+    if show_attention:  # the plot is of one sentence: its line goes to the model unsplit
+        steps["split_sentences"] = False
+    pipeline = text_pipeline(translator, steps)
     emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
 
     try:
         with output_file(output_path) as out:
             if interactive:
-                _translate_interactively(out, translator, emit, show_attention, {**search, **language},
+                _translate_interactively(out, pipeline, emit, show_attention, {**search, **language},
                                          batch_tokens, steer)
             elif lines is not None:
                 texts, steering = steer(lines) if steer is not None else (lines, {})
-                results = translator.translate_nbest(texts, batch_tokens=batch_tokens, warn=warn, **steering, **language,
-                                                     **search)
+                results = pipeline(texts, batch_tokens=batch_tokens, warn=warn, **steering, **language, **search)
                 out.write(emit(0, results[0]).encode("utf-8"))
                 out.flush()
                 assert show_attention  # (the one line of --show-attention)
                 _plot(results, show_attention)
             else:
                 show_bar = show_progress(progress, output_path)
-                total = count_lines(input_path) if show_bar and input_path != "-" else None
+                total = count_lines(input_path) if show_bar and is_regular_file(input_path) else None
                 with open_binary(input_path, "rb") as f:
                     translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
                                      emit, chunk_lines, batch_tokens, {**search, **language}, progress=show_bar,
-                                     total=total, steer=steer)
+                                     total=total, steer=steer, pipeline=pipeline)
     except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -113,7 +123,7 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
         sys.exit(1)
 
 
-def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int, list], str],
+def _translate_interactively(out: BinaryIO, pipeline: Callable[..., list], emit: Callable[[int, list], str],
                              show_attention: str | None, search: dict[str, Any],
                              batch_tokens: int, steer: Steerer | None) -> None:
     """Prompt "> " on stderr, translate each line typed, until end of input."""
@@ -129,8 +139,7 @@ def _translate_interactively(out: BinaryIO, translator: Any, emit: Callable[[int
 
     for number, line in enumerate(decoded_lines(prompted(std_binary("stdin")), "stdin"), 1):
         texts, steering = steer([line]) if steer is not None else ([line], {})
-        results = translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=number, warn=warn,
-                                             **steering, **search)
+        results = pipeline(texts, batch_tokens=batch_tokens, first_line=number, warn=warn, **steering, **search)
         out.write(emit(number - 1, results[0]).encode("utf-8"))
         out.flush()
         if show_attention and results[0]:

@@ -37,6 +37,7 @@ class Config:
 
     def __post_init__(self) -> None:
         self.decoding.check_ctc_head(self.training.ctc_weight)
+        self.decoding.check_model(self.model)  # token ids within the vocabulary, min_len within the positions
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:

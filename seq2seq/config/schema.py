@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
+from seq2seq.config import json_reader
 from seq2seq.config.diagnostics import Seq2SeqError
 
 if TYPE_CHECKING:
@@ -162,8 +163,8 @@ def load_dict(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json_reader.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: not JSON, not UTF-8, 5,000 digits
         raise ConfigError(f"cannot parse config file {path}: {parse_error(e)}") from None
     if data is None:
         return {}

@@ -16,9 +16,10 @@ import dataclasses
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal, overload
 
+from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.schema import ConfigError
 
 
@@ -85,11 +86,58 @@ class SearchConfig:
     bos_id: int = 2
     eos_id: int = 3
     pad_id: int = 0
+    # How messages name a field: "decoding." for a config file, "" for a call's options (named as given).
+    where: InitVar[str] = "decoding."
 
-    def __post_init__(self) -> None:
-        check_search(vars(self), where="decoding.")
+    def __post_init__(self, where: str) -> None:
+        check_search(vars(self), where)
 
     # ---- the search's rules, each written here only ---------------------------------------
+
+    def check_model(self, model: Any, where: str = "decoding.") -> None:
+        """ConfigError (a ValueError) where this search cannot run on a model whose `ModelConfig` is `model`:
+        a token id outside its target vocabulary, an attention_layer it does not have, or a min_len longer
+        than any output it can write (max_positions - 1 tokens after BOS). where: as in `check_search`. Run
+        for a config file by `Config` (its `model` section) and for a call's options by `resolve_search`."""
+        vocab = model.tgt_vocab_size
+        for name in ("bos_id", "eos_id", "pad_id"):
+            token = getattr(self, name)
+            if token >= vocab:
+                raise ConfigError(f"{where}{name} ({token}) is not in the target vocabulary of {vocab} pieces "
+                                 f"(ids 0 to {vocab - 1})")
+        layers = model.n_decoder_layers
+        if self.attention_layer is not None and not -layers <= self.attention_layer < layers:
+            raise ConfigError(f"{where}attention_layer {self.attention_layer} does not exist: "
+                             f"the decoder has {layers} layer(s)")
+        cap = model.max_positions - 1  # (what the model can write; an explicit max_len below min_len wins over it)
+        if self.min_len > cap:
+            raise ConfigError(f"{where}min_len ({self.min_len}) is more than the longest output this model can write "
+                             f"({cap} tokens: model.max_positions {model.max_positions} - 1): no output could end")
+
+    def length_warnings(self, lengths: Mapping[int, int], max_positions: int, first_line: int = 1) -> list[Diagnostic]:
+        """A warning for each source (lengths: {index: its positions}; line first_line + index) whose length
+        limit (`max_length`) is 0 tokens, so its output is empty, or below min_len, so its output runs to the
+        limit without an end of its own: the limit wins, and the search says so."""
+        out = []
+        for i, n in lengths.items():
+            limit = self.max_length(n, max_positions)
+            if limit == 0:
+                why = (f"max_len {self.max_len}" if self.max_len == 0 else
+                       f"max_len_a {self.max_len_a} x {n} source positions + max_len_b {self.max_len_b}")
+                out.append(Diagnostic(f"its length limit is 0 tokens ({why}): its output is empty", first_line + i,
+                                      "max_len" if self.max_len == 0 else "max_len_b", "empty_length_limit"))
+            elif self.min_len > limit:
+                out.append(Diagnostic(f"min_len {self.min_len} is more than its length limit of {limit} tokens: its "
+                                      "output runs to the limit without an end of its own", first_line + i, "min_len",
+                                      "min_len_over_limit"))
+        return out
+
+    @property
+    def distinct_nbest(self) -> bool:
+        """Does an n-best list hold distinct hypotheses? Beam and greedy search: yes. Sampling: no, its
+        `nbest` samples are independent draws, each returned even when two coincide (as fairseq's
+        `--sampling --nbest N` and Hugging Face's `num_return_sequences` do), so N samples come back."""
+        return self.strategy != "sample"
 
     @property
     def rows_per_source(self) -> int:
@@ -154,15 +202,40 @@ def length_penalty(length: int, alpha: float) -> float:
 
 STRATEGIES = ("greedy", "beam", "sample")
 
+INT_LIMIT = 2**31 - 1  # the largest count or id a search takes (a torch int32 index)
+
+# The documented range [low, high] of each numeric field (None: unbounded on that side); a float must
+# also be finite. Wide enough for any real use, narrow enough that no arithmetic of the search
+# overflows: ((5 + L) / 6) ** lenpen stays a float32 for every L a model can write, a temperature
+# keeps logits / temperature finite, max_len_a * source length + max_len_b is an exact float.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "beam": (1, INT_LIMIT), "nbest": (1, INT_LIMIT), "lenpen": (-10.0, 10.0), "constraint_lenpen": (-10.0, 10.0),
+    "term_bias": (0.0, 100.0), "max_len_a": (0.0, 10_000.0), "max_len_b": (-1_000_000, 1_000_000),
+    "max_len": (0, INT_LIMIT), "min_len": (0, INT_LIMIT), "no_repeat_ngram": (0, INT_LIMIT), "topk": (0, INT_LIMIT),
+    "temperature": (1e-4, 1e4), "attention_layer": (-INT_LIMIT, INT_LIMIT),
+    "bos_id": (0, INT_LIMIT), "eos_id": (0, INT_LIMIT), "pad_id": (0, INT_LIMIT),
+}
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: a 400-digit integer as its first digits and its length."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"
+
 
 def check_search(values: Mapping[str, Any], where: str = "") -> None:
     """ValueError for the first rule the decoding `values` (every `SearchConfig` field, by name) break:
-    each field's range, and how strategy, beam, nbest and ctc_weight combine.
+    each field's range (`RANGES`; floats finite), how strategy, beam, nbest and ctc_weight combine, and
+    that the length limits let an output be written (max_len_a 0 with max_len_b <= 0 would make every
+    output empty). The length limit wins over min_len where they conflict (an explicit max_len 0 gives
+    empty outputs): a min_len over no more than the longest output a model can write is refused
+    (`check_model`); over the limit of a source, or a limit of 0, is warned about for that source, where
+    its length is known (`seq2seq.inference.translator`).
 
-    The one validator of both a config file's `decoding` section (`SearchConfig.__post_init__`,
-    where="decoding.") and a call's options (`seq2seq.inference.options.resolve_search`, where="":
-    the options are named as the call gave them), so the two refuse the same values with the same
-    message ("nbest (3) must be <= beam (2); ...").
+    The one validator, run where a `SearchConfig` is made (`SearchConfig.__post_init__`): for a config
+    file's `decoding` section (where="decoding.") and for a call's options
+    (`seq2seq.inference.options.resolve_search`, where="": the options are named as the call gave them),
+    so the two refuse the same values with the same message ("nbest (3) must be <= beam (2); ...").
     """
 
     def check(ok: bool, message: str) -> None:
@@ -172,19 +245,23 @@ def check_search(values: Mapping[str, Any], where: str = "") -> None:
     v = values
     strategy, beam, nbest = v["strategy"], v["beam"], v["nbest"]
     check(strategy in STRATEGIES, f"strategy must be one of {STRATEGIES}, not {strategy!r}")
-    check(beam >= 1, f"beam must be >= 1, got {beam}")
-    check(nbest >= 1, f"nbest must be >= 1, got {nbest}")
-    check(strategy != "beam" or nbest <= beam, f"nbest ({nbest}) must be <= beam ({beam}); pass a larger beam")
-    check(strategy != "greedy" or nbest == 1,
-          f"nbest={nbest}: greedy search gives one hypothesis; use beam search (beam >= {nbest}) or sampling")
-    check(v["max_len"] is None or v["max_len"] >= 0, f"max_len must be >= 0, got {v['max_len']}")
-    check(v["min_len"] >= 0, f"min_len must be >= 0, got {v['min_len']}")
-    check(v["no_repeat_ngram"] >= 0, f"no_repeat_ngram must be >= 0, got {v['no_repeat_ngram']}")
-    check(v["topk"] >= 0, f"topk must be >= 0, got {v['topk']}")
     check(0.0 < v["topp"] <= 1.0, f"topp must be in (0, 1], got {v['topp']}")
     check(v["temperature"] > 0.0, f"temperature must be > 0, got {v['temperature']}")
     check(v["term_bias"] >= 0.0 and math.isfinite(v["term_bias"]),
           f"term_bias must be a finite number >= 0, got {v['term_bias']}")
     check(0.0 <= v["ctc_weight"] <= 1.0, f"ctc_weight must be in [0, 1], got {v['ctc_weight']}")
-    check(v["ctc_weight"] == 0.0 or strategy != "sample", "ctc_weight needs beam or greedy search, not sample")
     check(v.get("seed") is None or 0 <= v["seed"] < 2**63, f"seed must be between 0 and 2**63 - 1, got {v['seed']}")
+    for name, (low, high) in RANGES.items():
+        value = v[name]
+        if value is None:
+            continue
+        check(not isinstance(value, float) or math.isfinite(value), f"{name} must be a finite number, got {value}")
+        check(low is None or value >= low, f"{name} must be >= {low}, got {_shown(value)}")
+        check(high is None or value <= high, f"{name} must be <= {high}, got {_shown(value)}")
+    check(strategy != "beam" or nbest <= beam, f"nbest ({nbest}) must be <= beam ({beam}); pass a larger beam")
+    check(strategy != "greedy" or nbest == 1,
+          f"nbest={nbest}: greedy search gives one hypothesis; use beam search (beam >= {nbest}) or sampling")
+    check(v["ctc_weight"] == 0.0 or strategy != "sample", "ctc_weight needs beam or greedy search, not sample")
+    a, b = v["max_len_a"], v["max_len_b"]
+    check(a > 0 or b > 0, f"max_len_a {a} and max_len_b {b} give every output a length limit of 0 tokens "
+                          "(an empty output): give max_len_b >= 1 or max_len_a > 0")

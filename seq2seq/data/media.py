@@ -33,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seq2seq.data.batching import Batch, teacher_forced
-from seq2seq.config import ConfigError, DataConfig
+from seq2seq.config import ConfigError, DataConfig, json_reader
 from seq2seq.data import DataError, fingerprint, read_table, read_text
 from seq2seq.data.readers import read_jsonl
 from seq2seq.model.encoders.sources import SourceError, SourceProcessor
@@ -63,7 +63,7 @@ def _columns_of(path: Path) -> list[str]:
     first = next((line for line in read_text(path).split("\n") if line.strip()), "")
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         try:
-            row = json.loads(first)
+            row = json_reader.loads(first)
         except json.JSONDecodeError:
             return []
         return list(row) if isinstance(row, dict) else []

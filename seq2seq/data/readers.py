@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import datasets
 
+from seq2seq.config import json_reader
 from seq2seq.config.diagnostics import Seq2SeqError
 
 
@@ -276,7 +277,7 @@ def jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[tuple[str, dict[str
             continue
         where = f"{path}, line {i}"
         try:
-            row = json.loads(line)
+            row = json_reader.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: invalid JSON ({e.msg})") from None
         if not isinstance(row, dict):

@@ -420,17 +420,17 @@ class CTranslate2Translator:
 
     def _nbest(self, pairs: list[tuple[list[str], float]], cfg: SearchConfig, src_pieces: list[str]
                ) -> list[Translation]:
-        """(tokens, log-probability) pairs scored with our GNMT penalty: the best `nbest` distinct ones,
-        best first (stable for equal scores)."""
+        """The best `nbest` (tokens, log-probability) pairs by our GNMT score, best first (stable): `distinct_nbest`."""
         ranked = sorted(((cfg.score(lp, len(tokens) + 1), tokens, lp) for tokens, lp in pairs), key=lambda x: -x[0])
         out, seen = [], set()
         for _, tokens, lp in ranked:
             key = tuple(tokens)
-            if key not in seen:
-                seen.add(key)
-                out.append(self._translation(tokens, float(lp), cfg, src_pieces))
-                if len(out) == cfg.nbest:
-                    break
+            if key in seen and cfg.distinct_nbest:
+                continue
+            seen.add(key)
+            out.append(self._translation(tokens, float(lp), cfg, src_pieces))
+            if len(out) == cfg.nbest:
+                break
         return out
 
     def _translation(self, tokens: list[str], logprob: float, cfg: SearchConfig, src_pieces: list[str]) -> Translation:

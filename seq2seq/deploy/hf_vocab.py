@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from seq2seq.config import json_reader
 from seq2seq.config.data_section import LANGUAGE_CODE
 from seq2seq.deploy.staging import ExportError
 from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
@@ -192,7 +193,7 @@ class _SpmModel:
 
 def json_file(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json_reader.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ExportError(f"cannot read {path}: {e}") from None
 

@@ -4,9 +4,11 @@
     search_state        the loop's state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
     step_masks          the n-gram block and a batch's controls (`build_controls`), masking each step
     strategies          greedy, beam and sampling: which tokens continue
+    stopping            `stop_when`: a search stopped between two steps for a caller that no longer wants it
     ctc                 rescoring finished hypotheses with a CTC head
     ensemble            `EnsembleModel`: several models sharing a target vocabulary, searched as one
     options             the per-call search options and `resolve_search` (defaults + options -> SearchConfig)
+    memory              a search's memory estimated before it starts, and the memory it may take
     results             `Translation`: one hypothesis for one source
     translator          `Translator`: the generation loop (sources in, prepared by the model's
                         `SourceProcessor`; n-best `Translation`s out)

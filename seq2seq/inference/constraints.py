@@ -19,8 +19,8 @@ ones that met fewer. A hypothesis may end (EOS) only once it has met every const
 the sentence's length limit, where every row ends; such a hypothesis is marked
 `constraints_met=False` (the caller falls back to the unconstrained search, with a warning). Nor may it
 end its source's last sentence before (the sentence-end rule, where the caller gives the pieces that end
-a sentence and how many sentences each source ends): the beam used to meet a constraint the model would
-not place by appending it after the translation's full stop ("... Restaurant. Nudeln.").
+a sentence and how many sentences each source ends), so that a constraint the model would not place is
+not met by appending it after the translation's full stop ("... Restaurant. Nudeln.").
 
 Progress per row and constraint is how many of the phrase's first tokens end the row's output (after
 a mismatch it restarts from the phrase's first token, so a phrase that repeats its own beginning,

@@ -12,8 +12,8 @@ A `SourceControls` holds one source's controls (built from text by `seq2seq.infe
 In the search loop (`seq2seq.inference.search`) each kind of control is a `Control` over the live
 units and rows: it masks the next-token log-probabilities of every step (`mask`) and follows the
 rows as the loop keeps, reorders and extends them (`follow`). The search (`seq2seq.inference.step_masks.build_controls`) makes the controls a batch
-needs: none at all when no source of the batch has any, so an uncontrolled search runs exactly
-the code it ran before controls existed.
+needs: none at all when no source of the batch has any, so an uncontrolled search runs no control
+code (no mask, no follow) and its outputs cannot depend on them.
 
 Shapes: U active units, g rows per unit, B = U * g decoder rows, V vocabulary, t tokens so far.
 """

@@ -104,15 +104,19 @@ def translate_stream(
     progress: bool = False,
     total: int | None = None,
     steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
+    pipeline: Callable[..., list[list[Translation]]] | None = None,
 ) -> int:
     """Translate `lines` with `translator.translate_nbest` (`decode_stream`; each chunk sorted into
-    token-bounded batches by the translator). Each warning goes to `warn`, and those about one line to
-    its output too (`emit`'s notes: `--json` prints them). Returns the number of lines."""
+    token-bounded batches by the translator), or with `pipeline`, a call with translate_nbest's
+    arguments that takes lines as people write them (the command line's: the documents layer's
+    `translate_lines` bound to the translator, sentences split and cased). Each warning goes to `warn`,
+    and those about one line to its output too (`emit`'s notes: `--json` prints them). Returns the
+    number of lines."""
     by_line = ByInput(warn)
+    call = pipeline or translator.translate_nbest
 
     def decode(texts: list[str], first_line: int, steering: dict[str, Any]) -> list:
-        return translator.translate_nbest(texts, batch_tokens=batch_tokens, first_line=first_line, warn=by_line,
-                                          **steering, **search)
+        return call(texts, batch_tokens=batch_tokens, first_line=first_line, warn=by_line, **steering, **search)
 
     return decode_stream(lines, out, decode, lambda i, _, r: emit(i, r, by_line.pop(i)), chunk_lines, progress,
                          total, steer)

@@ -124,7 +124,7 @@ class Glossary:
         """Read a glossary file; SteeringError naming the file and line for a malformed row, or both
         lines of a source term given twice with different target terms."""
         path = str(path)
-        if not Path(path).is_file():
+        if not Path(path).exists() or Path(path).is_dir():  # (a pipe, /dev/fd/N, is read as a file)
             raise SteeringError(f"glossary {path} not found")
         entries, lines = [], []
         with open_binary(path, "rb") as f:

@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from seq2seq.config.search import SearchConfig, check_search
+from seq2seq.config.search import SearchConfig
 
 SAMPLING_OPTIONS = ("topk", "topp", "temperature")
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false"}
@@ -114,9 +114,10 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
     decoder layers. ValueError with a readable message for an unknown, mistyped or conflicting option.
 
     The checks, in order: what the call itself asks (unknown or mistyped options, switches that
-    conflict, sampling options without sampling), then the values the config would have, by
-    `check_search` as a config file's are (with the same messages, the options named as given),
-    then what the model allows.
+    conflict, sampling options without sampling), then the values the config would have, where the
+    `SearchConfig` is made (`check_search`, as a config file's are, with the same messages, the options
+    named as given), then what the model allows (`SearchConfig.check_model`: token ids, attention_layer,
+    min_len within max_positions; one source's step logits within `MAX_STEP_LOGITS`).
     """
     unknown = sorted(set(overrides) - set(FIELD_TYPES) - set(SWITCHES))
     if unknown:
@@ -135,14 +136,9 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
         options["nbest"] = 1
     elif strategy == "beam" and nbest is None:  # the default, capped at the beam
         options["nbest"] = min(defaults.nbest, options.get("beam", defaults.beam))
-    values = {**vars(defaults), **options}
-    check_search(values)  # a config file's rules and messages, the options named as given
-    cfg = SearchConfig(**values)
+    cfg = SearchConfig(**{**vars(defaults), **options}, where="")  # a config file's rules, the options named as given
     if model is not None:
-        layer = options.get("attention_layer")
-        layers = model.n_decoder_layers
-        if layer is not None and not -layers <= layer < layers:
-            raise ValueError(f"attention_layer {layer} does not exist: the decoder has {layers} layer(s)")
+        cfg.check_model(model, where="")
         cfg = dataclasses.replace(cfg, max_len=cfg.length_cap(model.max_positions))
     rows, vocab = cfg.rows_per_source, getattr(model, "tgt_vocab_size", 1)
     if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory

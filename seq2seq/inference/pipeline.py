@@ -35,6 +35,8 @@ from seq2seq.inference.steering import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
     from seq2seq.model.encoders.sources import SourceProcessor
     from seq2seq.text.tokenizer import TokenizerPair
 
@@ -59,6 +61,9 @@ class Prepares(Protocol):
     @property
     def constraints_refused(self) -> str | None:
         """None for an engine whose search honours constraints, else the message that refuses them."""
+
+    @property
+    def device(self) -> torch.device | str: ...
 
     def search_config(self, **options: Any) -> SearchConfig: ...
 
@@ -113,16 +118,17 @@ def prepare_call(engine: Prepares, texts: list[str], batch_tokens: int, first_li
         if mode != "annotate" and any(s.constraints for s in steering):
             raise SteeringError(constraints_refused, field="constraints", code="unsupported_option")
     elif steering is not None:
-        steering = [_checked(s, cfg, first_line + i, mode, warn) for i, s in enumerate(steering)]
+        steering = [_checked(s, cfg, first_line + i, mode, warn, engine.device) for i, s in enumerate(steering)]
     if steering is not None and mode != "constrain":  # the terms on the sources, as the model was trained
         texts = [with_terms(text, steer, mode) for text, steer in zip(texts, steering)]
     return PreparedCall(texts, cfg, mode, steering)
 
 
-def _checked(steering: Steering, cfg: SearchConfig, line: int, mode: str, warn: Warn | None) -> Steering:
-    """One input's steering as the search gets it (`check_steering`), glossary terms beyond what the beam
-    holds dropped with a warning."""
-    steering, dropped = check_steering(steering, cfg, line, mode)
+def _checked(steering: Steering, cfg: SearchConfig, line: int, mode: str, warn: Warn | None,
+             device: torch.device | str) -> Steering:
+    """One input's steering as the search on `device` gets it (`check_steering`), glossary terms beyond what
+    the beam holds dropped with a warning."""
+    steering, dropped = check_steering(steering, cfg, line, mode, device)
     if dropped:
         (warn or log.warning)(Diagnostic(f"a beam of {cfg.beam} holds {cfg.beam - 1} constraints; glossary "
                                          f"term(s) {dropped} not enforced (pass a larger --beam)",

@@ -69,6 +69,7 @@ from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
 from seq2seq.inference.protocol import SearchableModel, reorder_memory
 from seq2seq.inference.search_state import EndedHypotheses, Hypothesis, Rows, Units
 from seq2seq.inference.step_masks import block_repeated_ngrams, build_controls
+from seq2seq.inference.stopping import SearchStopped, stop_check
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
 
 
@@ -82,9 +83,9 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
            sentence_end: Tensor | None = None, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
 
-    Each list holds up to `cfg.nbest` distinct hypotheses sorted by score, best first (fewer only
-    when constraints or a tiny vocabulary leave fewer finite-probability sequences, or when
-    samples coincide). controls: each source's decoding controls (target prefix, constraints, banned
+    Each list holds up to `cfg.nbest` hypotheses sorted by score, best first: distinct ones for beam
+    search (fewer only when constraints or a tiny vocabulary leave fewer finite-probability
+    sequences), `nbest` samples for sampling, two of which may coincide. controls: each source's decoding controls (target prefix, constraints, banned
     phrases; `seq2seq.inference.controls`), None for none; constraints need beam search, and a
     hypothesis that could not meet them ends at the length limit with `constraints_met=False`,
     ranked after those that did; continuation [V] (bool, optional): the target pieces that continue a
@@ -93,7 +94,8 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
     many sentences they end (`SourceControls.sentence_ends`). `use_cache=False`
     recomputes the whole prefix at every step instead of using the key/value cache (slow; for
     testing). The model is run in eval mode and restored. ControlError (a ValueError) naming the
-    source for controls that cannot be honoured.
+    source for controls that cannot be honoured. Inside `seq2seq.inference.stopping.stop_when(check)`,
+    SearchStopped before the first decoding step at which check() is True.
     """
     was_training = model.training
     model.eval()
@@ -126,7 +128,10 @@ class _Search:
         if pad_mask.size(0) == 0:
             return []
         self._start(src, memory, pad_mask)
+        stop = stop_check()  # a caller that may stop wanting the result (`seq2seq.inference.stopping`)
         for step in range(max(self.units.max_host) + 1):
+            if stop is not None and stop():
+                raise SearchStopped(f"the search was stopped before decoding step {step}")
             lprobs, step_attn = self._next_log_probs(step)
             cand = self.strategy.select(lprobs, self.scores)  # the strategy proposes
             cont, done, regroup = self._finish(cand, step, step_attn)  # the loop ends hypotheses and units
@@ -419,16 +424,19 @@ class _Search:
         self.pending = EndedHypotheses(values, [self.units.source[u] for u in unit_host], step, attn)
 
     def _nbest(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
-        """The best `nbest` distinct hypotheses, best first (stable for equal scores); only those that
-        met their constraints, when any did."""
+        """The best `nbest` hypotheses, best first (stable for equal scores): distinct ones, except that
+        samples are kept even where two coincide (`SearchConfig.distinct_nbest`); only those that met
+        their constraints, when any did."""
         if any(h.constraints_met for h in hyps):
             hyps = [h for h in hyps if h.constraints_met]
-        out, seen = [], set()
+        out: list[Hypothesis] = []
+        seen: set[tuple[int, ...]] = set()
         for hyp in sorted(hyps, key=lambda h: -h.score):
             key = tuple(hyp.tokens)
-            if key not in seen:
-                seen.add(key)
-                out.append(hyp)
-                if len(out) == self.cfg.nbest:
-                    break
+            if key in seen and self.cfg.distinct_nbest:
+                continue
+            seen.add(key)
+            out.append(hyp)
+            if len(out) == self.cfg.nbest:
+                break
         return out

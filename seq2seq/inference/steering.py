@@ -25,6 +25,7 @@ import torch
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
+from seq2seq.inference.memory import constraints_problem
 from seq2seq.inference.steering_fields import read_phrases, read_prefix
 from seq2seq.text.terminology import annotate, forms_of
 from seq2seq.text.tokenizer import unwritable
@@ -265,16 +266,13 @@ def _check_contradictions(steering: Steering, prefix: list[int], constraints: li
                                     code="term_avoided")
 
 
-MAX_CONSTRAINT_PAIRS = 1 << 24  # beam x candidates x constraints a constrained search step tracks (about 1 GB)
-
-
 def check_steering(steering: Steering, cfg: SearchConfig, line: int,
-                   mode: str = "constrain") -> tuple[Steering, list[str]]:
+                   mode: str = "constrain", device: torch.device | str | None = None) -> tuple[Steering, list[str]]:
     """(the steering the search gets, the glossary terms it drops); SteeringError naming the line where
     the search `cfg` cannot honour the input's constraints: they need beam search, a beam of k holds at
     most k - 1 constraints (one bank each, and one for hypotheses that met none yet), and tracking them
-    must fit in memory (`MAX_CONSTRAINT_PAIRS`). Glossary terms beyond what the beam holds are dropped
-    (the first ones found stay) and returned, for a warning; `steering` itself is not changed. Terms that
+    must fit in the memory a search on `device` may take (`seq2seq.inference.memory.constraints_problem`).
+    Glossary terms beyond what the beam holds are dropped (the first ones found stay) and returned, for a warning; `steering` itself is not changed. Terms that
     are only annotated (`mode` "annotate") ask nothing of the search."""
     n = len(steering.constraints)
     if mode == "annotate" or (not n and not steering.terms):
@@ -289,10 +287,7 @@ def check_steering(steering: Steering, cfg: SearchConfig, line: int,
                             f"pass --beam {n + 1} or more", line=line, field="beam", code="beam_too_small")
     kept = steering.terms[: room - n]
     tracked = n + len(kept)
-    pairs = cfg.beam * (tracked + 3) * tracked
-    if pairs > MAX_CONSTRAINT_PAIRS:
-        raise SteeringError(f"{tracked} constraints in a beam of {cfg.beam} are too many to track "
-                            f"({pairs:,} candidate-constraint pairs a step; at most {MAX_CONSTRAINT_PAIRS:,}): "
-                            "give fewer constraints or a smaller beam", line=line, field="constraints",
-                            code="too_many_constraints")
+    too_many = constraints_problem(cfg.beam, tracked, device)
+    if too_many is not None:
+        raise SteeringError(too_many, line=line, field="constraints", code="too_many_constraints")
     return dataclasses.replace(steering, terms=kept), steering.terms[room - n:]

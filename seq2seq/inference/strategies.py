@@ -141,7 +141,9 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs  # mass of the more likely tokens
-    sorted_logits = sorted_logits.masked_fill(before >= p, NEG_INF)
+    drop = before >= p
+    drop[:, 0] = False  # the most likely token stays, even for a p that float32 rounds to 0 (1e-300)
+    sorted_logits = sorted_logits.masked_fill(drop, NEG_INF)
     return torch.full_like(logits, NEG_INF).scatter(1, order, sorted_logits)
 
 

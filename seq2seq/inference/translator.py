@@ -40,6 +40,7 @@ from seq2seq.data.batching import length_batches, to_device
 from seq2seq.inference.controls import ControlError, SourceControls
 from seq2seq.inference.ensemble import EnsembleModel, EnsembleProcessor, check_members
 from seq2seq.inference.glossary import Glossary
+from seq2seq.inference import memory
 from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
 from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.results import Translation
@@ -225,6 +226,10 @@ class Translator:
         processor = self.processor_for(tgt_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
+        if not processor.kind.reads_files:  # a limit of 0 tokens, or below min_len, is said
+            for d in cfg.length_warnings({i: processor.length(x) for i, x in examples.items()},
+                                         self.config.model.max_positions, first_line):
+                (warn or log.warning)(d)
         for i, s in enumerate(steering or []):
             if s and i not in examples and not texts[i].strip():
                 (warn or log.warning)(Diagnostic("an empty input: its prefix, constraints and terms are not used "
@@ -328,6 +333,8 @@ class Translator:
         results: dict[Any, list[Translation]] = {}
         unmet = []
         max_sources = max(1, MAX_STEP_LOGITS // (cfg.rows_per_source * self.config.model.tgt_vocab_size))
+        max_sources = min(max_sources, memory.sources_that_fit(cfg, self.config.model, max(lengths.values(), default=0),
+                                                               len(self.members), self.device))
         for batch in length_batches(lengths, batch_tokens, max_sources):
             src = to_device(processor.collate([examples[k] for k in batch]), self.device)
             steer = None if not controls else [controls.get(k) for k in batch]

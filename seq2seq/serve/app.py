@@ -30,16 +30,21 @@ requests share batches. Sampling requests are never merged: a request with a see
 
 Errors are JSON objects `{"error": "message"}`, never a traceback: 400 for a body that is not
 JSON (or nests too deeply), 401 without the API key (when started with one; GET /health stays
-open), 413 for one over a limit (body bytes, texts per request, characters per text, pixels of an
-image, seconds of audio), 415 for a POST that is not `Content-Type: application/json` (or, for an
+open), 408 for a request whose head or body stops arriving (`read_timeout_s`), 413 for one over a
+limit (body bytes, texts per request, characters per text, pixels of an image, seconds of audio, the
+decoder steps its search may take: `max_work`), 431 for headers over 16 KiB, 415 for a POST that is not `Content-Type: application/json` (or, for an
 upload, the file's image/*, audio/* or application/octet-stream), 422 for a request that is JSON
 but wrong (a missing or mistyped field, a text that is not valid Unicode, an unknown or conflicting
-search option), 503 when the queue is full or the server is stopping, 500 if the model itself fails
-(logged in full on the server). A request's error is its own: if a batch gathered from several
+search option), 503 when the queue is full or the server is stopping, 504 for a request not answered
+within its time budget (`request_timeout_s`: its model call is stopped between two decoding steps, as
+it is when the client goes away; `seq2seq.serve.budget`), 500 if the model itself fails (logged in
+full on the server). A request's error is its own: if a batch gathered from several
 requests fails, the batcher runs them again one by one, and only the culprit fails.
 
-On SIGINT/SIGTERM the server stops accepting connections, lets the requests in flight finish, then
-stops the worker (`run_server`).
+On SIGINT/SIGTERM the server refuses new requests (503), stops accepting connections, lets the
+requests in flight finish or reach their time budget, then stops the worker and returns (`run_server`):
+within the budget and a few seconds. Connections that send nothing, or their head too slowly, are
+closed (`seq2seq.serve.connections`).
 
 This module loads the model, builds the app and runs it (`load_model`, `create_app`, `run_server`);
 the routes are `seq2seq.serve.routes`, the model calls on the worker `seq2seq.serve.model_calls`, the
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import signal
 import threading
 from pathlib import Path
@@ -103,6 +109,7 @@ def create_app(model: ServedModel, limits: Limits | None = None, allow_paths: bo
     app.state.model = model
     app.state.limits = server.limits
     app.state.api_key = api_key
+    app.state.begin_stop = server.begin_stop
     if api_key is not None:
         app.add_middleware(RequireApiKey, key=api_key)
     add_error_handlers(app)
@@ -136,10 +143,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's default)
+DRAIN_MARGIN_S = 5.0  # at a signal, how much longer than the time budget the requests in flight may take
+
+
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> Any:
+    """The `uvicorn.Config` of `app`: its connections (`seq2seq.serve.connections`: JSON for the errors
+    uvicorn answers itself, a deadline on each request's head), idle keep-alive connections closed after
+    KEEP_ALIVE_S, and at a signal the requests in flight given their time budget and DRAIN_MARGIN_S to
+    finish (the app's `Limits`; an app without them: 60 s)."""
+    import uvicorn
+
+    from seq2seq.serve.connections import protocol_class
+
+    limits = getattr(getattr(app, "state", None), "limits", None)
+    read_s = limits.read_timeout_s if limits is not None else Limits.read_timeout_s
+    drain_s = limits.request_timeout_s + DRAIN_MARGIN_S if limits is not None else 60.0
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=protocol_class(read_s),
+                          timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=math.ceil(drain_s))
+
+
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
                sockets: list[Any] | None = None) -> None:
-    """Serve `app` with uvicorn until SIGINT or SIGTERM; then stop accepting connections, finish the
-    requests in flight and the batching worker, and return (a second SIGINT forces the exit). Logs a
+    """Serve `app` with uvicorn (`server_config`) until SIGINT or SIGTERM; then refuse new requests
+    (503, /health "stopping"), stop accepting connections, let the requests in flight finish or reach
+    their time budget, stop the batching worker, and return (a second SIGINT forces the exit). Logs a
     warning when `host` is reachable from other machines and the app has no API key."""
     import uvicorn
 
@@ -148,8 +176,15 @@ def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_leve
                     "set --api-key or SEQ2SEQ_API_KEY, or put the server behind a proxy that authenticates "
                     "(docs/serving.md, Threat model)", host)
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=60)
-    server = uvicorn.Server(config)
+    begin_stop = getattr(getattr(app, "state", None), "begin_stop", None)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:  # uvicorn's signal handler
+            if begin_stop is not None and not self.should_exit:
+                begin_stop()
+            super().handle_exit(sig, frame)
+
+    server = Server(server_config(app, host, port, log_level))
     # uvicorn re-raises the signal that stopped it to the handlers it found; ours make that a no-op,
     # so a stop by signal is a clean return (exit code 0), not a KeyboardInterrupt or a kill.
     caught: list[int] = []

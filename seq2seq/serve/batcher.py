@@ -4,6 +4,11 @@ It takes the first waiting job, gathers whatever else arrives within `window_s` 
 `max_batch` items), and makes one call per set of equal options (jobs with equal keys), so
 concurrent requests share model calls. When a merged call raises, its jobs run again one by one:
 the job that caused it gets the exception, the others their results.
+
+A job is wanted until its deadline or until its request abandons it (`abandoned`, set when the client
+went away or the request stopped waiting). A job no longer wanted is dropped if it is still queued, and
+a model call whose jobs are all unwanted is stopped before its next decoding step
+(`seq2seq.inference.stopping`): the worker is free within one step, whatever the call asked for.
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import math
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from seq2seq.config.diagnostics import Seq2SeqError
+from seq2seq.inference.stopping import SearchStopped, stop_when
 from seq2seq.serve.requests import RequestError
 
 log = logging.getLogger("seq2seq.serve.batcher")
@@ -28,6 +36,23 @@ class _Job:
     options: dict[str, Any]
     key: Any  # jobs with equal keys may share a model call
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    deadline: float = math.inf  # time.monotonic() past which its result is not wanted
+    abandoned: threading.Event = field(default_factory=threading.Event)  # set: its request no longer waits
+
+    def wanted(self) -> bool:
+        """Does a request still wait for this job's result?"""
+        return not self.abandoned.is_set() and time.monotonic() < self.deadline
+
+
+class Abandoned(Seq2SeqError, RuntimeError):
+    """A job's model call was stopped (running: True), or the job dropped from the queue, because no
+    request wanted its result any more (past the deadline, or abandoned)."""
+
+    code = "abandoned"
+
+    def __init__(self, message: str, running: bool) -> None:
+        super().__init__(message)
+        self.running = running
 
 
 _STOP = object()
@@ -65,13 +90,20 @@ class Batcher:
             return self._pending
 
     @property
+    def alive(self) -> bool:
+        """Is the worker thread running?"""
+        return self._thread.is_alive()
+
+    @property
     def waiting_jobs(self) -> int:
         """Jobs in the queue, not yet taken by the worker."""
         return self._queue.qsize()
 
-    def submit(self, items: list[Any], options: dict[str, Any], mergeable: bool = True) -> concurrent.futures.Future:
-        """Queue a job; its future gets the list of results (or the model's exception). RequestError 503
-        when the queue is full or the batcher is closed."""
+    def submit(self, items: list[Any], options: dict[str, Any], mergeable: bool = True, deadline: float = math.inf,
+               abandoned: threading.Event | None = None) -> concurrent.futures.Future:
+        """Queue a job; its future gets the list of results (or the model's exception, or `Abandoned` when
+        it was no longer wanted: past `deadline`, a time.monotonic(), or once `abandoned` is set).
+        RequestError 503 when the queue is full or the batcher is closed."""
         with self._lock:
             if self._closed:
                 raise RequestError(503, "the server is shutting down")
@@ -79,14 +111,19 @@ class Batcher:
                 raise RequestError(503, f"the server is busy ({self._pending} texts waiting); try again shortly")
             self._pending += len(items)
         key = json.dumps(options, sort_keys=True) if mergeable else object()
-        job = _Job(list(items), dict(options), key)
+        job = _Job(list(items), dict(options), key, deadline=deadline, abandoned=abandoned or threading.Event())
         self._queue.put(job)
         return job.future
 
-    def close(self, timeout: float | None = None) -> None:
-        """Refuse new jobs, finish the queued ones, stop the worker."""
+    def refuse_new(self) -> None:
+        """Refuse new jobs (503) from now on; the queued ones still run."""
         with self._lock:
             self._closed = True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new jobs, finish the queued ones (those still wanted), stop the worker; wait for it at
+        most `timeout` seconds (None: until it stops)."""
+        self.refuse_new()
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout)
@@ -114,10 +151,13 @@ class Batcher:
     def _run_jobs(self, jobs: list[_Job]) -> None:
         groups: dict[Any, list[_Job]] = {}
         for job in jobs:
-            if job.future.set_running_or_notify_cancel():  # False: the client went away
-                groups.setdefault(job.key, []).append(job)
-            else:
+            if not job.future.set_running_or_notify_cancel():  # False: its request cancelled it
                 self._done(len(job.items))
+            elif not job.wanted():  # past its deadline, or abandoned, while it waited
+                job.future.set_exception(Abandoned("dropped from the queue: no request waits for it", running=False))
+                self._done(len(job.items))
+            else:
+                groups.setdefault(job.key, []).append(job)
         for group in groups.values():
             chunk: list[_Job] = []
             for job in group:
@@ -136,7 +176,13 @@ class Batcher:
             self.calls += 1
             self.batch_sizes.append(len(items))
             del self.batch_sizes[:-RECENT_CALLS]  # a long-running server keeps the recent ones only
-            results = self.run(items, jobs[0].options) if items else []
+            # the search stops before its next step once no job of the call is wanted (a few us a step)
+            with stop_when(lambda: not any(job.wanted() for job in jobs)):
+                results = self.run(items, jobs[0].options) if items else []
+        except SearchStopped:
+            log.info("a model call of %d texts was stopped: no request waits for it any more", len(items))
+            for job in jobs:
+                job.future.set_exception(Abandoned("stopped: no request waits for it", running=True))
         except BaseException as e:  # noqa: BLE001 - handed to the requests, which answer 500
             if len(jobs) > 1 and isinstance(e, Exception):
                 log.warning("a batch of %d requests failed (%s: %s); running them one by one",

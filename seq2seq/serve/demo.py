@@ -10,7 +10,6 @@ asks for the key and keeps it in the tab's sessionStorage only.
 
 from __future__ import annotations
 
-import re
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -22,8 +21,8 @@ from seq2seq.inference.protocol import ServedModel
 from seq2seq.inference.results import Translation
 from seq2seq.model.encoders.sources import AttentionView
 from seq2seq.serve.requests import Limits
+from seq2seq.text.languages import file_languages
 
-LANGUAGE = re.compile(r"(?:^|[._-])([a-z]{2,3})(?:\.gz)?$")  # "train.en.gz", "val.de", "corpus-fr"
 
 
 def demo_page() -> str:
@@ -34,10 +33,7 @@ def demo_page() -> str:
 def languages(model: ServedModel) -> list[str] | None:
     """[source, target] language codes read from the training files' names (train.en.gz,
     train.de.gz), or None where they do not say."""
-    data = model.config.data
-    found = [LANGUAGE.search(Path(name).name) for name in (data.train_src, data.train_tgt) if name]
-    codes = [m.group(1) for m in found if m]
-    return codes if len(codes) == 2 and codes[0] != codes[1] else None
+    return file_languages(model.config)
 
 
 def model_info(model: ServedModel, limits: Limits) -> dict[str, Any]:

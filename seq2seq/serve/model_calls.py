@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
+from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.protocol import ServedModel
 from seq2seq.inference.steering import Steering
@@ -40,15 +41,20 @@ class ModelCalls:
 
     def __init__(self, model: ServedModel, limits: Limits, glossary: Glossary | None = None) -> None:
         self.model, self.limits, self.glossary = model, limits, glossary
+        self.steps = pipeline_defaults(model)  # split_sentences, casing, loop_guard, spans, markup
 
     def run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
-        """Each text's n-best list; items: (text, its steering or None)."""
+        """Each text's n-best list; items: (text, its steering or None). The texts go through the text
+        pipeline as `seq2seq translate` sends its lines (`translate_lines`: sentences split and cased as
+        the model directory says, unless the request's `split_sentences` / `casing` / `loop_guard` say otherwise)."""
         warn, notes = self._warnings(log.warning)
         steering = self._steering_arguments(items)
         if self.glossary is not None:
             steering["glossary"] = self.glossary
-        results = self.model.translate_nbest([text for text, _ in items], batch_tokens=self.limits.batch_tokens,
-                                             warn=warn, **steering, **options)
+        options = dict(options)
+        steps = {name: options.pop(name, default) for name, default in self.steps.items()}
+        results = translate_lines(self.model, [text for text, _ in items], batch_tokens=self.limits.batch_tokens,
+                                  warn=warn, **steps, **steering, **options)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
 
     def run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:

@@ -21,11 +21,14 @@ more constraints than the beam holds, constraints without beam search) is checke
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from seq2seq.config import json_reader
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.inference import steering_fields
 from seq2seq.inference.inputs import SourceInput, read_input
@@ -42,6 +45,8 @@ MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request
 UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
 # A request's fields for the call that are not search options (each checked by the model), with an example:
 CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"'}
+# The text pipeline's steps (`seq2seq.documents.line_translation`), true or false; unset: the model's defaults
+PIPELINE_FIELDS = ("split_sentences", "casing", "loop_guard", "spans", "markup")  # `translate_lines`' steps
 
 
 @dataclass
@@ -61,14 +66,20 @@ class Limits:
     max_audio_seconds: float = 300.0  # duration of an audio file (read from its header, before decoding)
     max_phrases: int = 256  # constraints + avoid phrases per text (each at most max_chars characters)
     max_len: int = 512  # the largest max_len_b (output tokens beyond max_len_a x the source) a request may ask for
+    max_work: int = 1_000_000  # decoder steps a request may ask for: its length limits x beam (`serve.budget`)
+    request_timeout_s: float = 30.0  # from the queue to the answer; past it 504, its search stopped
+    read_timeout_s: float = 10.0  # the most a request's head may take to arrive, and its body between two reads
 
     def __post_init__(self) -> None:
         for name in ("max_texts", "max_chars", "max_body_bytes", "max_upload_bytes", "max_beam", "max_batch",
-                     "max_queue", "batch_tokens", "max_pixels", "max_phrases", "max_len"):
+                     "max_queue", "batch_tokens", "max_pixels", "max_phrases", "max_len", "max_work"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.max_audio_seconds > 0:
             raise ValueError(f"max_audio_seconds must be > 0, got {self.max_audio_seconds}")
+        for name in ("request_timeout_s", "read_timeout_s"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a number of seconds > 0, got {getattr(self, name)}")
         if self.batch_window_ms < 0:
             raise ValueError(f"batch_window_ms must be >= 0, got {self.batch_window_ms}")
         if self.max_queue < self.max_texts:
@@ -148,19 +159,20 @@ def check_api_key(headers: Headers, key: str) -> None:
                                 if not given else "wrong API key")
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body parsed as JSON: 413 over `limit` bytes, 400 for anything that is not JSON or
-    nests arrays/objects deeper than MAX_JSON_DEPTH."""
-    body = await read_body(request, limit, "request body")
+async def read_json(request: Request, limit: int, idle_timeout: float | None = None) -> Any:
+    """The request body parsed as JSON: 413 over `limit` bytes, 408 when the client sends nothing for
+    `idle_timeout` seconds (`read_body`), 400 for anything that is not JSON or nests arrays/objects
+    deeper than MAX_JSON_DEPTH."""
+    body = await read_body(request, limit, "request body", idle_timeout)
     too_deep_message = f"the request body nests JSON arrays/objects more than {MAX_JSON_DEPTH} levels deep"
     try:
-        value = json.loads(body.decode("utf-8"))
+        value = json_reader.loads(body.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise RequestError(400, f"the request body is not UTF-8 (byte {e.start})") from None
+    except json_reader.JSONLimitError as e:  # a number of 5,000 digits, or nesting past the parser's limit
+        raise RequestError(400, too_deep_message if e.nesting else f"the request body is not valid JSON: {e}") from None
     except json.JSONDecodeError as e:
         raise RequestError(400, f"the request body is not valid JSON: {e}") from None
-    except RecursionError:  # the parser's own limit (about 1000 levels)
-        raise RequestError(400, too_deep_message) from None
     if too_deep(value, MAX_JSON_DEPTH):
         raise RequestError(400, too_deep_message)
     return value
@@ -187,12 +199,22 @@ def check_unicode(text: str, where: str) -> None:
         raise RequestError(422, str(e), e.diagnostic) from None
 
 
-async def read_body(request: Request, limit: int, what: str) -> bytes:
+async def read_body(request: Request, limit: int, what: str, idle_timeout: float | None = None) -> bytes:
+    """The request's body: 413 over `limit` bytes (by its Content-Length, or as it arrives), 408 when no
+    byte of it arrives for `idle_timeout` seconds (None: no limit), as nginx's client_body_timeout."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise RequestError(413, f"the {what} has {int(length)} bytes; the limit is {limit}")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), idle_timeout)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise RequestError(408, f"the {what} stopped arriving: nothing came for {idle_timeout:g} s "
+                                    f"after {size} bytes") from None
         size += len(chunk)
         if size > limit:
             raise RequestError(413, f"the {what} is over the limit of {limit} bytes")
@@ -203,10 +225,16 @@ async def read_body(request: Request, limit: int, what: str) -> bytes:
 def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """Search options from a request's fields (already without text/texts/paths), `tgt_lang` (a
     multilingual model's target language), `terms` and `term_forms` (how terms reach the model,
-    docs/terminology.md): 422 for an unknown field or a value of the wrong type, 413
+    docs/terminology.md), `split_sentences`, `casing` and `loop_guard` (the text pipeline's steps): 422 for an unknown field or a value of the wrong type, 413
     for a beam or nbest over the limit, or a max_len_b over max_len. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options: dict[str, Any] = {}  # (the call fields' strings, the search options' numbers and switches)
     for name, value in fields.items():
+        if name in PIPELINE_FIELDS:
+            if value is not None and not isinstance(value, bool):
+                raise RequestError(422, f"{name} must be true or false, got {json.dumps(value)[:40]}")
+            if value is not None:
+                options[name] = value
+            continue
         if name in CALL_FIELDS:  # a multilingual model's target language; how terms reach the model
             example = CALL_FIELDS[name]
             if value is not None and not isinstance(value, str):
@@ -216,7 +244,8 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
             continue
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
-                                    f"steering: {', '.join(STEERING_FIELDS)}; {'; '.join(CALL_FIELDS)}")
+                                    f"steering: {', '.join(STEERING_FIELDS)}; {'; '.join(CALL_FIELDS)}; "
+                                    f"{', '.join(PIPELINE_FIELDS)}")
         if value is None:
             continue
         try:
@@ -363,8 +392,8 @@ def query_value(raw: str) -> Any:
     """A query-string value as JSON would give it (3, 0.6, true), else (not JSON, or nested too
     deeply) the string."""
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
+        value = json_reader.loads(raw)
+    except json.JSONDecodeError:
         return raw
     return raw if too_deep(value, MAX_JSON_DEPTH) else value
 

@@ -12,6 +12,8 @@ import logging
 import math
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,12 +24,14 @@ from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.inference.formats import formatter
 from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
+from seq2seq.inference.memory import SearchMemoryError
 from seq2seq.inference.pipeline import prepare_call
 from seq2seq.inference.protocol import ServedModel
 from seq2seq.inference.results import with_diagnostics
 from seq2seq.inference.steering import Steering, SteeringError, encode_steering
 from seq2seq.model.encoders.sources import SourceError
 from seq2seq.serve.batcher import Batcher
+from seq2seq.serve.budget import check_work, wait_for_result
 from seq2seq.serve.demo import attention_png, demo_page, model_info
 from seq2seq.serve.errors import refused
 from seq2seq.serve.model_calls import ModelCalls, Unreadable
@@ -38,8 +42,12 @@ from seq2seq.serve.requests import (
 
 log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one name, whichever module logs them
 
-# options of a call that are not search options: a Transcriber's, and a multilingual model's target language
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms")
+# options of a call that are not search options: a Transcriber's, a multilingual model's target language, the
+# text pipeline's steps
+CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", "split_sentences", "casing",
+                "loop_guard", "spans", "markup")
+
+STOP_WORKER_S = 5.0  # at shutdown, how long to wait for the worker to leave a model call no request waits for
 
 # The demo page runs only its own inline script and style, loads nothing from elsewhere, and is not framed.
 PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -73,7 +81,11 @@ class ModelServer:
             yield
         finally:
             self.stopping = True
-            await asyncio.to_thread(self.batcher.close)
+            # (the requests in flight have been answered; a call no request waits for stops within a step)
+            await asyncio.to_thread(self.batcher.close, STOP_WORKER_S)
+            if self.batcher.alive:
+                log.warning("the batching worker is still in a model call after %g s; exiting without it",
+                            STOP_WORKER_S)
             log.info("batching worker stopped after %d model calls", self.batcher.calls)
 
     def _steering(self, items: list[str], steering: list[Steering] | None, search: dict[str, Any],
@@ -100,10 +112,17 @@ class ModelServer:
         return [s if s else None for s in steering]
 
     async def run(self, items: list[str], options: dict[str, Any], steering: list[Steering] | None = None,
-                  name: Callable[[int], str] | None = None) -> tuple[list[Any], int, list[list[Diagnostic]]]:
+                  name: Callable[[int], str] | None = None,
+                  request: Request | None = None) -> tuple[list[Any], int, list[list[Diagnostic]]]:
         """The n-best lists of `items`, the nbest they were asked with and each item's warnings; 422 for
         options the model's `search_config` refuses, or steering (one per item, None for none; the
-        glossary's terms are added here) it cannot honour. name(index): how messages call an item."""
+        glossary's terms are added here) it cannot honour; 413 for more work than `max_work`; 504 past
+        the time budget and 499 when the client of `request` (None: not watched) went away, the model
+        call stopped (`seq2seq.serve.budget`); 503 once the server is stopping. name(index): how messages
+        call an item."""
+        deadline = time.monotonic() + self.limits.request_timeout_s
+        if self.stopping:
+            raise RequestError(503, "the server is shutting down")
         name = name or (lambda i: f"item {i}")
         search = {k: v for k, v in options.items() if k not in CALL_OPTIONS}  # the rest: the call's own
         try:
@@ -115,21 +134,44 @@ class ModelServer:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest, []
+        self._check_work(items, cfg)
         jobs = list(zip(items, self._steering(items, steering, search, options, name)))
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
-        future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample")
+        abandoned = threading.Event()
+        future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample", deadline=deadline,
+                                     abandoned=abandoned)
         try:
-            outputs = await asyncio.wrap_future(future)
+            outputs = await wait_for_result(future, abandoned, deadline, request, self.limits)
         except RequestError:
             raise
         except SteeringError as e:  # found only in the search: a prefix over the length limit, a long recording
             raise refused(e, name) from None
+        except SearchMemoryError as e:  # its longest source, with this beam, needs more memory than the search may take
+            raise RequestError(413, str(e), e.diagnostic) from None
         except Exception as e:  # noqa: BLE001 - the model failed: logged here, a one-line answer there
             log.error("model call failed: %s: %s", type(e).__name__, e, exc_info=e)
             first = str(e).splitlines()[0] if str(e) else ""
             detail = f"{type(e).__name__}: {first}" if first else type(e).__name__
             raise RequestError(500, f"the model failed on this request: {detail}") from None
         return [o.hyps for o in outputs], cfg.nbest, [o.warnings for o in outputs]
+
+    def _check_work(self, items: list[str], cfg: Any) -> None:
+        """413 for items whose search may take more than `max_work` decoder steps (`budget.check_work`):
+        a text's length limit from its source tokens, a file's the model's cap. Texts are tokenized only
+        when even every item at the cap could be over the limit."""
+        positions = self.model.config.model.max_positions
+        if len(items) * cfg.length_cap(positions) * cfg.rows_per_source <= self.limits.max_work:
+            return
+        lengths: list[int | None] = [None] * len(items)
+        if not self.kind.reads_files:  # (an empty text has no example: its limit counts as 0 tokens)
+            lengths = [len(x) for x in self.processor.prepare(items).values()]
+        check_work(cfg, lengths, positions, self.limits)
+
+    def begin_stop(self) -> None:
+        """The server is stopping (a signal came): /health says so (503), new requests get 503, the
+        requests in flight go on until their answer or their time budget."""
+        self.stopping = True
+        self.batcher.refuse_new()
 
     # ---- routes ------------------------------------------------------------------------------
 
@@ -143,10 +185,11 @@ class ModelServer:
         if self.kind.reads_files:
             raise RequestError(404, f"this server holds an {self.kind.name} model: POST the file to /generate")
         require_json(request.headers)
-        body = await read_json(request, self.limits.max_body_bytes)
+        body = await read_json(request, self.limits.max_body_bytes, self.limits.read_timeout_s)
         texts, single, steering, fields = parse_texts(body, self.limits)
         results, nbest, warnings = await self.run(texts, parse_options(fields, self.limits), steering,
-                                                  (lambda i: "text") if single else (lambda i: f"texts[{i}]"))
+                                                  (lambda i: "text") if single else (lambda i: f"texts[{i}]"),
+                                                  request)
         emit = formatter("json", nbest)
         objects = [json.loads(emit(i, hyps, notes)) for i, (hyps, notes) in enumerate(zip(results, warnings))]
         return JSONResponse(objects[0] if single else {"translations": objects})
@@ -156,14 +199,15 @@ class ModelServer:
             raise RequestError(404, "this server holds a text model: POST {\"text\": ...} to /translate")
         if media_type(request.headers)[0] == "application/json":
             require_json(request.headers)
-            sources, fields = parse_paths(await read_json(request, self.limits.max_body_bytes), self.limits,
+            body = await read_json(request, self.limits.max_body_bytes, self.limits.read_timeout_s)
+            sources, fields = parse_paths(body, self.limits,
                                           self.allow_paths)
             shared = parse_steering(fields, self.limits)
             options = parse_options(fields, self.limits)
             for source in sources:
                 check_source_size(source, self.processor, self.limits, source)
             steering = None if shared is None else [shared] * len(sources)
-            results, nbest, warnings = await self.run(sources, options, steering, lambda i: f"paths[{i}]")
+            results, nbest, warnings = await self.run(sources, options, steering, lambda i: f"paths[{i}]", request)
             return JSONResponse({"generations": [self._generation(hyps, nbest, source, notes)
                                                  for source, hyps, notes in zip(sources, results, warnings)]})
         require_upload_type(request.headers)
@@ -172,7 +216,7 @@ class ModelServer:
         try:  # 413 from the file's header, before anything is decoded
             check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
             results, nbest, warnings = await self.run([str(upload)], options, None if shared is None else [shared],
-                                                      lambda i: "the uploaded file")
+                                                      lambda i: "the uploaded file", request)
         finally:
             upload.unlink(missing_ok=True)
         if isinstance(results[0], Unreadable):
@@ -191,12 +235,13 @@ class ModelServer:
         takes {"text": ..., options}, a file model the file's bytes (options in the query string)."""
         if not self.kind.reads_files:
             require_json(request.headers)
-            texts, single, steering, fields = parse_texts(await read_json(request, self.limits.max_body_bytes),
+            body = await read_json(request, self.limits.max_body_bytes, self.limits.read_timeout_s)
+            texts, single, steering, fields = parse_texts(body,
                                                           self.limits)
             if not single:
                 raise RequestError(422, "give one \"text\": the attention of one source is drawn")
             results, _, _ = await self.run(texts, {**parse_options(fields, self.limits), "attention_layer": -1},
-                                           steering, lambda i: "text")
+                                           steering, lambda i: "text", request)
             if not results[0]:
                 raise RequestError(422, "the text is empty: there is no attention to draw")
             return Response(await asyncio.to_thread(attention_png, self.model, results[0][0]), media_type="image/png")
@@ -214,7 +259,7 @@ class ModelServer:
             except SourceError as e:
                 raise RequestError(422, str(e).replace(str(upload), "upload")) from None
             results, _, _ = await self.run([str(upload)], options, None if shared is None else [shared],
-                                           lambda i: "the uploaded file")
+                                           lambda i: "the uploaded file", request)
             if isinstance(results[0], Unreadable):
                 raise RequestError(422, "cannot read the uploaded file: " + results[0].reason.replace(str(upload), "upload"))
             png = await asyncio.to_thread(attention_png, self.model, results[0][0], view)
@@ -243,7 +288,7 @@ class ModelServer:
     async def _save_upload(self, request: Request) -> Path:
         """The uploaded file's bytes in a temporary file (the caller removes it): 413 over
         max_upload_bytes, 422 when empty."""
-        data = await read_body(request, self.limits.max_upload_bytes, "uploaded file")
+        data = await read_body(request, self.limits.max_upload_bytes, "uploaded file", self.limits.read_timeout_s)
         if not data:
             raise RequestError(422, "the request body is empty: POST an image or audio file's bytes")
         fd, name = tempfile.mkstemp(prefix="seq2seq-upload-")

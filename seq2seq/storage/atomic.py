@@ -1,13 +1,18 @@
 """Files written atomically, never half-written: a crash or kill mid-save leaves the previous file.
 
-Every file is written to a temporary name in the same directory and moved into place with
-`os.replace`, which is atomic. No torch here.
+Every regular file is written to a temporary name in the same directory and moved into place with
+`os.replace`, which is atomic. A symlink is written through: the temporary file goes beside its
+target, which it replaces, and the link stays a link. A path that is not a regular file (a FIFO, a
+character device such as /dev/null) or that names an open descriptor (/dev/stdout, /dev/fd/N,
+/proc/self/fd/N) is written directly: renaming onto it would replace the device node or the pipe,
+or leave the file a shell opened for it empty (`writes_directly`). No torch here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +30,43 @@ def shared_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_UMASK
 
 
+STD_STREAMS = ("/dev/stdin", "/dev/stdout", "/dev/stderr")
+DESCRIPTOR_DIRS = ("/dev/fd/", "/proc/")  # /dev/fd/N, /proc/self/fd/N: an open descriptor's file
+
+
+def names_a_descriptor(path: str | Path) -> bool:
+    """Whether `path`, or a symlink on the way from it to its file, is /dev/stdout (stdin, stderr),
+    /dev/fd/N or under /proc/: the file of an open descriptor, whatever kind of file that is."""
+    name = os.path.abspath(path)
+    for _ in range(40):  # (the kernel's limit on a chain of symlinks)
+        if name in STD_STREAMS or name.startswith(DESCRIPTOR_DIRS):
+            return True
+        if not os.path.islink(name):
+            return False
+        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return False
+
+
+def writes_directly(path: str | Path) -> bool:
+    """Whether `path` is written in place rather than by rename: it names an open descriptor
+    (`names_a_descriptor`), or it exists and is not a regular file (a FIFO, a socket, a character or
+    block device such as /dev/null), following symlinks."""
+    if names_a_descriptor(path):
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # none there (a dangling symlink too: its target is created)
+        return False
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; on success move it onto `path` atomically."""
-    path = Path(path)
+    """Yield a temporary path next to `path` (next to its target, for a symlink); on success move it
+    onto that target atomically. A path `writes_directly` is yielded itself, to be written in place."""
+    if writes_directly(path):
+        yield Path(path)
+        return
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

@@ -46,7 +46,7 @@ from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path, read_json, write_json_atomic, write_text_atomic
 from seq2seq.storage.weights import average_checkpoints, load_into, load_weights, save_weights
-from seq2seq.text.tokenizer import TokenizerPair
+from seq2seq.text.tokenizer import JOINT_MODEL, SRC_MODEL, TGT_MODEL, TokenizerPair
 
 
 @dataclass
@@ -71,6 +71,7 @@ class ModelDir:
     CURVES = "curves.png"
     CHECKPOINT_PREFIX = "step_"
     CHECKPOINT_SUFFIX = ".safetensors"
+    TOKENIZER_META = "tokenizer.meta.json"  # what the tokenizers were trained on (seq2seq.data.tokenizer_cache)
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -164,6 +165,18 @@ class ModelDir:
         """Load the weights in `path` (default: model.safetensors) into `model`, refusing any mismatch."""
         path = Path(path) if path is not None else self.weights_path
         load_into(model, load_weights(path), path)
+
+    def own_files(self) -> list[Path]:
+        """The files of this directory's layout that are there: config.yaml, the weights, the
+        tokenizers, metadata.json, the log and its plot, checkpoints/ and train_state/ (what no
+        command's output may replace: `seq2seq.storage.outputs.check_output_path`)."""
+        names = [self.CONFIG, self.WEIGHTS, self.BEST_WEIGHTS, self.METADATA, self.LOG, self.CURVES,
+                 self.TOKENIZER_META, JOINT_MODEL, SRC_MODEL, TGT_MODEL]
+        files = [self.path / name for name in names]
+        for folder in (self.checkpoint_dir, self.path / self.TRAIN_STATE, self.path / f"{self.TRAIN_STATE}.old"):
+            if folder.is_dir():
+                files += sorted(folder.iterdir())
+        return [p for p in files if p.is_file()]
 
     def metadata(self) -> dict[str, Any]:
         """metadata.json ({} when there is none yet)."""

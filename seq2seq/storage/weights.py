@@ -1,7 +1,8 @@
 """Weights on disk: safetensors (no pickle) written atomically, and loaded into a model by name.
 
     save_weights(state, path)       load_weights(path) -> state
-    load_into(model, state, source) refuses missing / unexpected tensors and shape mismatches by name
+    load_into(model, state, source) refuses missing / unexpected tensors, shape mismatches, the wrong
+                                    kind of dtype and non-finite values, by name (`check_tensor`)
     load_torch(path)                torch.load of tensors and plain containers only (older resume states)
     split_tensors(obj) / join_tensors(tensors, skeleton)   nested state (optimizer, RNG) as safetensors + JSON
     average_checkpoints(paths)      the element-wise mean of several checkpoints of one model
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
@@ -74,7 +76,25 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
         if own[name].shape != t.shape:
             raise CheckpointError(f"{source}: tensor '{name}' has shape {tuple(t.shape)}, "
                                   f"the model config expects {tuple(own[name].shape)}")
+        check_tensor(name, t, own[name].dtype, source)
     model.load_state_dict(state)
+
+
+def check_tensor(name: str, t: torch.Tensor, expected: torch.dtype, source: str | Path) -> None:
+    """CheckpointError naming the tensor and the file for a tensor the model cannot use: an integer
+    or bool tensor where the model holds floats (or a float where it holds integers), or a float
+    tensor with a NaN or an infinity (a diverged run, a damaged file: it would decode as empty or
+    garbage output). One pass over the tensor; any float width (fp16, bf16, fp32) is cast on load."""
+    if t.is_floating_point() != expected.is_floating_point or t.is_complex() != expected.is_complex:
+        raise CheckpointError(f"{source}: tensor '{name}' holds {str(t.dtype).removeprefix('torch.')} values, the "
+                              f"model expects {str(expected).removeprefix('torch.')}; the weights do not belong "
+                              "to this model (or were converted wrongly)")
+    # a sum is finite only when every value is (a NaN or inf propagates): one cheap pass, and the exact
+    # check only where it is not (finite values whose sum overflows are not refused)
+    if t.is_floating_point() and not math.isfinite(t.sum().item()) and not bool(torch.isfinite(t).all()):
+        raise CheckpointError(f"{source}: tensor '{name}' holds non-finite values (NaN or inf); the weights "
+                              "are damaged (a training run that diverged?) and would translate into empty "
+                              "or garbage output")
 
 
 def load_torch(path: str | Path) -> Any:

@@ -78,6 +78,31 @@ def source_languages(config: ModelSettings) -> list[str]:
     return sorted({x.src_lang for x in named if x.src_lang is not None})
 
 
+# A language code at the end of a file's name: "train.en.gz", "val.de", "corpus-fr"
+FILE_LANGUAGE = re.compile(r"(?:^|[._-])([a-z]{2,3})(?:\.gz)?$")
+
+
+def file_languages(config: ModelSettings) -> list[str] | None:
+    """[source, target] language codes read from the training files' names (train.en.gz,
+    train.de.gz), or None where they do not say."""
+    data = _data(config)
+    found = [FILE_LANGUAGE.search(name.replace("\\", "/").rsplit("/", 1)[-1])
+             for name in (data.train_src, data.train_tgt) if name]
+    codes = [m.group(1) for m in found if m]
+    return codes if len(codes) == 2 and codes[0] != codes[1] else None
+
+
+def source_language(config: ModelSettings) -> str | None:
+    """The one language a model translates from: the `src_lang` its corpora name (`source_languages`)
+    where there is exactly one, else the training source file's name (`file_languages`); None where
+    neither says (several source languages, or files named otherwise)."""
+    known = source_languages(config)
+    if known:
+        return known[0] if len(known) == 1 else None
+    named = file_languages(config)
+    return named[0] if named else None
+
+
 def check_source_language(config: ModelSettings, lang: str, model: str, flag: str) -> None:
     """LanguageError when a model that knows its source languages (`source_languages`) does not
     translate from `lang` (given as `flag`, e.g. "--mono-lang"); nothing when it does not say."""

@@ -89,12 +89,20 @@ def input_error(name: str, e: BaseException, where: str) -> InputError:
 
 
 def check_input_file(path: str) -> None:
-    """Refuse, with one line, an input path that is not a readable file ('-' is stdin)."""
+    """Refuse, with one line, an input path that is not a file to read ('-' is stdin; /dev/null,
+    /dev/stdin, /dev/fd/N and other pipes or devices are read as files)."""
     if path == "-" or os.path.isfile(path):
         return
     if os.path.isdir(path):
         raise click.ClickException(f"input {path} is a directory; give a file")
-    raise click.ClickException(f"input file not found: {path}")
+    if not os.path.exists(path):
+        raise click.ClickException(f"input file not found: {path}")
+
+
+def is_regular_file(path: str) -> bool:
+    """Whether `path` is a regular file (following symlinks): one that can be read twice, e.g. once to
+    count its lines for a progress bar and once to translate it; a pipe or stdin can be read once."""
+    return path != "-" and os.path.isfile(path)
 
 
 def read_input_lines(path: str) -> list[str]:

@@ -331,6 +331,9 @@ def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Se
             "train_pairs": data.n_train,
             "valid_pairs": data.n_valid,
             "parameters": model.num_parameters(),
+            # its pairs are single sentences (no training modifier merges them): `translate` splits a line
+            # into its sentences and cases them by default (seq2seq.documents.line_translation.pipeline_defaults)
+            "sentence_level": True,
         }
     )
     if data.corpora:  # several corpora: their shares, and the tags the sources carry

@@ -13,7 +13,7 @@ from seq2seq.training import distributed
 
 class LogWindow:
     """Target tokens, summed loss and wall time since the last training log. Steps checked on the
-    device (`Trainer._deferred_step`) add to `pending` there, [loss sum, tokens, skipped steps], which
+    device (`Trainer._train_step` where host reads stop it) add to `pending` there, [loss sum, tokens, skipped steps], which
     `settle` reads once."""
 
     def __init__(self) -> None:

@@ -40,11 +40,9 @@ REFERENCE = (590, "3.5 minutes on 1 core with AVX2 only, held-out BLEU 95.9")
 # validation BLEU passes 95 with a margin; the steps, not the minutes, decide it. Fast machines keep
 # the settings above, unchanged.
 DEFAULT_MINUTES = 3.5
-# The two step counts are what the throughput probe counts (`seq2seq.training.throughput`); since it times
-# the run's own batches, validations and saves (2026-11-28) they are about the steps trained (0.99x on the
-# AVX2 stand-in), and were rescaled then by the new probe's estimates over the old one's on the stand-in
-# (1.08x for these settings, 0.945x for the slow ones), so that every machine chooses as it chose before
-# (from 640 and 1,500; benchmarks/README.md, "The throughput probe").
+# The two step counts are in the throughput probe's units (`seq2seq.training.throughput`, which times the
+# run's own batches, validations and saves): about the steps trained (0.99x on the AVX2 stand-in). How they
+# were derived is in benchmarks/README.md, "The throughput probe".
 NEEDED_STEPS = 690
 SLOW_MAX_TOKENS = 1000
 

@@ -204,45 +204,29 @@ class Trainer:
                 f"smaller model. The last checkpoint is in {self.out_dir}") from None
 
     def _train_step(self, batches: list[Batch]) -> bool:
-        """One optimizer step over micro-batches; False when it was skipped at once (a non-finite loss or
-        gradient, on a device where the host checks each step)."""
+        """One optimizer step over the step's micro-batches, the same on every device: the gradients of the
+        summed losses / the step's tokens, unscaled and clipped; the optimizer and the schedule stepped; the
+        loss added to the log window. A step whose loss or gradient norm is not finite leaves the parameters
+        as they were. Where the host reads values for free (a CPU) it checks at once: a non-finite step is
+        skipped (and counted) there and takes no step number, and the call returns False. Elsewhere (a GPU)
+        nothing is read: the device skips the update (`step_unless`; the fp16 scaler skips by itself), the
+        step takes its number, and the window counts the skip at the next log line (`_settle`)."""
         total_tokens = distributed.sum_int(sum(b.n_tgt_tokens for b in batches), self.device)
         self.optimizer.zero_grad(set_to_none=True)
         on_step = getattr(getattr(self.model, "encoder", None), "on_train_step", None)
         if on_step is not None:  # e.g. a frozen pretrained backbone that starts training at step K
             on_step(self.step)
-        if self.deferred:
-            self._deferred_step(batches, total_tokens)
-            return True
-        loss_sum, finite = self._accumulate_gradients(batches, total_tokens)
-        if finite:
-            self.scaler.unscale_(self.optimizer)
-            max_norm = self.cfg.clip_norm if self.cfg.clip_norm else float("inf")
-            finite = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)))
-        if not finite and not self.scaler.is_enabled():
+        loss_sum = self._accumulate_gradients(batches, total_tokens)
+        if loss_sum is None:
             self._skip_step()
             return False
-        self.scaler.step(self.optimizer)  # the fp16 scaler skips non-finite steps itself
-        self.scaler.update()
-        self.scheduler.step()
-        self.step += 1
-        self.window.add(loss_sum / total_tokens, total_tokens)
-        return True
-
-    def _deferred_step(self, batches: list[Batch], total_tokens: int) -> None:
-        """The step without a host read: the loss summed on the device, the step skipped there when the
-        loss or the gradient norm is not finite (`step_unless`; the fp16 scaler skips by itself), and
-        both noted in the window for the next log line."""
-        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
-        for i, batch in enumerate(batches):
-            with self._gradient_sync(last=i == len(batches) - 1):
-                loss = self._micro_batch_loss(batch.to(self.device, non_blocking=True))
-                self.scaler.scale(loss * self.world / total_tokens).backward()
-            loss_sum = loss_sum + loss.detach().float()
         self.scaler.unscale_(self.optimizer)
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         ok = torch.isfinite(loss_sum) & torch.isfinite(norm)
+        if not self.deferred and not ok:  # (the scaler is a CUDA one: off where the host checks)
+            self._skip_step()
+            return False
         if self.scaler.is_enabled():
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -250,7 +234,11 @@ class Trainer:
             step_unless(self.optimizer, ~ok)
         self.scheduler.step()
         self.step += 1
-        self.window.add_on_device(loss_sum, total_tokens, ok)
+        if self.deferred:
+            self.window.add_on_device(loss_sum, total_tokens, ok)
+        else:
+            self.window.add(distributed.sum_float(loss_sum.item(), self.device) / total_tokens, total_tokens)
+        return True
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Where a micro-batch's forward and backward run: under DDP, gradients are all-reduced with the
@@ -266,24 +254,26 @@ class Trainer:
                                      batch.target_weights)
             return self.ddp(batch.src, batch.tgt_in, batch.tgt_out, batch.target_positions, batch.target_weights)
 
-    def _accumulate_gradients(self, batches: list[Batch], total_tokens: int) -> tuple[float, bool]:
+    def _accumulate_gradients(self, batches: list[Batch], total_tokens: int) -> torch.Tensor | None:
         """Backpropagate each micro-batch's summed loss / total_tokens (the step's tokens over all
-        processes). Returns (the step's summed loss, False if a loss was not finite).
+        processes). Returns this process's summed loss, a 0-dim tensor on the device: float64 where the host
+        checks each step (the sum Python floats would make, exactly), float32 elsewhere (MPS has no float64);
+        None where the host saw a non-finite loss and stopped the step there (one process).
 
-        One process stops at a non-finite loss. Under DDP (this process's share of the step) the
-        gradients are all-reduced, i.e. averaged, with the last micro-batch only (`no_sync` before),
-        so each loss is also scaled by world_size; a non-finite loss is still backpropagated, so that
-        the NaN reaches every process through the all-reduce and all of them skip the step together."""
-        loss_sum, finite = 0.0, True
+        Under DDP (this process's share of the step) the gradients are all-reduced, i.e. averaged, with the
+        last micro-batch only (`no_sync` before), so each loss is also scaled by world_size; a non-finite loss
+        is still backpropagated, so that the NaN reaches every process through the all-reduce and all of them
+        skip the step together."""
+        stop_at_non_finite = not self.deferred and self.ddp is None
+        loss_sum = torch.zeros((), dtype=torch.float32 if self.deferred else torch.float64, device=self.device)
         for i, batch in enumerate(batches):
             with self._gradient_sync(last=i == len(batches) - 1):
-                loss = self._micro_batch_loss(batch.to(self.device))
-                finite = finite and bool(torch.isfinite(loss))
-                if not finite and self.ddp is None:
-                    return loss_sum, False
+                loss = self._micro_batch_loss(batch.to(self.device, non_blocking=True))
+                if stop_at_non_finite and not torch.isfinite(loss):
+                    return None
                 self.scaler.scale(loss * self.world / total_tokens).backward()
-            loss_sum += loss.item()
-        return distributed.sum_float(loss_sum, self.device), finite
+            loss_sum = loss_sum + loss.detach().to(loss_sum.dtype)
+        return loss_sum
 
     def _skip_step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -3,7 +3,7 @@
     windows = split_windows(wave, rate, max_seconds=20.0)  # wave [T] -> [Window(start, end, ...)], samples
 
 A recording no longer than `max_seconds` is one window, the whole recording (so a short file is
-transcribed exactly as it was before windows existed). A longer one is cut at its pauses:
+transcribed in one search over all of it, with nothing cut or joined). A longer one is cut at its pauses:
 
 1. Energy: the RMS of 20 ms frames (no overlap), in dB.
 2. A threshold relative to the recording: loud = the 95th percentile of the frame energies (its
