@@ -244,6 +244,19 @@ def test_invalid_utf8_in_a_source_is_replaced_with_one_warning_and_keeps_every_l
     assert len(warnings) == 1 and "not_utf8.txt line 2" in warnings[0] and "U+FFFD" in warnings[0], result.stderr
 
 
+def test_a_glossary_line_that_is_not_utf8_is_refused_naming_it(sandbox, tmp_path):
+    """A replaced byte in a glossary would become a term the beam forces into the output: refused, naming the
+    file and line, and nothing is written."""
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_bytes(b"dog\tHund\n\xff\xfecat\tKa\xfftze\n")
+    out = tmp_path / "out.txt"
+    result = CliRunner().invoke(cli, ["translate", str(sandbox / "model"), "-i", str(sandbox / "src.txt"),
+                                      "--glossary", str(glossary), "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"glossary {glossary} line 2: invalid UTF-8 (byte 0): a glossary must be UTF-8" in result.stderr
+    assert "Traceback" not in result.output and not out.exists()
+
+
 def test_overwrite_replaces_a_finished_model_only_when_asked(sandbox, tmp_path):
     model = tmp_path / "model"
     shutil.copytree(sandbox / "model", model)

@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.inference.controls import SteeringError
 from seq2seq.text.lines import decoded_lines, open_binary
 from seq2seq.text.tokenizer import unwritable
@@ -127,8 +128,13 @@ class Glossary:
         if not Path(path).exists() or Path(path).is_dir():  # (a pipe, /dev/fd/N, is read as a file)
             raise SteeringError(f"glossary {path} not found")
         entries, lines = [], []
+
+        def refuse(d: Diagnostic) -> None:  # a replaced byte would become a term the beam forces: refused instead
+            raise SteeringError(f"glossary {d.message.removesuffix(' replaced with U+FFFD')}: a glossary must be "
+                               "UTF-8", field="glossary", code=d.code)
+
         with open_binary(path, "rb") as f:
-            for number, line in enumerate(decoded_lines(f, path), 1):
+            for number, line in enumerate(decoded_lines(f, path, warn=refuse), 1):
                 if not line.strip() or line.lstrip().startswith("#"):
                     continue
                 fields = [x.strip() for x in line.rstrip("\r").split("\t")]
