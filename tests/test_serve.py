@@ -49,11 +49,12 @@ def translator(tiny_model_dir) -> Translator:
 
 
 @contextlib.contextmanager
-def serving(app):
-    """uvicorn serving `app` on 127.0.0.1 in a thread; yields (port, server); stops it on exit."""
+def serving(app, config=None):
+    """uvicorn serving `app` on 127.0.0.1 in a thread (with `config`, a uvicorn.Config, if given); yields
+    (port, server); stops it on exit."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(config or uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + TIMEOUT

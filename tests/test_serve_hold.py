@@ -35,6 +35,8 @@ from seq2seq.serve.app import create_app, server_config  # noqa: E402
 from seq2seq.serve.batcher import Abandoned, Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
 
+import test_serve  # noqa: E402  (its `serving`)
+
 TIMEOUT = 60
 LONG_LINE = " ".join(["a man in a blue shirt rides a bike down the street"] * 25)  # > 255 source tokens
 
@@ -53,23 +55,10 @@ def pathological(translator: Translator, texts: int = 16) -> dict:
 
 @contextlib.contextmanager
 def serving(app):
-    """uvicorn serving `app` on 127.0.0.1 in a thread with the server's own settings (`server_config`)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(server_config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
-        sock.close()
-        assert not thread.is_alive(), "the server did not stop"
+    """uvicorn serving `app` on 127.0.0.1 in a thread with the server's own settings (`server_config`):
+    test_serve's `serving`; yields the port."""
+    with test_serve.serving(app, server_config(app, log_level="warning")) as (port, _):
+        yield port
 
 
 def call(port: int, method: str, path: str, body=None, timeout: float = TIMEOUT):

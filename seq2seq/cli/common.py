@@ -198,12 +198,9 @@ PROGRESS_OPTION = click.option(
 
 
 
-PIPELINE_STEPS = ("split_sentences", "casing", "loop_guard", "spans", "markup")  # the keywords of `text_pipeline_options`
-
-
 def text_pipeline_options(fn: Callable) -> Callable:
-    """--split-sentences/--no-split-sentences, --casing/--no-casing, --loop-guard/--no-loop-guard: the steps of the text pipeline
-    (`seq2seq.documents.line_translation`; default: on for a model trained on single sentences)."""
+    """--[no-]split-sentences, --[no-]casing, --[no-]loop-guard, --[no-]spans, --[no-]markup: the steps of the text
+    pipeline (`seq2seq.documents.line_translation.PIPELINE_STEPS`; unset: the model's `pipeline_defaults`)."""
     for option in reversed([
         click.option("--split-sentences/--no-split-sentences", "split_sentences", default=None,
                      help="Split each line into its sentences, translate each and join them back with the line's "
@@ -228,7 +225,7 @@ def text_pipeline_options(fn: Callable) -> Callable:
 def text_pipeline(translator: Any, kw: dict[str, Any]) -> Callable[..., Any]:
     """`translate_lines` bound to the translator, with the `text_pipeline_options` given (popped from kw)
     or the model's defaults (`pipeline_defaults`): what `translate_stream` calls (its `pipeline`)."""
-    from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
+    from seq2seq.documents.line_translation import PIPELINE_STEPS, pipeline_defaults, translate_lines
 
     steps = pipeline_defaults(translator)
     for name in PIPELINE_STEPS:

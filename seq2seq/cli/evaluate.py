@@ -10,10 +10,11 @@ from typing import Any, Sequence
 import click
 
 from seq2seq.cli.common import (
-    PIPELINE_STEPS, PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.steering import Steerer, steering_options
+from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.inference.formats import formatter, translate_stream
 from seq2seq.text.lines import read_input_lines

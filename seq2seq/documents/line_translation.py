@@ -75,6 +75,9 @@ class Unit:
     cased: casing_rules.Cased
 
 
+PIPELINE_STEPS = ("split_sentences", "casing", "loop_guard", "spans", "markup")  # `translate_lines`' switches
+
+
 def pipeline_defaults(engine: Any) -> dict[str, bool]:
     """The steps of `translate_lines` a model gets by default: "split_sentences" and "casing" for a model
     trained on single sentences (what its model directory's metadata.json says, `sentence_level`; a

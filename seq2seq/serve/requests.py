@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq.config import json_reader
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
+from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference import steering_fields
 from seq2seq.inference.inputs import SourceInput, read_input
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
@@ -45,9 +46,6 @@ MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request
 UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
 # A request's fields for the call that are not search options (each checked by the model), with an example:
 CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"'}
-# The text pipeline's steps (`seq2seq.documents.line_translation`), true or false; unset: the model's defaults
-PIPELINE_FIELDS = ("split_sentences", "casing", "loop_guard", "spans", "markup")  # `translate_lines`' steps
-
 
 @dataclass
 class Limits:
@@ -229,7 +227,7 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     for a beam or nbest over the limit, or a max_len_b over max_len. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options: dict[str, Any] = {}  # (the call fields' strings, the search options' numbers and switches)
     for name, value in fields.items():
-        if name in PIPELINE_FIELDS:
+        if name in PIPELINE_STEPS:  # the text pipeline's steps, true or false; unset: the model's defaults
             if value is not None and not isinstance(value, bool):
                 raise RequestError(422, f"{name} must be true or false, got {json.dumps(value)[:40]}")
             if value is not None:
@@ -245,7 +243,7 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
                                     f"steering: {', '.join(STEERING_FIELDS)}; {'; '.join(CALL_FIELDS)}; "
-                                    f"{', '.join(PIPELINE_FIELDS)}")
+                                    f"{', '.join(PIPELINE_STEPS)}")
         if value is None:
             continue
         try:

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
+from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.formats import formatter
 from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
@@ -44,8 +45,7 @@ log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one 
 
 # options of a call that are not search options: a Transcriber's, a multilingual model's target language, the
 # text pipeline's steps
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", "split_sentences", "casing",
-                "loop_guard", "spans", "markup")
+CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", *PIPELINE_STEPS)
 
 STOP_WORKER_S = 5.0  # at shutdown, how long to wait for the worker to leave a model call no request waits for
 
