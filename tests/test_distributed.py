@@ -129,3 +129,30 @@ def test_tensorboard_logging_writes_event_files_next_to_log_csv(multi30k_small, 
     history = read_json(tmp_path / "tb" / "train_state" / "state.json")["history"]
     assert losses == [(r["step"], round(r["valid_loss"], 4)) for r in history if "valid_loss" in r]
     assert len(events.Scalars("train_loss")) == 6 and (tmp_path / "tb" / "log.csv").is_file()
+
+
+def test_collective_timeout_reaches_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """training.collective_timeout_s is the timeout every collective of the group waits for a dead
+    peer (torch's default, 30 minutes, would leave the survivors of a killed worker blocked)."""
+    import datetime
+
+    from seq2seq.training import distributed
+
+    seen: dict[str, object] = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda backend, timeout: seen.update(backend=backend, timeout=timeout))
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "is_main", lambda: True)
+    assert distributed.init("cpu", 45.0)
+    assert seen == {"backend": "gloo", "timeout": datetime.timedelta(seconds=45)}
+
+
+def test_collective_timeout_must_be_positive() -> None:
+    from seq2seq.config.schema import ConfigError
+    from seq2seq.config.training_section import TrainingConfig
+
+    assert TrainingConfig().collective_timeout_s == 90.0
+    with pytest.raises(ConfigError, match="training.collective_timeout_s must be positive"):
+        TrainingConfig(collective_timeout_s=0)

@@ -63,6 +63,10 @@ class TrainingConfig:
     log_every: int = 50
     tensorboard: bool = False  # also log to <output_dir>/tensorboard (pip install "seq2seq[tensorboard]")
     max_bad_steps: int = 20  # skipped non-finite steps before aborting
+    # Under torchrun: how long a collective waits for a peer before the process fails. A worker that
+    # dies then stops its group within this bound, so torchrun's elastic agent can restart it
+    # (torch's own default, 30 minutes, leaves the survivors blocked for that long).
+    collective_timeout_s: float = 90.0
 
     def __post_init__(self) -> None:
         check_ranges(self, "training", {
@@ -73,7 +77,7 @@ class TrainingConfig:
             "weight_decay": (0.0, None), "min_lr_ratio": (0.0, 1.0), "label_smoothing": (0.0, 0.99),
             "ctc_weight": (0.0, 0.99),
         })
-        for name in ("lr", "encoder_lr", "adam_eps", "clip_norm", "max_time_minutes"):
+        for name in ("lr", "encoder_lr", "adam_eps", "clip_norm", "max_time_minutes", "collective_timeout_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ConfigError(f"training.{name} must be positive, got {value}")

@@ -43,18 +43,19 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def init(device_type: str = "cpu", timeout_minutes: float = 30.0) -> bool:
+def init(device_type: str = "cpu", timeout_s: float = 90.0) -> bool:
     """Join the process group torchrun describes (once); returns True when distributed.
 
     CUDA processes use device cuda:LOCAL_RANK and NCCL; CPU processes use gloo. Ranks other than
-    0 log warnings only. The timeout bounds how long a collective waits for a dead peer."""
+    0 log warnings only. timeout_s (`training.collective_timeout_s`) bounds how long a collective waits
+    for a dead peer."""
     if not launched_by_torchrun():
         return False
     if not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
         if not is_main():
             logging.getLogger("seq2seq").setLevel(logging.WARNING)
         log.info("distributed training: %d processes (%s)", world_size(), backend)

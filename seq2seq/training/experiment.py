@@ -192,7 +192,7 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
     A run that fails (bad data, an interrupt) before its first checkpoint leaves no output directory
     behind if it made it: nothing in it could be used or resumed.
     """
-    started = distributed.init(choose_device(cfg.training.device).type)
+    started = distributed.init(choose_device(cfg.training.device).type, cfg.training.collective_timeout_s)
     out_dir = Path(cfg.training.output_dir)
     made_here = not out_dir.exists()
     try:
