@@ -43,7 +43,7 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def init(device_type: str = "cpu", timeout_s: float = 90.0) -> bool:
+def init(device_type: str, timeout_s: float) -> bool:
     """Join the process group torchrun describes (once); returns True when distributed.
 
     CUDA processes use device cuda:LOCAL_RANK and NCCL; CPU processes use gloo. Ranks other than
