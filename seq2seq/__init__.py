@@ -8,6 +8,8 @@ The public API, importable from here (each loads torch and the model code only w
     run_training                                    config -> trained model directory (seq2seq.training)
     translate_lines                                 lines as people write them through any engine: sentences
                                                     split, cased, joined back (seq2seq.documents)
+    translate_documents                             HTML, XML and Markdown documents, translated into the
+                                                    same document (seq2seq.documents.formats)
 
 The package is layered, bottom first: config, text, model, accel, storage, report, data, inference,
 documents, training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
@@ -30,12 +32,14 @@ _API = {
     "load_config": "seq2seq.config.root",
     "run_training": "seq2seq.training.experiment",
     "translate_lines": "seq2seq.documents.line_translation",
+    "translate_documents": "seq2seq.documents.formats",
 }
 
 __all__ = [*_API, "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.root import Config, load_config
+    from seq2seq.documents.formats import translate_documents
     from seq2seq.documents.line_translation import translate_lines
     from seq2seq.inference.generator import Captioner, Generator, Transcriber
     from seq2seq.inference.translator import Translator

@@ -366,6 +366,7 @@ SMOKE_TESTED = {
     "benchmarks/data_scale.py": "tests/test_benchmarks.py::test_the_data_scale_benchmark_runs_at_its_smallest",
     "benchmarks/decode.py": "tests/test_benchmarks.py::test_the_decode_benchmark_runs_at_its_smallest",
     "benchmarks/deploy.py": "tests/test_export.py::test_the_deploy_benchmark_runs_at_its_smallest",
+    "benchmarks/documents.py": "tests/test_document_formats.py::test_the_documents_benchmark_runs_at_its_smallest",
     "benchmarks/ensemble.py": "tests/test_benchmarks.py::test_the_ensemble_benchmark_runs_at_its_smallest",
     "benchmarks/ensemble_cost.py": "tests/test_benchmarks.py::test_the_ensemble_cost_benchmark_runs_at_its_smallest",
     "benchmarks/glossary.py": "tests/test_benchmarks.py::test_the_glossary_benchmark_runs_at_its_smallest",

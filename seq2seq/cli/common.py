@@ -222,16 +222,22 @@ def text_pipeline_options(fn: Callable) -> Callable:
     return fn
 
 
-def text_pipeline(translator: Any, kw: dict[str, Any]) -> Callable[..., Any]:
-    """`translate_lines` bound to the translator, with the `text_pipeline_options` given (popped from kw)
-    or the model's defaults (`pipeline_defaults`): what `translate_stream` calls (its `pipeline`)."""
-    from seq2seq.documents.line_translation import PIPELINE_STEPS, pipeline_defaults, translate_lines
+def pipeline_steps(translator: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """The text pipeline's steps: the `text_pipeline_options` given (popped from kw), else the model's
+    defaults (`pipeline_defaults`)."""
+    from seq2seq.documents.line_translation import PIPELINE_STEPS, pipeline_defaults
 
     steps = pipeline_defaults(translator)
     for name in PIPELINE_STEPS:
         given = kw.pop(name, None)
         if given is not None:
             steps[name] = given
-    return functools.partial(translate_lines, translator, split_sentences=steps["split_sentences"],
-                             casing=steps["casing"], loop_guard=steps["loop_guard"], spans=steps["spans"],
-                             markup=steps["markup"])
+    return steps
+
+
+def text_pipeline(translator: Any, kw: dict[str, Any]) -> Callable[..., Any]:
+    """`translate_lines` bound to the translator with its `pipeline_steps`: what `translate_stream` calls
+    (its `pipeline`)."""
+    from seq2seq.documents.line_translation import translate_lines
+
+    return functools.partial(translate_lines, translator, **pipeline_steps(translator, kw))

@@ -130,6 +130,17 @@ class Steerer:
                     "glossary": self.glossary, "terms": self.terms, "term_forms": self.term_forms}
         return texts, {k: v for k, v in steering.items() if v is not None}
 
+    def shared(self, what: str) -> dict[str, Any]:
+        """The steering arguments that apply to a whole document (`what` says which: "--format html"):
+        banned phrases, glossary, terms; a line-aligned file or --json-input is refused with it."""
+        if self.files or self.json_input:
+            given = next(iter(self.files.values()))[0] if self.files else "--json-input"
+            raise SteeringError(f"{given} steers line by line; {what} translates a document whole (give "
+                                "--avoid, --glossary or --terms, which apply to the whole document)")
+        steering = {"avoid": self.avoid or None, "glossary": self.glossary, "terms": self.terms,
+                    "term_forms": self.term_forms}
+        return {k: v for k, v in steering.items() if v is not None}
+
     def close(self) -> None:
         """SteeringError naming a line-aligned file that has more lines than the input."""
         try:

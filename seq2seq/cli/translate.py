@@ -11,11 +11,12 @@ import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, pipeline_steps, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.deploy import check_engine_choice, engine_options, load_engine
 from seq2seq.cli.steering import Steerer, steering_options
+from seq2seq.documents.formats import FORMAT_NAMES, format_of_path, read_document, translate_documents
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
 from seq2seq.inference.protocol import TranslationEngine
@@ -34,6 +35,11 @@ from seq2seq.text.lines import (
                    "(the default for --nbest > 1) or fairseq 'H-LINE<TAB>score<TAB>text'.")
 @click.option("--scores", is_flag=True, help="Print 'score<TAB>translation' (score: length-penalised log-probability).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line: text, score, logprob, tokens.")
+@click.option("--format", "doc_format", type=click.Choice(FORMAT_NAMES), default=None,
+              help="What the input is: text (one sentence or paragraph a line, translated line by line), or an "
+                   "html, xml or markdown document, translated whole into the same document (markup, attributes, "
+                   "code and whitespace kept; docs/documents.md). Default: by the -i file's name (.html, .htm, "
+                   ".xhtml, .xml, .md, .markdown), else text.")
 @click.option("--alignment", is_flag=True, help="With --json: add the cross-attention matrix and the source tokens.")
 @click.option("--show-attention", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
               help="Plot the cross-attention of the (single) input sentence as a heatmap.")
@@ -48,7 +54,7 @@ from seq2seq.text.lines import (
 @model_options
 @user_errors
 def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
-              alignment: bool, show_attention: str | None, attention_layer: int, engine: str, engine_dir: str | None,
+              doc_format: str | None, alignment: bool, show_attention: str | None, attention_layer: int, engine: str, engine_dir: str | None,
               progress: bool | None, device: str, precision: str, weights: str | None, batch_tokens: int,
               chunk_lines: int, **kw: Any) -> None:
     """Translate text with MODEL_DIR (several: an ensemble): one output line per input line, in order.
@@ -56,7 +62,8 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
     time. With a terminal on stdin it is interactive: type a sentence after the "> " prompt. A line
     of several sentences is split and joined back, and a sentence in capitals is cased, as the model
-    directory says (--split-sentences, --casing, --loop-guard; docs/documents.md).
+    directory says (--split-sentences, --casing, --loop-guard; docs/documents.md). An HTML, XML or
+    Markdown document (--format, or by its file name) is read whole and written back whole.
     """
     steps = {name: kw.pop(name) for name in PIPELINE_STEPS}
     steer = Steerer.from_options(kw)
@@ -69,13 +76,20 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
         raise click.UsageError("--json already holds the scores; use one of --scores and --json")
     if nbest_format and (as_json or scores):
         raise click.UsageError(f"--nbest-format is an output format of its own; drop {'--json' if as_json else '--scores'}")
+    doc_format = doc_format or format_of_path(input_path)
+    if doc_format != "text":
+        _check_document_options(doc_format, nbest_format, scores, as_json, alignment, show_attention, search)
     if alignment or show_attention:
         search["attention_layer"] = attention_layer
     check_input_file(input_path)
     check_output_paths({"-o": output_path, "--show-attention": show_attention},
                        [input_path, *(steer.paths if steer else []),
                         *model_files(model_dir, weights, (engine_dir or "") if engine != "torch" else None)])
-    interactive = input_path == "-" and common.stdin_is_tty()
+    document: str | None = None  # --format html|xml|markdown: the input, read whole (and checked) before the model loads
+    document_name = "stdin" if input_path == "-" else input_path
+    if doc_format != "text":
+        document = read_document(input_path, document_name, doc_format)
+    interactive = input_path == "-" and common.stdin_is_tty() and document is None
     lines: list[str] | None = None  # --show-attention reads its one sentence up front
     if show_attention and not interactive:
         with open_binary(input_path, "rb") as f:
@@ -91,6 +105,13 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
                                                         language)
     else:
         translator = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, search)
+    if document is not None:
+        text = translate_documents(translator, [document], doc_format, names=[document_name], warn=warn,
+                                   batch_tokens=batch_tokens, **pipeline_steps(translator, steps),
+                                   **(steer.shared(f"--format {doc_format}") if steer else {}), **language, **search)[0]
+        with output_file(output_path) as out:
+            out.write(text.encode("utf-8"))
+        return
     nbest = translator.search_config(**search).nbest
     if show_attention:  # the plot is of one sentence: its line goes to the model unsplit
         steps["split_sentences"] = False
@@ -122,6 +143,17 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
         except (OSError, ValueError, io.UnsupportedOperation):
             pass
         sys.exit(1)
+
+
+def _check_document_options(doc_format: str, nbest_format: str | None, scores: bool, as_json: bool, alignment: bool,
+                            show_attention: str | None, search: dict[str, Any]) -> None:
+    """A document is written back whole: the options of line-by-line output are refused with it."""
+    given = [flag for flag, on in (("--nbest-format", nbest_format), ("--scores", scores), ("--json", as_json),
+                                   ("--alignment", alignment), ("--show-attention", show_attention),
+                                   ("--nbest", (search.get("nbest") or 1) > 1)) if on]
+    if given:
+        raise click.UsageError(f"--format {doc_format} writes the translated document; {given[0]} is an option of "
+                               "line-by-line output (use --format text)")
 
 
 def _translate_interactively(out: BinaryIO, pipeline: Callable[..., list], emit: Callable[[int, list], str],

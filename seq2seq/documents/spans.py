@@ -77,9 +77,9 @@ _MARKUP: list[tuple[str, re.Pattern[str]]] = [
     ("comment", re.compile(r"<!--.*?-->", re.S)),
     ("code", re.compile(rf"<({_VERBATIM_ELEMENTS})\b[^>]*>.*?</\1\s*>", re.S | re.I)),
     ("tag", re.compile(r"<(?:\w+\b[^<>]*?\btranslate\s*=\s*[\"']?no\b)[^<>]*>")),  # resolved by _no_translate
-    ("entity", re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);")),
     ("image", re.compile(r"!\[[^\]\n]*\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")),
 ]
+_ENTITY = ("entity", re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#\d+|#[xX][0-9A-Fa-f]+);"))
 _TAG = re.compile(r"</?([A-Za-z][\w:-]*)(?:\s+(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?\s*/?>")
 _LINK = re.compile(r"\[(?=[^\[\]\n]*\]\()([^\[\]\n]*)(\]\([^()\s]*(?:\s+\"[^\"]*\")?\))")
 _STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
@@ -122,6 +122,7 @@ def _find(text: str, markup: bool) -> list[_Raw]:
             scan(kind, pattern)
         _pair_tags(view, take)  # before the URLs: an attribute's URL is part of its tag
         _pair_markdown(view, take, (_LINK,))  # and a link's target is part of its closing tag
+        scan(*_ENTITY)  # (an entity inside an attribute, or a link's target, is part of its tag too)
     for kind, pattern in _PATTERNS:
         scan(kind, pattern)
     if markup:

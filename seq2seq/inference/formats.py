@@ -21,7 +21,7 @@ def _empty_translation() -> Translation:
     return Translation(text="", score=0.0, logprob=0.0, token_ids=[], pieces=[], token_logprobs=[], src_pieces=[])
 
 
-def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable[..., str]:
+def formatter(fmt: str, nbest: int, nbest_format: str | None = None, documents: bool = False) -> Callable[..., str]:
     """emit(index, n-best list, notes=()): the output text (newline-terminated) of input line `index`
     (0-based) from its n-best list, and the warnings it drew (`notes`, `Diagnostic`s).
 
@@ -32,6 +32,8 @@ def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable
       marian:  "index ||| text ||| F0= logprob ||| score"  (Marian's --n-best lines)
       fairseq: "H-index<TAB>score<TAB>text"                 (fairseq-generate's H- lines)
     score is the length-penalised log-probability, logprob the plain sum (natural logarithms).
+    documents (json): each result is a whole document (`seq2seq.documents.formats`), whose text keeps its
+    line breaks (escaped by JSON).
     """
     if nbest_format is not None and nbest_format not in NBEST_FORMATS:
         raise ValueError(f"unknown n-best format {nbest_format!r}; choose one of {', '.join(NBEST_FORMATS)}")
@@ -46,7 +48,7 @@ def formatter(fmt: str, nbest: int, nbest_format: str | None = None) -> Callable
         hyps = hyps or [_empty_translation()]
         if fmt == "json":
             obj = hyps[0].to_json()
-            obj["text"] = one_line(obj["text"])
+            obj["text"] = obj["text"] if documents else one_line(obj["text"])
             if nbest > 1:
                 obj["nbest"] = [{**h.to_json(), "text": one_line(h.text)} for h in hyps]
             return json_line(with_diagnostics(obj, notes)) + "\n"

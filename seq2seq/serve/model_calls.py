@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
+from seq2seq.documents.formats import document_translations
 from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.protocol import ServedModel
@@ -53,6 +54,11 @@ class ModelCalls:
             steering["glossary"] = self.glossary
         options = dict(options)
         steps = {name: options.pop(name, default) for name, default in self.steps.items()}
+        fmt = options.pop("format", "text")
+        if fmt != "text":  # each text a whole document (the route refuses per-text steering with it)
+            docs = document_translations(self.model, [text for text, _ in items], fmt, warn=warn,
+                                         batch_tokens=self.limits.batch_tokens, **steps, **steering, **options)
+            return [Output([t], notes.get(i, [])) for i, t in enumerate(docs)]
         results = translate_lines(self.model, [text for text, _ in items], batch_tokens=self.limits.batch_tokens,
                                   warn=warn, **steps, **steering, **options)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]

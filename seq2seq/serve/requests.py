@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq.config import json_reader
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
+from seq2seq.documents.formats import FORMAT_NAMES
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference import steering_fields
 from seq2seq.inference.inputs import SourceInput, read_input
@@ -223,13 +224,20 @@ async def read_body(request: Request, limit: int, what: str, idle_timeout: float
 def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """Search options from a request's fields (already without text/texts/paths), `tgt_lang` (a
     multilingual model's target language), `terms` and `term_forms` (how terms reach the model,
-    docs/terminology.md), `split_sentences`, `casing` and `loop_guard` (the text pipeline's steps): 422 for an unknown field or a value of the wrong type, 413
+    docs/terminology.md), `split_sentences`, `casing` and `loop_guard` (the text pipeline's steps), `format` (what each
+    text is: text, html, xml or markdown; seq2seq.documents.formats): 422 for an unknown field or a value of the wrong type, 413
     for a beam or nbest over the limit, or a max_len_b over max_len. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
     options: dict[str, Any] = {}  # (the call fields' strings, the search options' numbers and switches)
     for name, value in fields.items():
         if name in PIPELINE_STEPS:  # the text pipeline's steps, true or false; unset: the model's defaults
             if value is not None and not isinstance(value, bool):
                 raise RequestError(422, f"{name} must be true or false, got {json.dumps(value)[:40]}")
+            if value is not None:
+                options[name] = value
+            continue
+        if name == "format":  # what each text is: seq2seq.documents.formats
+            if value is not None and value not in FORMAT_NAMES:
+                raise RequestError(422, f"format must be one of {', '.join(FORMAT_NAMES)}, got {json.dumps(value)[:40]}")
             if value is not None:
                 options[name] = value
             continue
@@ -243,7 +251,7 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
                                     f"steering: {', '.join(STEERING_FIELDS)}; {'; '.join(CALL_FIELDS)}; "
-                                    f"{', '.join(PIPELINE_STEPS)}")
+                                    f"{', '.join(PIPELINE_STEPS)}; format")
         if value is None:
             continue
         try:

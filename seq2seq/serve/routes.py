@@ -45,7 +45,7 @@ log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one 
 
 # options of a call that are not search options: a Transcriber's, a multilingual model's target language, the
 # text pipeline's steps
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", *PIPELINE_STEPS)
+CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", "format", *PIPELINE_STEPS)
 
 STOP_WORKER_S = 5.0  # at shutdown, how long to wait for the worker to leave a model call no request waits for
 
@@ -134,6 +134,9 @@ class ModelServer:
             raise RequestError(422, str(e)) from None
         if not items:
             return [], cfg.nbest, []
+        if options.get("format", "text") != "text" and steering and any(steering):
+            raise RequestError(422, f"format {options['format']} translates each text as a whole document; prefix, "
+                                    "constraints and avoid steer sentences: drop them, or use format text")
         self._check_work(items, cfg)
         jobs = list(zip(items, self._steering(items, steering, search, options, name)))
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate
@@ -187,10 +190,11 @@ class ModelServer:
         require_json(request.headers)
         body = await read_json(request, self.limits.max_body_bytes, self.limits.read_timeout_s)
         texts, single, steering, fields = parse_texts(body, self.limits)
-        results, nbest, warnings = await self.run(texts, parse_options(fields, self.limits), steering,
+        options = parse_options(fields, self.limits)
+        results, nbest, warnings = await self.run(texts, options, steering,
                                                   (lambda i: "text") if single else (lambda i: f"texts[{i}]"),
                                                   request)
-        emit = formatter("json", nbest)
+        emit = formatter("json", nbest, documents=options.get("format", "text") != "text")
         objects = [json.loads(emit(i, hyps, notes)) for i, (hyps, notes) in enumerate(zip(results, warnings))]
         return JSONResponse(objects[0] if single else {"translations": objects})
 
