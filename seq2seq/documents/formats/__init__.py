@@ -22,79 +22,36 @@ translated, with a `DocumentError` naming the document, line and column.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError, Warn
+from seq2seq.config.diagnostics import Diagnostic, Warn
+from seq2seq.documents.formats import html, markdown, plain
+from seq2seq.documents.formats.document import DocumentError, DocumentFormat, Segment
 from seq2seq.inference.results import Translation
 
 log = logging.getLogger(__name__)
 
 
-class DocumentError(Seq2SeqError):
-    """A document that cannot be read in its format (its message names the document, line and column)."""
-
-    code = "bad_document"
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One run of text of a document: source offsets [start, end) of what is replaced, `text` the one
-    line the engine translates (the run with its line breaks as spaces), and `quote`: for an
-    attribute value, the quote character its translation is written between (escaped inside it)."""
-
-    start: int
-    end: int
-    text: str
-    quote: str | None = None
-
-    def written(self, translation: str) -> str:
-        """The translation as it goes into the document in place of the segment."""
-        if self.quote is None:
-            return translation
-        escape = "&quot;" if self.quote == '"' else "&#39;"
-        return translation.replace(self.quote, escape)
-
-
-@dataclass(frozen=True)
-class DocumentFormat:
-    """One document format: its name, the file name endings it is chosen by, its `stages` (names passed
-    to `segments`, run in turn), `segments(document, name, stage)` (raises `DocumentError` where the
-    document does not parse) and `tree(document)`: a value equal for two documents of the same
-    structure (elements, attributes that are not translated, code and comments), whatever their text."""
-
-    name: str
-    extensions: tuple[str, ...]
-    segments: Callable[[str, str, str], list[Segment]]
-    tree: Callable[[str], Any]
-    stages: tuple[str, ...] = ("text",)
-
-
-def _formats() -> dict[str, DocumentFormat]:
-    from seq2seq.documents.formats import html, markdown, plain
-
-    return {f.name: f for f in (plain.FORMAT, html.HTML, html.XML, markdown.FORMAT)}
-
-
-FORMAT_NAMES = ("text", "html", "xml", "markdown")  # the keys of `FORMATS` (for the CLI's choices)
+FORMATS: dict[str, DocumentFormat] = {f.name: f for f in (plain.FORMAT, html.HTML, html.XML, markdown.FORMAT)}
+FORMAT_NAMES = tuple(FORMATS)
+__all__ = ["DocumentError", "DocumentFormat", "FORMATS", "FORMAT_NAMES", "Segment", "document_translations",
+           "format_of_path", "get_format", "read_document", "translate_documents"]
 
 
 def get_format(name: str) -> DocumentFormat:
     """The format called `name` (a `DocumentError` naming the known ones otherwise)."""
-    formats = _formats()
-    if name not in formats:
-        raise DocumentError(f"unknown document format {name!r}; choose one of {', '.join(formats)}")
-    return formats[name]
+    if name not in FORMATS:
+        raise DocumentError(f"unknown document format {name!r}; choose one of {', '.join(FORMATS)}")
+    return FORMATS[name]
 
 
 def format_of_path(path: str) -> str:
     """The format a file is read as by its name's ending ("text" for any other name, and for stdin "-")."""
     suffixes = "".join(Path(path).suffixes[-2:]).lower()
-    for fmt in _formats().values():
+    for fmt in FORMATS.values():
         if any(suffixes.endswith(ext) for ext in fmt.extensions):
             return fmt.name
     return "text"
@@ -194,17 +151,3 @@ def _rebuilt(document: str, segments: list[Segment], translations: list[str]) ->
 def _line_of(document: str, offset: int) -> int:
     """The 1-based line of `document` that `offset` is on."""
     return document.count("\n", 0, offset) + 1
-
-
-def line_starts(text: str) -> list[int]:
-    """The offset each line of `text` starts at (what the formats turn (line, column) positions into offsets by)."""
-    starts = [0]
-    for k, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(k + 1)
-    return starts
-
-
-def offset_line(starts: list[int], offset: int) -> int:
-    """The 0-based line that `offset` is on, given `line_starts`."""
-    return bisect.bisect_right(starts, offset) - 1

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any, Callable
 
-from seq2seq.documents.formats import DocumentError, DocumentFormat, Segment, line_starts
+from seq2seq.documents.formats.document import DocumentError, DocumentFormat, Segment, line_starts
 
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big br cite code data del dfn em font i img input ins kbd label mark nobr q s "

@@ -19,7 +19,7 @@ import logging
 import re
 from typing import Any
 
-from seq2seq.documents.formats import DocumentFormat, Segment, line_starts
+from seq2seq.documents.formats.document import DocumentFormat, Segment, line_starts
 from seq2seq.documents.formats.html import html_segments, html_tree
 
 log = logging.getLogger(__name__)

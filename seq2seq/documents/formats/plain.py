@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from seq2seq.documents.formats import DocumentFormat, Segment
+from seq2seq.documents.formats.document import DocumentFormat, Segment
 
 _LINE = re.compile(r"[^\n]*")
 
