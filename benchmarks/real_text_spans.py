@@ -50,10 +50,12 @@ def translate(t: Translator, texts: list[str], layer: int | None, beam: int) -> 
     return [h[0] if h else None for h in t.translate_nbest(texts, **options)]
 
 
-def through_spans(t: Translator, sources: list[str], layer: int, beam: int, markup: bool) -> list[str]:
+def through_spans(t: Translator, sources: list[str], layer: int, beam: int, markup: bool,
+                  shift: bool = False) -> list[str]:
     masked = [mask(s, markup=markup) for s in sources]
     hyps = translate(t, [m.text for m in masked], layer, beam)
-    return [unmask(m, h.text if h else "", word_alignment(h, m.text) if h else [])[0] for m, h in zip(masked, hyps)]
+    return [unmask(m, h.text if h else "", word_alignment(h, m.text, shift) if h else [])[0]
+            for m, h in zip(masked, hyps)]
 
 
 def well_nested(text: str, tags: list[str]) -> bool:
@@ -70,7 +72,8 @@ def main() -> None:
     ap.add_argument("--tgt", default="de")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--layers", default="-1", help="decoder layers to align with, comma-separated")
+    ap.add_argument("--layers", default="-1", help="decoder layers to align with, comma-separated; a layer written "
+                                                   "with 's' (-1s) aligns each piece by the step that reads it (shift-att)")
     args = ap.parse_args()
     rng = random.Random(71)
     sources = read(Path(args.data_dir), args.split, args.src, args.limit)
@@ -110,9 +113,10 @@ def main() -> None:
     raw_nt = [h.text if h else "" for h in translate(t, nt_sources, None, args.beam)]
     raw_tags = [h.text if h else "" for h in translate(t, tag_sources, None, args.beam)]
     rows = {"engine alone": (raw_nt, raw_tags)}
-    for layer in [int(x) for x in args.layers.split(",")]:
-        rows[f"spans, layer {layer}"] = (through_spans(t, nt_sources, layer, args.beam, False),
-                                         through_spans(t, tag_sources, layer, args.beam, True))
+    for given in args.layers.split(","):
+        layer, shift = int(given.rstrip("s")), given.endswith("s")
+        rows[f"spans, layer {given}"] = (through_spans(t, nt_sources, layer, args.beam, False, shift),
+                                         through_spans(t, tag_sources, layer, args.beam, True, shift))
     print(f"{'':18} {'nt verbatim':>12} {'nt rest %':>10} {'tags nested':>12} {'tags BLEU %':>12} {'tags on word':>13}")
     def share(bleu: float) -> float:  # a % of the plain BLEU (nan where the plain BLEU is 0: a tiny model)
         return bleu / base if base else float("nan")

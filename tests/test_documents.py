@@ -5,6 +5,7 @@ on the session's tiny model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -197,6 +198,35 @@ def test_a_sentence_with_an_empty_output_is_kept_and_warned_about():
                           warn=notes.append)
     assert out[0][0].text == "<A dog runs.> "
     assert [(d.line, d.code) for d in notes] == [(3, "empty_sentence")]
+
+
+@pytest.mark.parametrize("line, want", [
+    ("**Done.** Next one. Last.", ["**Done.**", "Next one.", "Last."]),  # a closing marker after the stop
+    ("A <i>dog.</i>  A cat.", ["A <i>dog.</i>", "A cat."]),
+    ("<b>One. Two.</b> Three.", ["<b>One. Two.</b>", "Three."]),  # a pair around two sentences: one
+    ("See www.x.org. Then go.", ["See www.x.org.", "Then go."]),
+])
+def test_no_sentence_boundary_cuts_a_tag_pair_or_a_span(line, want):
+    from seq2seq.documents.spans import unbroken
+
+    got = split(line, "en", unbroken(line, markup=True))
+    assert [s.text for s in got] == want and join(got) == line
+
+
+def test_a_looped_sentence_with_spans_is_searched_again_with_the_attention_its_spans_need():
+    from test_spans import CopyEngine
+
+    class Looping(CopyEngine):
+        def translate_nbest(self, texts, **kw):
+            out = super().translate_nbest(texts, **kw)
+            if not kw.get("no_repeat_ngram"):  # the first search loops; the guarded one copies
+                out = [[dataclasses.replace(h[0], text="man man man man")] for h in out]
+            return out
+
+    engine = Looping()
+    out = translate_lines(engine, ["A man sees https://x.org today."], casing=False)
+    assert out[0][0].text == "A man sees https://x.org today."  # put back where it was, not at the end
+    assert engine.calls[-1][1] == {"attention_layer": -1, "no_repeat_ngram": LOOP_GUARD}
 
 
 def test_only_looped_outputs_are_searched_again_with_the_guard():

@@ -122,7 +122,18 @@ def test_tags_come_out_well_nested_and_complete_on_any_alignment(tokens: list[st
     out, _ = unmask(m, target, alignment)
     assert well_nested(out)
     assert sorted(re.findall(r"<[^>]+>|\{v\}", out)) == sorted(re.findall(r"<[^>]+>|\{v\}", source))
+    assert re.findall(r"<[^>]+>", out) == re.findall(r"<[^>]+>", source)  # in source order: the same tree
     assert re.findall(r"t\d+", out) == target.split()
+
+
+def test_tags_keep_their_source_order_when_the_translation_reorders_their_words() -> None:
+    m = mask("<b>red</b> and <i>blue</i>", markup=True)
+    reversed_alignment = [(0, 2), (1, 1), (2, 0)]  # "blau und rot"
+    out, _ = unmask(m, "blau und rot", reversed_alignment)
+    assert re.findall(r"</?\w>", out) == ["<b>", "</b>", "<i>", "</i>"] and well_nested(out)
+    assert re.sub(r"<[^>]+>", "", out) == "blau und rot"
+    follows, _ = unmask(m, "rot und blau", [(0, 0), (1, 1), (2, 2)])
+    assert follows == "<b>rot</b> und <i>blau</i>"  # an alignment in order is followed as it is
 
 
 def test_word_alignment_from_attention() -> None:

@@ -36,12 +36,17 @@ def _fit(indices: list[int], words: int) -> list[int]:
     return [min(words - 1, i * words // have) for i in indices]
 
 
-def word_alignment(translation: Translation, source_text: str | None = None) -> list[tuple[int, int]]:
+def word_alignment(translation: Translation, source_text: str | None = None,
+                   shift: bool = False) -> list[tuple[int, int]]:
     """(source word, target word) pairs, sorted (see the module docstring); [] without attention.
-    source_text: the text the engine translated (default: its words counted from src_pieces)."""
+    source_text: the text the engine translated (default: its words counted from src_pieces).
+    shift: align each target piece by the attention of the step that reads it (the next row: "shift-att",
+    Chen et al. 2020) instead of the step that predicts it."""
     att = translation.attention
     if att is None or not translation.pieces or len(translation.src_pieces) < 2:
         return []
+    if shift:
+        att = att[1:]
     tgt = _fit(piece_words(translation.pieces), len(translation.text.split()))
     src_pieces = translation.src_pieces[:-1]
     src = piece_words(src_pieces)

@@ -126,7 +126,7 @@ def translate_lines(
     options, glossary, terms, tgt_lang, ...), passed on as given."""
     warn = warn or log.warning
     lang = source_lang or engine_source_language(engine)
-    units = _units(lines, split_sentences, casing, lang, constraints, first_line, warn)
+    units = _units(lines, split_sentences, casing, lang, constraints, first_line, warn, spans, markup)
     steering = _unit_steering(units, prefix, constraints, avoid)
 
     # spans (seq2seq.documents.spans): each sentence masked before it is cased; the engine asked for the
@@ -146,7 +146,9 @@ def translate_lines(
     else:
         results = _engine_call(engine, texts, units, first_line, batch_tokens, remapped, steering, call)
     if loop_guard:
-        _guard_loops(engine, units, results, batch_tokens, steering, call)
+        attended = {k for k, m in enumerate(masks) if m.spans} if masks is not None and \
+            call.get("attention_layer") is None else set()
+        _guard_loops(engine, units, results, batch_tokens, steering, call, attended)
     per_line: list[list[tuple[Unit, list[Translation]]]] = [[] for _ in lines]
     for k, (unit, hyps) in enumerate(zip(units, results)):
         hyps = [h if unit.cased.case is casing_rules.Case.AS_WRITTEN else
@@ -170,9 +172,7 @@ def _spans_call(engine: TranslationEngine, texts: list[str], units: list[Unit], 
         ks = [k for k, m in enumerate(masks) if bool(m.spans) == with_spans]
         if not ks:
             continue
-        part = {name: [values[k] for k in ks] if isinstance(values, list) and len(values) == len(units)
-                and not (name == "avoid" and all(isinstance(a, str) for a in values)) else values
-                for name, values in steering.items()}
+        part = _steering_of(steering, ks, len(units))
 
         def numbered(d: Diagnostic, ks: list[int] = ks) -> None:
             warn(d if d.line is None else dataclasses.replace(d, line=ks[d.line - 1] + 1))
@@ -197,11 +197,14 @@ def _unmasked(masked: span_rules.Masked, unit: Unit, hyps: list[Translation], li
 
 
 def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str | None,
-           constraints: Sequence[Sequence[str] | None] | None, first_line: int, warn: Warn) -> list[Unit]:
-    """The sentences of every line, in order, each cased as the engine will translate it."""
+           constraints: Sequence[Sequence[str] | None] | None, first_line: int, warn: Warn,
+           spans: bool = False, markup: bool = False) -> list[Unit]:
+    """The sentences of every line, in order, each cased as the engine will translate it; with `spans`, no
+    sentence boundary falls inside a protected span or (with markup) between a tag and its partner."""
     units = []
     for i, line in enumerate(lines):
-        sentences = [s for s in split(line, lang) if s.text] if split_sentences else \
+        keep = span_rules.unbroken(line, markup) if spans and split_sentences else ()
+        sentences = [s for s in split(line, lang, keep) if s.text] if split_sentences else \
             ([Sentence(line.strip())] if line.strip() else [])
         if len(sentences) > 1 and constraints is not None and constraints[i]:
             warn(Diagnostic(f"a line of {len(sentences)} sentences with constraints is translated as one "
@@ -255,9 +258,10 @@ def _engine_call(engine: TranslationEngine, texts: list[str], units: list[Unit],
 
 
 def _guard_loops(engine: TranslationEngine, units: list[Unit], results: list[list[Translation]], batch_tokens: int,
-                 steering: dict[str, Any], call: dict[str, Any]) -> None:
+                 steering: dict[str, Any], call: dict[str, Any], attended: set[int]) -> None:
     """Search again, with `no_repeat_ngram` = LOOP_GUARD, the units whose best output loops where their
-    source does not (`output_loops`); their results are replaced in `results`."""
+    source does not (`output_loops`); their results are replaced in `results`. The `attended` units (those
+    with spans) are searched with the last layer's attention, as the first time (their spans need it)."""
     given = call.get("no_repeat_ngram") or 0
     if given and given <= LOOP_GUARD:
         return  # the call's own guard is as strict already
@@ -266,15 +270,24 @@ def _guard_loops(engine: TranslationEngine, units: list[Unit], results: list[lis
     if not looped:
         return
     log.info("%d output(s) looped; searched again with no_repeat_ngram %d", len(looped), LOOP_GUARD)
-    again_steering = {name: [values[k] for k in looped] if isinstance(values, list) and len(values) == len(units)
-                      and not (name == "avoid" and all(isinstance(a, str) for a in values)) else values
-                      for name, values in steering.items()}
+    for group in ([k for k in looped if k not in attended], [k for k in looped if k in attended]):
+        if not group:
+            continue
+        again_steering = _steering_of(steering, group, len(units))
+        extra = {"attention_layer": -1} if group[0] in attended else {}
+        again = engine.translate_nbest([units[k].cased.text for k in group], batch_tokens=batch_tokens, first_line=1,
+                                       warn=lambda d: None,  # the first search told its warnings already
+                                       **again_steering, **{**call, **extra, "no_repeat_ngram": LOOP_GUARD})
+        for k, hyps in zip(group, again):
+            results[k] = hyps
 
-    again = engine.translate_nbest([units[k].cased.text for k in looped], batch_tokens=batch_tokens, first_line=1,
-                                   warn=lambda d: None,  # the first search told its warnings already
-                                   **again_steering, **{**call, "no_repeat_ngram": LOOP_GUARD})
-    for k, hyps in zip(looped, again):
-        results[k] = hyps
+
+def _steering_of(steering: dict[str, Any], ks: list[int], units: int) -> dict[str, Any]:
+    """The engine call's steering arguments for the units `ks` only (a per-unit list cut to them; a list
+    of phrases shared by every unit, `avoid`, as it is)."""
+    return {name: [values[k] for k in ks] if isinstance(values, list) and len(values) == units
+            and not (name == "avoid" and all(isinstance(a, str) for a in values)) else values
+            for name, values in steering.items()}
 
 
 def _joined(parts: list[tuple[Unit, list[Translation]]]) -> list[Translation]:

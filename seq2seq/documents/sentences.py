@@ -55,21 +55,51 @@ def _segmenter(lang: str) -> Any:
     return pysbd.Segmenter(language=lang, clean=False)
 
 
-def split(line: str, lang: str | None = None) -> list[Sentence]:
+def split(line: str, lang: str | None = None, keep: Sequence[tuple[int, int, int]] = ()) -> list[Sentence]:
     """The sentences of `line` in order, by the rules of `lang` (`splitter_language`); [] for "".
-    join(split(line)) == line, exactly."""
+    join(split(line)) == line, exactly.
+
+    keep: (start, end, shift_from) ranges of the line that no boundary may fall inside (its protected
+    spans and tag pairs: `seq2seq.documents.spans.unbroken`). A boundary inside one at or after its
+    shift_from (a closing tag or marker written after the sentence's final stop: "**Done.** Next")
+    moves to the range's end; any other inside one is dropped (the sentences it cut are one)."""
     if not line.strip():
         return [Sentence("", line)] if line else []
     lead = line[: len(line) - len(line.lstrip())]
-    out = [Sentence("", lead)] if lead else []
+    starts = []  # where each sentence after the first starts
     pos = len(lead)
     for size in _sentence_sizes(line, splitter_language(lang)):
         end = _after_visible(line, pos, size)
-        rest = end
-        while rest < len(line) and line[rest].isspace():
-            rest += 1
-        out.append(Sentence(line[pos:end], line[end:rest]))
-        pos = rest
+        while end < len(line) and line[end].isspace():
+            end += 1
+        starts.append(end)
+        pos = end
+    cuts = _kept(line, starts[:-1], keep) if keep else starts[:-1]
+    out = [Sentence("", lead)] if lead else []
+    for a, b in zip([len(lead), *cuts], [*cuts, len(line)]):
+        text = line[a:b].rstrip()
+        out.append(Sentence(text, line[a + len(text):b]))
+    return out
+
+
+def _kept(line: str, cuts: list[int], keep: Sequence[tuple[int, int, int]]) -> list[int]:
+    """The boundaries `cuts` moved out of, or dropped from, the `keep` ranges (see `split`)."""
+    out: list[int] = []
+    for cut in cuts:
+        moved = True
+        while moved and cut < len(line):
+            moved = False
+            for start, end, shift_from in keep:
+                if start < cut < end:
+                    if cut < shift_from:
+                        cut = len(line)  # dropped
+                        break
+                    cut = end
+                    while cut < len(line) and line[cut].isspace():
+                        cut += 1
+                    moved = True
+        if cut < len(line) and (not out or cut > out[-1]):
+            out.append(cut)
     return out
 
 

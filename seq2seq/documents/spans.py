@@ -204,6 +204,17 @@ def _check_nesting(found: list[_Raw]) -> None:
                     stack.remove(r.pair)
 
 
+def unbroken(text: str, markup: bool = False) -> list[tuple[int, int, int]]:
+    """Where a sentence boundary may not fall (`seq2seq.documents.sentences.split`'s keep): (start, end,
+    shift_from) of each protected span (shift_from = end: never inside it) and of each tag pair, from its
+    opening tag's start to its closing tag's end (shift_from: where its closing tag starts, so that a
+    boundary found just before a closing tag moves after it)."""
+    found = _find(text, markup)
+    out = [(r.start, r.end, r.end) for r in found]
+    out += [(r.start, found[r.pair].end, found[r.pair].start) for r in found if r.role is Role.OPEN]
+    return out
+
+
 def mask(text: str, markup: bool = False) -> Masked:
     """`text` without its protected spans (see the module docstring); markup: also inline tags, HTML
     comments and entities, and elements left untranslated (`<code>`, `translate="no"`)."""
@@ -274,11 +285,42 @@ def _split_word(word: str) -> tuple[str, str, str]:
     return word[:a], word[a:b], word[b:]
 
 
+_ORDERED = ("tag", "comment", "image", "code")  # spans that are nodes of a document's tree: kept in source order
+
+
 def unmask(masked: Masked, target: str, alignment: Sequence[tuple[int, int]],
            line: int | None = None) -> tuple[str, list[Diagnostic]]:
     """`target` (the translation of `masked.text`) with the spans put back, and the warnings (a span
     placed without the alignment's help). alignment: (source word, target word) index pairs over the
-    whitespace words of `masked.text` and `target`."""
+    whitespace words of `masked.text` and `target`.
+
+    Tags, comments, images and code keep their source order (a document's tree depends on it): where
+    the alignment would put them in another order (the translation reorders the words they wrap), they
+    are placed by a monotone alignment instead (source word i at target word i * target words / source
+    words), which keeps the order and still puts each near its words' share of the sentence."""
+    out, notes = _put_back(masked, target, alignment, line)
+    if not _in_order(out, masked.spans):
+        sources, targets = len(masked.text.split()), len(target.split())
+        monotone = [(i, min(targets - 1, i * targets // sources)) for i in range(sources)] if sources and targets else []
+        out, notes = _put_back(masked, target, monotone, line)
+    return out, notes
+
+
+def _in_order(text: str, spans: Sequence[Span]) -> bool:
+    """Whether the spans of the kinds a tree is made of are found in `text` in their source order."""
+    at = 0
+    for span in spans:
+        if span.kind in _ORDERED:
+            found = text.find(span.text, at)
+            if found < 0:
+                return False
+            at = found + len(span.text)
+    return True
+
+
+def _put_back(masked: Masked, target: str, alignment: Sequence[tuple[int, int]],
+              line: int | None) -> tuple[str, list[Diagnostic]]:
+    """`unmask` by one alignment."""
     notes: list[Diagnostic] = []
     if not masked.spans:
         return target, notes
