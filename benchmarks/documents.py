@@ -51,16 +51,15 @@ def wrapped(sentence: str, k: int, html: bool) -> str:
     return " ".join([words[0], tag.format(inner, k=k), *words[3:]])
 
 
+def groups(sentences: list[str]) -> list[tuple[int, list[str]]]:
+    """The sentences 3 at a time, numbered from 1 (what a block of the document is built from)."""
+    return [(k // 3 + 1, sentences[k:k + 3]) for k in range(0, len(sentences) - 2, 3)]
+
+
 def html_page(sentences: list[str]) -> str:
-    s = iter(sentences)
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{next(s)}</title>",
-           "<style>p { margin: 0 }</style></head>", "<body>", f"<h1>{next(s)}</h1>"]
-    k = 0
-    while True:
-        group = [x for _, x in zip(range(3), s)]
-        if len(group) < 3:
-            break
-        k += 1
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{sentences[0]}</title>",
+           "<style>p { margin: 0 }</style></head>", "<body>", f"<h1>{sentences[1]}</h1>"]
+    for k, group in groups(sentences[2:]):
         if k % 5 == 0:
             out.append("<ul>\n" + "".join(f"  <li>{wrapped(x, k + j, True)}</li>\n" for j, x in enumerate(group)) + "</ul>")
         elif k % 7 == 0:
@@ -74,14 +73,8 @@ def html_page(sentences: list[str]) -> str:
 
 
 def markdown_file(sentences: list[str]) -> str:
-    s = iter(sentences)
-    out = [f"# {next(s)}", ""]
-    k = 0
-    while True:
-        group = [x for _, x in zip(range(3), s)]
-        if len(group) < 3:
-            break
-        k += 1
+    out = [f"# {sentences[0]}", ""]
+    for k, group in groups(sentences[1:]):
         if k % 5 == 0:
             out += [f"- {wrapped(x, k + j, False)}" for j, x in enumerate(group)] + [""]
         elif k % 7 == 0:
