@@ -11,7 +11,7 @@ The public API, importable from here (each loads torch and the model code only w
     translate_documents                             HTML, XML and Markdown documents, translated into the
                                                     same document (seq2seq.documents.formats)
 
-The package is layered, bottom first: config, text, model, accel, storage, report, data, inference,
+The package is layered, bottom first: config, text, model, accel, storage, report, data, adapters, inference,
 documents, training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
 """
 

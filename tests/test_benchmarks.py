@@ -360,6 +360,9 @@ SMOKE_TESTED = {
     "benchmarks/augmentation.py": "tests/test_benchmarks.py::test_the_augmentation_benchmark_runs_at_its_smallest",
     "benchmarks/beam_select.py": "tests/test_benchmarks.py::test_the_beam_select_benchmark_runs_at_its_smallest",
     "benchmarks/constraints.py": "tests/test_benchmarks.py::test_the_constraints_benchmark_runs_at_its_smallest",
+    "benchmarks/clean.py": "tests/test_filters.py::test_the_benchmark_runs_at_its_smallest",
+    "benchmarks/score.py": "tests/test_scoring.py::test_the_score_benchmark_runs_at_its_smallest",
+    "benchmarks/dcce_noise.py": "tests/test_scoring.py::test_the_dcce_noise_benchmark_runs_at_its_smallest",
     "benchmarks/refactor_ab.py": "tests/test_benchmarks.py::test_the_refactor_benchmark_finds_a_checkout_decodes_as_itself",
     "benchmarks/ctranslate2_agreement.py":
         "tests/test_export.py::test_the_ctranslate2_agreement_benchmark_runs_at_its_smallest",
@@ -367,10 +370,14 @@ SMOKE_TESTED = {
     "benchmarks/decode.py": "tests/test_benchmarks.py::test_the_decode_benchmark_runs_at_its_smallest",
     "benchmarks/deploy.py": "tests/test_export.py::test_the_deploy_benchmark_runs_at_its_smallest",
     "benchmarks/documents.py": "tests/test_document_formats.py::test_the_documents_benchmark_runs_at_its_smallest",
+    "benchmarks/elastic_soak.py":
+        "tests/test_elastic.py::test_a_killed_worker_is_restarted_and_the_job_ends_with_the_weights_of_an_uninterrupted_run",
     "benchmarks/ensemble.py": "tests/test_benchmarks.py::test_the_ensemble_benchmark_runs_at_its_smallest",
     "benchmarks/ensemble_cost.py": "tests/test_benchmarks.py::test_the_ensemble_cost_benchmark_runs_at_its_smallest",
     "benchmarks/glossary.py": "tests/test_benchmarks.py::test_the_glossary_benchmark_runs_at_its_smallest",
+    "benchmarks/hf_import_nllb.py": "tests/test_hf_import_m2m100.py::test_the_nllb_benchmark_runs_at_its_smallest",
     "benchmarks/kill_soak.py": "tests/test_benchmarks.py::test_the_kill_soak_benchmark_runs_at_its_smallest",
+    "benchmarks/lora.py": "tests/test_adapters.py::test_the_lora_benchmark_runs_at_its_smallest",
     "benchmarks/probe.py": "tests/test_benchmarks.py::test_the_probe_benchmark_runs_at_its_smallest",
     "benchmarks/real_text.py": "tests/test_benchmarks.py::test_the_real_text_benchmark_runs_at_its_smallest",
     "benchmarks/real_text_spans.py":

@@ -28,7 +28,7 @@ DECODER = {"language_tag": "decoder"}
 def test_the_tag_position_is_checked_and_moves_the_language_tag_to_the_target():
     with pytest.raises(ConfigError, match="data.language_tag: decoder is for multilingual models"):
         from_dict(DataConfig, {"train_src": "a", "train_tgt": "b", "language_tag": "decoder"}, "data.")
-    with pytest.raises(ConfigError, match=r"'data.language_tag': 'target' is not one of \['source', 'decoder'\]"):
+    with pytest.raises(ConfigError, match=r"'data.language_tag': 'target' is not one of \['source', 'decoder', 'both'\]"):
         from_dict(DataConfig, {"language_tag": "target"}, "data.")
     cfg = from_dict(DataConfig, data_section({k: ("s", "t") for k in ("train_de", "train_fr", "valid_de", "valid_fr")},
                                              **DECODER))

@@ -21,7 +21,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "seq2seq"
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
-LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "inference", "documents", "training",
+LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "adapters", "inference", "documents", "training",
           "deploy", "serve", "cli"]
 
 

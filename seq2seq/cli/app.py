@@ -9,11 +9,14 @@ from __future__ import annotations
 import click
 
 from seq2seq import __version__
+from seq2seq.cli.adapter import merge_adapter
 from seq2seq.cli.average import average
+from seq2seq.cli.clean import clean
 from seq2seq.cli.common import setup_logging
 from seq2seq.cli.deploy import export_command, import_hf_command
 from seq2seq.cli.evaluate import evaluate, test_command
 from seq2seq.cli.media import caption, transcribe
+from seq2seq.cli.score import score
 from seq2seq.cli.serve import serve
 from seq2seq.cli.synthetic import back_translate, distill
 from seq2seq.cli.train import config_command, quickstart, train
@@ -30,7 +33,7 @@ def cli(verbose: bool) -> None:
 
 
 for command in (train, config_command, quickstart, translate, evaluate, test_command, average, caption, transcribe,
-                serve, export_command, import_hf_command, back_translate, distill):
+                serve, export_command, import_hf_command, back_translate, distill, score, clean, merge_adapter):
     cli.add_command(command)
 
 

@@ -178,7 +178,7 @@ def load_translator(model_dir: str | tuple[str, ...], device: str, precision: st
         translator = cls.load(dirs if len(dirs) > 1 else dirs[0], device=device, precision=precision, weights=weights,
                               **(ensemble or {}))
         translator.search_config(**search)
-        translator.processor_for((language or {}).get("tgt_lang"))
+        translator.processor_for((language or {}).get("tgt_lang"), (language or {}).get("src_lang"))
     except ValueError as e:  # also CheckpointError and TokenizerError: missing files, vocab mismatch
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:  # e.g. a device torch cannot use

@@ -75,6 +75,9 @@ def require_serve_extra() -> None:
 @click.option("--glossary", type=click.Path(dir_okay=False), default=None,
               help="TSV 'source term<TAB>target term', read once at start (text models): where a request's text "
                    "holds a source term, its target term must appear in the translation (a constraint).")
+@click.option("--adapter", "adapters", multiple=True, metavar="NAME=DIR",
+              help="Serve the LoRA adapter in DIR (trained on MODEL_DIR) as NAME, for requests with "
+                   "\"adapter\": NAME (repeatable; one copy of MODEL_DIR's weights for all).")
 @ensemble_options
 @engine_options
 @click.option("--no-demo", is_flag=True, help="No demo page at GET / (the JSON API only).")
@@ -86,7 +89,7 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
           max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_work: int,
           request_timeout: float, read_timeout: float, max_pixels: int, max_audio_seconds: float,
           api_key: str | None, allow_paths: bool, glossary: str | None, engine: str, engine_dir: str | None,
-          no_demo: bool, log_level: str, **ensemble_kw: Any) -> None:
+          no_demo: bool, log_level: str, adapters: tuple[str, ...] = (), **ensemble_kw: Any) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first, or cut
     at --request-timeout);
     several MODEL_DIRs (or --last-checkpoints) are served as one ensemble; --engine ctranslate2 serves
@@ -140,6 +143,16 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
     except RuntimeError as e:
         raise click.ClickException(f"cannot load {' '.join(model_dir)} on device {device!r}: "
                                    f"{str(e).splitlines()[0]}") from None
+    if adapters:  # (a bad NAME=DIR, another base's adapter: one line each)
+        from seq2seq.adapters.serving import attach_adapters, parse_adapter_option
+
+        try:
+            if engine == "ctranslate2":
+                raise click.UsageError("--adapter serves adapters with the torch engine; merge one for CTranslate2 "
+                                       "(seq2seq merge-adapter, then export)")
+            attach_adapters(model, dict(parse_adapter_option(a) for a in adapters), weights)
+        except ValueError as e:
+            raise click.ClickException(str(e)) from None
     check_glossary(model, terms)
     app = create_app(model, limits, allow_paths=allow_paths, api_key=api_key, demo=not no_demo, glossary=terms)
     endpoint = "/generate" if hasattr(model, "generate") else "/translate"

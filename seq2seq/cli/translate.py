@@ -49,6 +49,9 @@ from seq2seq.text.lines import (
 @steering_options()
 @text_pipeline_options
 @TGT_LANG_OPTION
+@click.option("--src-lang", default=None, metavar="LANG",
+              help="The source language, for a model whose sources start with their language's tag (an imported "
+                   "M2M100, NLLB-200 or mBART-50: e.g. eng_Latn with --tgt-lang deu_Latn).")
 @ensemble_options
 @PROGRESS_OPTION
 @model_options
@@ -68,7 +71,7 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     steps = {name: kw.pop(name) for name in PIPELINE_STEPS}
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
-    language = {"tgt_lang": kw.pop("tgt_lang")} if kw.get("tgt_lang") else {}
+    language = {k: v for k in ("tgt_lang", "src_lang") if (v := kw.pop(k, None))}
     search = search_overrides(kw)
     if alignment and not as_json:
         raise click.UsageError("--alignment adds the attention to --json output; add --json")

@@ -9,7 +9,9 @@
     data_section.py        the data section: corpora, validation sets, language codes, reserved pieces
     tokenizer_section.py   the tokenizer section
     training_section.py    the training section
+    adapter_section.py     the training.adapter section (LoRA)
     search.py              the decoding section
+    clean_section.py       the `clean` section: the filters of `seq2seq clean` and their thresholds
     terminology.py         the `data.terminology` section: training sources annotated with target terms
     root.py                the root `Config` of an experiment, `load_config`, `config_yaml`
 """

@@ -1,6 +1,6 @@
 """The `data` section (`DataConfig`): where the parallel data is and how to clean it; its several
 training corpora (`CorpusConfig`) and validation sets (`ValidSetConfig`), the language codes and
-reserved pieces they name.
+reserved pieces they name; the training-time text modifiers (`ModifierConfig`).
 """
 
 from __future__ import annotations
@@ -112,6 +112,42 @@ class ValidSetConfig:
         return f"{self.src_lang}-{self.tgt_lang}" if self.tgt_lang else f"valid{index}"
 
 
+MODIFIERS = ("upper", "title", "typos", "merge")  # the fields of ModifierConfig
+
+
+@dataclass(frozen=True)
+class ModifierConfig:
+    """`data.modifiers`: the share of training pairs each training-time text modifier changes, drawn anew in
+    every epoch (`seq2seq.data.modifiers`; docs/documents.md, "Training-time modifiers"). Each share is a
+    fraction in [0, 1], drawn for every pair on its own (a pair may be merged, upper-cased and given typos in
+    one epoch); 0, the default, turns the modifier off.
+
+    upper: both sides upper-cased (the target's ß as ẞ).
+    title: both sides Title Cased, word by word (each word's first letter a capital, the rest as written);
+        a pair drawn for both upper and title is upper-cased.
+    typos: the source only: one character-level typo (adjacent letters swapped, one dropped, one repeated, one
+        replaced by a keyboard neighbour) in each of 1 or 2 of its words; numbers, URLs and the like kept.
+    merge: the pair joined with 1 or 2 other training pairs, one space between the sentences on both sides:
+        the model learns to translate lines of several sentences (and is then no longer `sentence_level`).
+    """
+
+    upper: float = 0.0
+    title: float = 0.0
+    typos: float = 0.0
+    merge: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in MODIFIERS:
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:  # (NaN fails too)
+                raise ConfigError(f"data.modifiers.{name} must be in [0, 1], got {value}")
+
+    @property
+    def on(self) -> bool:
+        """Does any modifier change some pairs?"""
+        return any(getattr(self, name) > 0 for name in MODIFIERS)
+
+
 @dataclass
 class DataConfig:
     """Where the parallel data is and how to clean it.
@@ -146,6 +182,8 @@ class DataConfig:
         P(segmentation)^alpha (lower: more varied and longer segmentations; 1: the model's own
         distribution); bpe tokenizers: the merge dropout probability of BPE-dropout.
     subword_nbest: unigram only: sample among the n best segmentations (-1: all of them).
+    modifiers: training-time text modifiers (upper, title, typos, merge; `ModifierConfig`): a share of the
+        training pairs changed anew each epoch and encoded anew, where subword regularization samples.
 
     Several corpora (`corpora`, `sampling_temperature`, `valid_sets`): see `CorpusConfig` and
     docs/training.md. languages: the target languages of a model that has no training corpora to name
@@ -159,7 +197,9 @@ class DataConfig:
         first source piece, Johnson et al. 2017; the encoder knows the target language) or "decoder"
         (the decoder's first target token, forced at decoding and left out of the output, as M2M-100
         and NLLB do; the encoder's output is the same for every target language). docs/training.md
-        compares them.
+        compares them. "both" (M2M100, NLLB-200 and mBART-50 imported by `import-hf`): the decoder's
+        first token is the target language's tag, and every source starts with its own language's tag
+        (translation needs the source language too; the languages are both sides' languages).
     """
 
     train_src: str | None = None
@@ -188,8 +228,9 @@ class DataConfig:
     valid_sets: list[ValidSetConfig] = field(default_factory=list)
     languages: list[str] = field(default_factory=list)
     reserved: list[str] = field(default_factory=list)
-    language_tag: Literal["source", "decoder"] = "source"
+    language_tag: Literal["source", "decoder", "both"] = "source"
     terminology: TerminologyConfig = field(default_factory=TerminologyConfig)  # docs/terminology.md
+    modifiers: ModifierConfig = field(default_factory=ModifierConfig)  # training-time text modifiers
 
     def __post_init__(self) -> None:
         self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c
@@ -199,6 +240,10 @@ class DataConfig:
         self._check_corpora()
         if self.subword_alpha is not None and not 0.0 < self.subword_alpha <= 1.0:
             raise ConfigError(f"data.subword_alpha must be in (0, 1] (or null: off), got {self.subword_alpha}")
+        if self.lowercase and (self.modifiers.upper > 0 or self.modifiers.title > 0):
+            which = "upper" if self.modifiers.upper > 0 else "title"
+            raise ConfigError(f"data.modifiers.{which} needs cased texts, but data.lowercase is true (the "
+                              f"tokenizer is trained on lowercased texts)")
         if self.subword_nbest != -1 and self.subword_nbest < 2:
             raise ConfigError(f"data.subword_nbest must be -1 (all segmentations) or >= 2, got {self.subword_nbest}")
         for split in ("train", "valid"):
@@ -246,8 +291,8 @@ class DataConfig:
                     first = labels.index(label)
                     raise ConfigError(f"data.valid_sets[{i}] has the same name as data.valid_sets[{first}] ({label!r}); "
                                       f"give one a name")
-        if self.language_tag == "decoder" and not self.multilingual:
-            raise ConfigError("data.language_tag: decoder is for multilingual models (data.corpora with several "
+        if self.language_tag in ("decoder", "both") and not self.multilingual:
+            raise ConfigError(f"data.language_tag: {self.language_tag} is for multilingual models (data.corpora with several "
                               "target languages); this config has none to tag")
         if self.multilingual:
             languages = ", ".join(self.target_languages)

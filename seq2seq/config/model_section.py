@@ -24,6 +24,16 @@ class ModelConfig:
     `tie_output` ties the target embedding with the output projection.
     `encoder` picks the source side (text, image, audio; see `EncoderConfig`); everything else in
     this section describes the Transformer and is shared by every modality.
+
+    What fairseq-trained models (M2M100, NLLB-200, mBART; `seq2seq import-hf`) compute differently is
+    five options whose defaults are this toolkit's own model (docs/deployment.md):
+    `scale_embedding` (token embeddings times sqrt(d_model), or not); `position_offset`, the row of
+    the position table the first position reads (fairseq: 2, its padding id + 1); `position_table`,
+    the layout of the sinusoidal table ("interleaved": sin/cos in columns 2i/2i+1 with frequencies
+    10000^(-2i/D); "fairseq": sines in the first half, cosines in the second, frequencies
+    10000^(-i/(D/2-1))); `embedding_norm`, a LayerNorm after embeddings + positions (mBART's
+    `layernorm_embedding`); `decoder_start`, the embedding the decoder's first input (our BOS) reads:
+    "bos" its own, "eos" the EOS row (fairseq starts the decoder with </s>).
     """
 
     src_vocab_size: int = 8000
@@ -44,13 +54,18 @@ class ModelConfig:
     share_embeddings: bool = False
     tie_output: bool = True
     pad_id: int = 0
+    scale_embedding: bool = True
+    position_offset: int = 0
+    position_table: typing.Literal["interleaved", "fairseq"] = "interleaved"
+    embedding_norm: bool = False
+    decoder_start: typing.Literal["bos", "eos"] = "bos"
     encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
 
     def __post_init__(self) -> None:
         check_ranges(self, "model", {
             "src_vocab_size": (1, None), "tgt_vocab_size": (1, None), "d_model": (1, None), "heads": (1, None),
             "ffn_dim": (1, None), "layers": (1, None), "encoder_layers": (0, None), "decoder_layers": (1, None),
-            "max_positions": (2, None), "pad_id": (0, None),
+            "max_positions": (2, None), "pad_id": (0, None), "position_offset": (0, None),
         })
         if self.share_embeddings and not self.encoder.shares_target_embedding:
             raise ConfigError(f"model.share_embeddings needs a text encoder (model.encoder.type is {self.encoder.type!r})")

@@ -19,6 +19,7 @@ import yaml
 
 from seq2seq.config.schema import apply_overrides, from_dict, load_dict, to_dict
 from seq2seq.config.search import SearchConfig
+from seq2seq.config.clean_section import CleanConfig
 from seq2seq.config.data_section import DataConfig
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.config.tokenizer_section import TokenizerConfig
@@ -34,6 +35,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     decoding: SearchConfig = field(default_factory=SearchConfig)
+    clean: CleanConfig | None = None  # the filters of `seq2seq clean`, which `train` applies to its corpora (docs/cleaning.md)
 
     def __post_init__(self) -> None:
         self.decoding.check_ctc_head(self.training.ctc_weight)

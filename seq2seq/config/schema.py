@@ -73,6 +73,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as e:
                 errors.append(e)
+        if len(errors) == 1:  # `X | None`: X's own error names the nested key and what is wrong with it
+            raise errors[0]
         raise ConfigError(
             f"config key '{key}': expected {' or '.join(_type_name(a) for a in args)}, "
             f"got {type(value).__name__} {value!r}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seq2seq.config.adapter_section import AdapterConfig
 from seq2seq.config.ranges import check_ranges
 from seq2seq.config.schema import ConfigError
 
@@ -67,6 +68,9 @@ class TrainingConfig:
     # dies then stops its group within this bound, so torchrun's elastic agent can restart it
     # (torch's own default, 30 minutes, leaves the survivors blocked for that long).
     collective_timeout_s: float = 90.0
+    # LoRA fine-tuning of the model given with --init-from: only low-rank updates of its linear layers train
+    # (seq2seq.adapters, docs/fine-tuning.md); type null: full fine-tuning
+    adapter: AdapterConfig = field(default_factory=AdapterConfig)
 
     def __post_init__(self) -> None:
         check_ranges(self, "training", {

@@ -6,6 +6,8 @@
                      file and the 1-based line or the column
     cleaning         `keep_mask` (drop empty, over-long and badly length-ratioed training pairs,
                      counted), `truncate_ids` (validation: keep every pair, cut to max_len)
+    filters          the rule filters of `seq2seq clean` over raw text pairs (duplicates, ratios, HTML,
+                     numbers, copies, script, language, misalignments), streamed in worker processes
     shards           chunks -> tokenized, cleaned, memory-mapped Arrow shards, in parallel processes;
                      `ShardedRows` reads a batch's rows from them
     splits           where each corpus and validation set comes from (`Split`, tagged as a `Source`)
@@ -19,11 +21,13 @@
     batching         `Batch`, collation into padded tensors, `TokenBatchSampler` (token-bounded,
                      length-bucketed), `length_batches`
     sampling         subword regularization: each training pair segmented anew every epoch
+    modifiers        training-time text modifiers: a share of the pairs upper-cased, title-cased, given typos or merged
     mixing           temperature sampling over several corpora, epoch by epoch (`CorpusMix`, `MixedBatches`)
     terminology      training sources annotated with words of their own targets (`data.terminology`)
     prefetch         training steps' batches made ahead on a background thread (`training_steps`, `Prefetcher`)
     media            image and audio training data: tables of (file, text) rows -> batches (`prepare_media`)
     synthetic        the seeded English -> German corpus of `seq2seq quickstart`
+    dcce             dual conditional cross-entropy: the formula and `DualCrossEntropyFilter`
 
 Sources (one per split, see `DataConfig`):
   * two aligned plain-text files, one sentence per line, optionally gzipped;

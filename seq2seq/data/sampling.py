@@ -28,19 +28,30 @@ regularization is not bit-reproducible, and `--resume` continues it with a new s
 the current epoch (its remaining batches may repeat or skip a few rows). Everything else about
 the resume (weights, optimizer, schedule, position) is exact. The terms come from numpy's generator
 seeded alike, so they repeat exactly in every process.
+
+Training-time modifiers (`data.modifiers`, `seq2seq.data.modifiers`) are applied in the same pass: a share
+of the pairs upper-cased, Title Cased, given typos or merged, drawn from numpy generators seeded by
+(seed, epoch) and the row, and encoded anew (at the best segmentation, or sampled with `alpha`). Without
+`alpha` nothing else is sampled, so such a run repeats exactly in every process and on `--resume`.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
 import sentencepiece as spm
 
+from seq2seq.config.data_section import MODIFIERS
 from seq2seq.data.batching import TokenBatchSampler
+from seq2seq.data.modifiers import Modified, PairModifier
 from seq2seq.data.terminology import TermSampler
 from seq2seq.text.terminology import TERM
-from seq2seq.text.tokenizer import EOS_ID, TokenizerPair
+from seq2seq.text.tokenizer import EOS_ID, UNK_ID, TokenizerPair
+
+log = logging.getLogger(__name__)
 
 
 class SubwordSampler:
@@ -59,19 +70,27 @@ class SubwordSampler:
     terms: with `data.terminology.resample`, the `TermSampler` that annotates a new draw of pairs with
         terms in every epoch (seeded by (seed, epoch)); the texts are then the plain pairs, and an annotated
         pair is encoded at its best segmentation (the plain pair where that exceeds `max_len`).
+    modifier: with `data.modifiers`, the `PairModifier` that changes a share of the pairs in every epoch
+        (seeded by (seed, epoch) and the row): a modified pair is encoded anew, at its best segmentation or,
+        with `alpha`, a sampled one (the pair as it was where a side then exceeds `max_len`, or holds an <unk>
+        piece its cached ids lack: a character the vocabulary never saw, such as a capital); a pair annotated
+        with terms this epoch is not modified. Every other row is as without it (its cached ids, bit for
+        bit, where `alpha` is None).
     """
 
     def __init__(self, tokenizers: TokenizerPair, src_texts: Sequence[str], tgt_texts: Sequence[str],
                  best_src_ids: Sequence[list[int]], best_tgt_ids: Sequence[list[int]],
                  alpha: float | None, nbest: int = -1, max_len: int = 256, seed: int = 0,
                  prefixes: Sequence[Sequence[int]] | None = None,
-                 tgt_prefixes: Sequence[Sequence[int]] | None = None, terms: TermSampler | None = None) -> None:
+                 tgt_prefixes: Sequence[Sequence[int]] | None = None, terms: TermSampler | None = None,
+                 modifier: PairModifier | None = None) -> None:
         self.tokenizers = tokenizers
         self.src_texts, self.tgt_texts = src_texts, tgt_texts
         self.best_src_ids, self.best_tgt_ids = best_src_ids, best_tgt_ids
         self.alpha, self.nbest, self.max_len, self.seed = alpha, nbest, max_len, seed
         self.prefixes, self.tgt_prefixes = prefixes, tgt_prefixes
         self.terms = terms
+        self.modifier = modifier
         self._cache: tuple[int, list[list[int]], list[list[int]]] | None = None
 
     def epoch(self, epoch: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -81,6 +100,9 @@ class SubwordSampler:
             src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
             rng = np.random.default_rng([self.seed, epoch])
             src_ids, tgt_ids = [], []
+            applied: Counter[str] = Counter()
+            modified = too_long = unspelt = 0
+            changes = self._modified(epoch)
             for i, (src_text, tgt_text) in enumerate(zip(self.src_texts, self.tgt_texts)):
                 prefix = list(self.prefixes[i]) if self.prefixes is not None else []
                 tgt_prefix = list(self.tgt_prefixes[i]) if self.tgt_prefixes is not None else []
@@ -92,6 +114,22 @@ class SubwordSampler:
                             src_ids.append(prefix + src + [EOS_ID])
                             tgt_ids.append(tgt_prefix + tgt)
                             continue
+                if i in changes:  # this epoch's modifiers, the pair encoded anew
+                    changed, src, tgt = changes[i]
+                    if self.alpha is not None:  # (in row order, as SentencePiece's generator draws)
+                        src = src_tok.sample(changed.src, self.alpha, self.nbest)
+                        tgt = tgt_tok.sample(changed.tgt, self.alpha, self.nbest)
+                    if (UNK_ID in src and UNK_ID not in self.best_src_ids[i]) or \
+                            (UNK_ID in tgt and UNK_ID not in self.best_tgt_ids[i]):
+                        unspelt += 1  # a character the vocabulary lacks (a capital it never saw)
+                    elif len(src) <= self.max_len and len(tgt) <= self.max_len:
+                        src_ids.append(prefix + src + [EOS_ID])
+                        tgt_ids.append(tgt_prefix + tgt)
+                        modified += 1
+                        applied.update(changed.applied)
+                        continue
+                    else:
+                        too_long += 1
                 if TERM in src_text or self.alpha is None:  # annotated when prepared (copied piece for piece)
                     src_ids.append(self.best_src_ids[i])
                     tgt_ids.append(self.best_tgt_ids[i])
@@ -100,8 +138,26 @@ class SubwordSampler:
                 tgt = tgt_tok.sample(tgt_text, self.alpha, self.nbest)
                 src_ids.append(prefix + src + [EOS_ID] if len(src) <= self.max_len else self.best_src_ids[i])
                 tgt_ids.append(tgt_prefix + tgt if len(tgt) <= self.max_len else self.best_tgt_ids[i])
+            if self.modifier is not None:
+                kept = [f"{too_long:,} then over data.max_len"] if too_long else []
+                kept += [f"{unspelt:,} then with a character the vocabulary lacks"] if unspelt else []
+                log.info("epoch %d: data.modifiers changed %s of %s training pairs (%s)%s", epoch, f"{modified:,}",
+                         f"{len(src_ids):,}", ", ".join(f"{name} {applied[name]:,}" for name in MODIFIERS),
+                         f"; kept as they were: {', '.join(kept)}" if kept else "")
             self._cache = (epoch, src_ids, tgt_ids)
         return self._cache[1], self._cache[2]
+
+    def _modified(self, epoch: int) -> dict[int, tuple[Modified, list[int], list[int]]]:
+        """The rows `epoch`'s modifiers change: the pair, and its pieces at the best segmentation (encoded
+        together, ~20x faster than one by one; [] where `alpha` samples them in the loop instead)."""
+        if self.modifier is None:
+            return {}
+        found = self.modifier.epoch(epoch)
+        if self.alpha is not None:
+            return {i: (changed, [], []) for i, changed in found.items()}
+        src = self.tokenizers.src.encode([changed.src for changed in found.values()])
+        tgt = self.tokenizers.tgt.encode([changed.tgt for changed in found.values()])
+        return {i: (changed, s, t) for (i, changed), s, t in zip(found.items(), src, tgt)}
 
 
 class ResegmentedBatches(TokenBatchSampler):

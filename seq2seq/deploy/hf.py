@@ -287,3 +287,44 @@ def export_hf(
 
 
 __all__ = ["HF_CONFIG", "export_hf", "hf_config", "hf_model", "marian_permutation", "permuted", "tensor_map"]
+
+
+def our_tensors(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) -> dict[str, torch.Tensor]:
+    """Their tensors under our names (`tensor_map` read backwards): the model dimension permuted back,
+    q/k/v stacked, the position tables and the output projection as our model keeps them."""
+    perm = marian_permutation(m.d_model) if m.norm == "post" else None
+    ours: dict[str, torch.Tensor] = {}
+    stacked: dict[str, list[torch.Tensor | None]] = {}
+    for name, theirs, kind in tensor_map(m):
+        if theirs not in state:
+            if theirs == "model.shared.weight":
+                continue
+            raise ExportError(f"{hf_dir}: tensor {theirs} is missing")
+        try:
+            t = permuted(state[theirs], kind, perm, inverse=True)
+        except IndexError:
+            raise ExportError(f"{hf_dir}: tensor {theirs} has shape {tuple(state[theirs].shape)}, which does not "
+                              f"fit config.json's d_model {m.d_model}") from None
+        base, _, part = name.partition("#")
+        if part:
+            stacked.setdefault(base, [None, None, None])[int(part)] = t
+        else:
+            ours[base] = t
+    for base, slots in stacked.items():
+        parts = [p for p in slots if p is not None]
+        assert len(parts) == len(slots)  # tensor_map names the q, k and v of each (a missing one is refused above)
+        try:
+            ours[base] = torch.cat(parts, dim=0)
+        except RuntimeError:
+            raise ExportError(f"{hf_dir}: the q, k and v projections of {base} have the shapes "
+                              f"{', '.join(str(tuple(p.shape)) for p in parts)}, which do not stack") from None
+    if m.positions == "learned":
+        ours["encoder.embed.positions.weight"] = ours.pop("encoder.positions")
+        ours["decoder.embed.positions.weight"] = ours.pop("decoder.positions")
+    else:
+        ours.pop("encoder.positions", None)
+        ours.pop("decoder.positions", None)
+    output = ours.pop("decoder.output")
+    if not m.tie_output:
+        ours["decoder.output.weight"] = output
+    return ours

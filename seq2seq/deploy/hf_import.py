@@ -3,6 +3,9 @@
 
     import_hf(hf_dir, out_dir)   # MarianMTModel / BlenderbotForConditionalGeneration -> model directory
 
+M2M100 / NLLB-200 (M2M100ForConditionalGeneration) and mBART-50 (MBartForConditionalGeneration)
+directories go to `seq2seq.deploy.hf_fairseq` after config.json and the weights are read here.
+
 Weights are read from safetensors only (never a pickle); a non-zero `final_logits_bias` is refused
 (our output projection has no bias). A directory that cannot be read (no config.json, a config.json
 that is not JSON or not a transformers config, weights that are truncated, garbage or only pickles)
@@ -34,7 +37,8 @@ import torch
 
 from seq2seq.config.root import Config
 from seq2seq.config import DataConfig, ModelConfig, from_dict, load_dict
-from seq2seq.deploy.hf import HF_CONFIG, marian_permutation, permuted, tensor_map
+from seq2seq.deploy.hf import HF_CONFIG, our_tensors
+from seq2seq.deploy.hf_fairseq import FAIRSEQ_ARCHITECTURES
 from seq2seq.deploy.hf_vocab import gather_rows, hf_tokenizers, json_file, needs_reindexing, reindex
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
 from seq2seq.model.layers import sinusoidal_table
@@ -43,12 +47,13 @@ from seq2seq.storage.weights import load_into
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
 
-ARCHITECTURES = ("marian", "blenderbot")  # config.json's model_type
+ARCHITECTURES = ("marian", "blenderbot")  # config.json's model_type (and FAIRSEQ_ARCHITECTURES: hf_fairseq)
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt")  # weights import-hf never unpickles
 
 
 def _unsupported_architecture(kind: Any) -> str:
-    return (f"import-hf reads MarianMTModel (post-norm) and BlenderbotForConditionalGeneration (pre-norm) "
+    return (f"import-hf reads MarianMTModel (post-norm), BlenderbotForConditionalGeneration (pre-norm), "
+            f"M2M100ForConditionalGeneration (M2M100, NLLB-200) and MBartForConditionalGeneration (mBART-50) "
             f"directories, not {kind!r}")
 
 
@@ -152,7 +157,7 @@ def _read_config(hf_dir: Path) -> Any:
     conf = json_file(path)
     if not isinstance(conf, dict):
         raise ExportError(f"{path} is not a transformers config (a JSON object)")
-    if conf.get("model_type") not in ARCHITECTURES:
+    if conf.get("model_type") not in ARCHITECTURES + FAIRSEQ_ARCHITECTURES:
         raise ExportError(f"{path}: {_unsupported_architecture(conf.get('model_type'))}")
     try:
         return AutoConfig.from_pretrained(str(hf_dir))
@@ -207,53 +212,12 @@ def _default_config(m: ModelConfig, tokenizers: TokenizerPair, languages: Sequen
     return cfg
 
 
-def _our_tensors(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) -> dict[str, torch.Tensor]:
-    """Their tensors under our names (`tensor_map` read backwards): the model dimension permuted back,
-    q/k/v stacked, the position tables and the output projection as our model keeps them."""
-    perm = marian_permutation(m.d_model) if m.norm == "post" else None
-    ours: dict[str, torch.Tensor] = {}
-    stacked: dict[str, list[torch.Tensor | None]] = {}
-    for name, theirs, kind in tensor_map(m):
-        if theirs not in state:
-            if theirs == "model.shared.weight":
-                continue
-            raise ExportError(f"{hf_dir}: tensor {theirs} is missing")
-        try:
-            t = permuted(state[theirs], kind, perm, inverse=True)
-        except IndexError:
-            raise ExportError(f"{hf_dir}: tensor {theirs} has shape {tuple(state[theirs].shape)}, which does not "
-                              f"fit config.json's d_model {m.d_model}") from None
-        base, _, part = name.partition("#")
-        if part:
-            stacked.setdefault(base, [None, None, None])[int(part)] = t
-        else:
-            ours[base] = t
-    for base, slots in stacked.items():
-        parts = [p for p in slots if p is not None]
-        assert len(parts) == len(slots)  # tensor_map names the q, k and v of each (a missing one is refused above)
-        try:
-            ours[base] = torch.cat(parts, dim=0)
-        except RuntimeError:
-            raise ExportError(f"{hf_dir}: the q, k and v projections of {base} have the shapes "
-                              f"{', '.join(str(tuple(p.shape)) for p in parts)}, which do not stack") from None
-    if m.positions == "learned":
-        ours["encoder.embed.positions.weight"] = ours.pop("encoder.positions")
-        ours["decoder.embed.positions.weight"] = ours.pop("decoder.positions")
-    else:
-        ours.pop("encoder.positions", None)
-        ours.pop("decoder.positions", None)
-    output = ours.pop("decoder.output")
-    if not m.tie_output:
-        ours["decoder.output.weight"] = output
-    return ours
-
-
 def _load_model(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) -> torch.nn.Module:
     """Our model with their weights (refused by tensor name when one is missing or of another shape)."""
     from seq2seq.model.transformer import Seq2SeqTransformer
 
     model = Seq2SeqTransformer(m)
-    ours = _our_tensors(m, state, hf_dir)
+    ours = our_tensors(m, state, hf_dir)
     own = model.state_dict()
     for k in own:  # a module shared between encoder and decoder appears under both names
         if k not in ours and k.startswith("encoder.embed.") and m.share_embeddings:
@@ -265,13 +229,18 @@ def _load_model(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) ->
 def import_hf(hf_dir: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Write a transformers MarianMTModel / BlenderbotForConditionalGeneration directory (with its
     MarianTokenizer files) as a seq2seq model directory: the same logits over corresponding ids. A
-    vocabulary that is not ours (opus-mt) is re-indexed; see the module docstring."""
+    vocabulary that is not ours (opus-mt) is re-indexed; see the module docstring. M2M100 / NLLB-200
+    and mBART-50 directories are `seq2seq.deploy.hf_fairseq`'s."""
     require("transformers")
     hf_dir = Path(hf_dir)
     files = _weight_files(hf_dir)
     out = prepare_output(out_dir, force, [hf_dir])
     config = _read_config(hf_dir)
     state = _read_weights(hf_dir, files, config)
+    if config.model_type in FAIRSEQ_ARCHITECTURES:  # M2M100, NLLB-200, mBART-50
+        from seq2seq.deploy.hf_fairseq import import_fairseq
+
+        return import_fairseq(hf_dir, out, config, state)
     reindexed = None
     if needs_reindexing(hf_dir):  # opus-mt: our SentencePiece models, the embedding and output rows in our ids
         _check_architecture(config, state, reindexed=True)

@@ -17,6 +17,13 @@ def check_text_model(cfg: ModelConfig, target: str) -> None:
         raise ExportError(f"{target} export needs a text model; this one has a {cfg.encoder.type!r} encoder")
     if cfg.pad_id != PAD_ID:
         raise ExportError(f"{target} export needs model.pad_id {PAD_ID}, got {cfg.pad_id}")
+    # the options of imported fairseq-trained models (M2M100, NLLB, mBART) that no exporter writes yet
+    fairseq = {"scale_embedding": True, "position_offset": 0, "position_table": "interleaved", "embedding_norm": False,
+               "decoder_start": "bos"}
+    changed = [f"{k}: {getattr(cfg, k)}" for k, default in fairseq.items() if getattr(cfg, k) != default]
+    if changed:
+        raise ExportError(f"{target} export does not write models with model.{', model.'.join(changed)} yet "
+                          "(an import of M2M100 / NLLB / mBART: use the original transformers directory)")
 
 
 def model_tensors(loaded: LoadedModel) -> dict[str, torch.Tensor]:

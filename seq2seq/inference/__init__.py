@@ -32,4 +32,5 @@
     corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
     fingerprint         `model_fingerprint`: sha256 of the files that decide a model's translations
     noise               word noise for noised back-translation
+    scoring             forced decoding: the log-probability of given targets (`score_pairs` -> `PairScore`)
 """

@@ -99,7 +99,7 @@ class Translator:
         self.precision = precision
         models = [self._converted(m.model.eval(), precision, _owns_model) for m in members]
         self.model: Seq2SeqTransformer | EnsembleModel = models[0] if len(models) == 1 else \
-            EnsembleModel(models, ensemble_weights, ensemble_combine)
+            EnsembleModel(models, ensemble_weights, ensemble_combine).eval()  # (a new Module starts in training mode)
         self.tokenizers = self.loaded.tokenizers
         self.path: Path = self.loaded.path  # the (first) model directory
         self.config: Config = self.loaded.config
@@ -145,19 +145,31 @@ class Translator:
     def load(cls, model_dir: str | Path | Sequence[str | Path], device: str = "auto", precision: str = "fp32",
              weights: str | Path | None = None, encoder: Encoder | None = None, *,
              ensemble_weights: Sequence[float] | None = None, ensemble_combine: str = "prob",
-             last_checkpoints: int | None = None) -> Translator:
+             last_checkpoints: int | None = None, adapter: str | Path | None = None) -> Translator:
         """Load a model directory (see `load_model_dir`); `weights` replaces its model.safetensors,
         e.g. with averaged checkpoints from `seq2seq average`; `encoder` is the injected encoder
         instance it was trained with, if any.
 
         Ensembles (seq2seq.inference.ensemble): a list of model directories decodes them as one
         model (ensemble_weights: one per member; ensemble_combine: "prob" or "logprob"), and
-        last_checkpoints=N the last N checkpoints of one run (`training.keep_last`) as members."""
+        last_checkpoints=N the last N checkpoints of one run (`training.keep_last`) as members.
+
+        adapter: a LoRA adapter directory (seq2seq.adapters) merged into the loaded weights, refused in one
+        line (AdapterError) when trained on other weights; a LoRA run's directory given as model_dir loads
+        the base its adapter.json names, with that adapter."""
+        from seq2seq.adapters.files import resolve_base
+        from seq2seq.adapters.merge import merge_into
+
         if precision == "int8" and device == "auto":
             device = "cpu"  # dynamic int8 quantization runs on CPU
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} asked for, but CUDA is not available")
         dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
+        if len(dirs) == 1 and last_checkpoints is None:
+            base, adapter = resolve_base(dirs[0], adapter)
+            dirs = [base]
+        elif adapter is not None:
+            raise ValueError("an adapter adapts one model directory, not an ensemble")
         if last_checkpoints is not None:
             if len(dirs) != 1 or weights is not None:
                 raise ValueError("last_checkpoints ensembles the checkpoints of one model directory, without weights")
@@ -167,6 +179,8 @@ class Translator:
             if weights is not None and len(dirs) > 1:
                 raise ValueError("weights replaces one model directory's weights; not with an ensemble")
             members = [load_model_dir(d, device=device, weights=weights, encoder=encoder) for d in dirs]
+        if adapter is not None:
+            merge_into(members[0], adapter, weights)
         return cls(members if len(members) > 1 else members[0], precision, _owns_model=True,
                    ensemble_weights=ensemble_weights, ensemble_combine=ensemble_combine)
 
@@ -199,6 +213,7 @@ class Translator:
         terms: str | None = None,
         term_forms: str = "exact",
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
         **options: Any,
     ) -> list[list[Translation]]:
         """n-best hypotheses (best first) of each source, in input order; [] for an empty text.
@@ -218,12 +233,14 @@ class Translator:
         term's pieces a bonus (`seq2seq.inference.term_bias`); term_forms "inflected": the beam takes any
         inflected form of a term given as a lemma ("exact": only the term as written).
         tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
-        bilingual model refuses it (LanguageError, a ValueError). options: see `search_config`.
+        bilingual model refuses it (LanguageError, a ValueError). src_lang: the source language, for a model
+        whose sources start with their own language's tag (`data.language_tag: both`: M2M100, NLLB,
+        mBART-50), which needs one; other models ignore it. options: see `search_config`.
         """
         call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
                             avoid=avoid, glossary=glossary, terms=terms, options=options)
         texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
-        processor = self.processor_for(tgt_lang)
+        processor = self.processor_for(tgt_lang, src_lang)
         forced = self.decoder_prefix_ids(tgt_lang)
         examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
         if not processor.kind.reads_files:  # a limit of 0 tokens, or below min_len, is said
@@ -268,13 +285,14 @@ class Translator:
         """The target languages of a multilingual model ([] for a bilingual one): `tgt_lang` values."""
         return model_languages(self.config)
 
-    def processor_for(self, tgt_lang: str | None) -> SourceProcessor:
+    def processor_for(self, tgt_lang: str | None, src_lang: str | None = None) -> SourceProcessor:
         """The source processor of a call into `tgt_lang`: sources start with the model's tag for it
         (`seq2seq.text.languages.source_prefix`). LanguageError (a ValueError) when a multilingual model
-        gets no language or one it does not know, or a bilingual model gets one."""
+        gets no language or one it does not know, or a bilingual model gets one; `src_lang`: the source
+        language of a model whose sources start with its tag (`data.language_tag: both`), else unused."""
         if not self.languages and tgt_lang is None:
             return self.processor
-        members = [source_prefix(m.config, tgt_lang) for m in self.members]
+        members = [source_prefix(m.config, tgt_lang, src_lang=src_lang) for m in self.members]
         if not any(members):  # the language tag goes on the decoder (`decoder_prefix_ids`)
             return self.processor
         ensemble = self.processor if isinstance(self.processor, EnsembleProcessor) else None

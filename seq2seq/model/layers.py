@@ -32,29 +32,54 @@ def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
     return table
 
 
+def fairseq_sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
+    """fairseq's (and transformers' M2M100's) table: row pos holds sin(pos * f_i) in column i and
+    cos(pos * f_i) in column D/2 + i, f_i = 10000^(-i / (D/2 - 1)) (a zero last column when D is odd).
+    The same float32 operations as theirs, so an imported model reads the very same rows. [n, D]"""
+    half = d_model // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(n_positions, dtype=torch.int64).float().unsqueeze(1) * freq.unsqueeze(0)
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1).view(n_positions, -1)
+    if d_model % 2 == 1:
+        table = torch.cat([table, torch.zeros(n_positions, 1)], dim=1)
+    return table
+
+
+def position_table(cfg: ModelConfig) -> Tensor:
+    """The sinusoidal table a model with `cfg` reads, `position_offset` rows before the first position's:
+    [max_positions + position_offset, D] in the layout `position_table` names."""
+    make = fairseq_sinusoidal_table if cfg.position_table == "fairseq" else sinusoidal_table
+    return make(cfg.max_positions + cfg.position_offset, cfg.d_model)
+
+
 # Dropout is nn.Dropout; on CPU, training swaps in `seq2seq.accel.cpu.CpuDropout`. The name stays for the
 # encoders that import it.
 Dropout = nn.Dropout
 
 
 class Embedding(nn.Module):
-    """Token embedding scaled by sqrt(D) plus a position encoding, then dropout.
+    """Token embedding scaled by sqrt(D) (unless `model.scale_embedding` is false) plus a position
+    encoding, then a LayerNorm where `model.embedding_norm` asks for one, then dropout.
 
-    ids [B, T] -> [B, T, D]; `offset` is the position of ids[:, 0] (incremental decoding).
+    ids [B, T] -> [B, T, D]; `offset` is the position of ids[:, 0] (incremental decoding). Position p
+    reads row `model.position_offset` + p of the table (learned or sinusoidal, `position_table`).
     """
 
-    table: Tensor  # sinusoidal positions [max_positions, D], a buffer (positions: sinusoidal)
+    table: Tensor  # sinusoidal positions [max_positions + position_offset, D], a buffer (positions: sinusoidal)
 
     def __init__(self, vocab_size: int, cfg: ModelConfig) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.scale = math.sqrt(cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else None
         self.max_positions = cfg.max_positions
+        self.first_row = cfg.position_offset
         self.learned = cfg.positions == "learned"
         if self.learned:
-            self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+            self.positions = nn.Embedding(cfg.max_positions + cfg.position_offset, cfg.d_model)
         else:
-            self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+            self.register_buffer("table", position_table(cfg), persistent=False)
+        # None unless asked for, so that the state dict of every other model is what it always was
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -63,11 +88,16 @@ class Embedding(nn.Module):
             raise ValueError(
                 f"sequence of {offset + t} positions exceeds model.max_positions={self.max_positions}"
             )
-        x = self.tokens(ids) * self.scale
+        x = self.tokens(ids)
+        if self.scale is not None:
+            x = x * self.scale
+        start = self.first_row + offset
         if self.learned:
-            x = x + self.positions.weight[offset : offset + t]
+            x = x + self.positions.weight[start : start + t]
         else:
-            x = x + self.table[offset : offset + t].to(x.dtype)
+            x = x + self.table[start : start + t].to(x.dtype)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x)
 
 

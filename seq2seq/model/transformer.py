@@ -24,6 +24,7 @@ from seq2seq.model.attention import KVCache, MultiHeadAttention
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.encoders import Encoder, get_modality
 from seq2seq.model.layers import DecoderLayer, Embedding
+from seq2seq.text.tokenizer import BOS_ID, EOS_ID
 
 
 class DecoderCache:
@@ -71,6 +72,9 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.output = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        # model.decoder_start "eos": the first input (BOS, the only place it occurs) reads the EOS row,
+        # as fairseq-trained decoders start with </s>; BOS keeps its own row as an output
+        self.start_from_eos = cfg.decoder_start == "eos"
 
     @property
     def output_weight(self) -> Tensor:
@@ -93,6 +97,8 @@ class Decoder(nn.Module):
             if cache.memory_pad_mask is None:
                 cache.memory_pad_mask = memory_pad_mask
             memory_pad_mask = cache.memory_pad_mask
+        if self.start_from_eos and offset == 0:
+            tgt = tgt.masked_fill(tgt == BOS_ID, EOS_ID)
         x = self.embed(tgt, offset)
         attention = None
         if attention_layer is not None and attention_layer < 0:

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from seq2seq.adapters.serving import using
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.documents.formats import document_translations
 from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
@@ -45,6 +46,18 @@ class ModelCalls:
         self.steps = pipeline_defaults(model)  # split_sentences, casing, loop_guard, spans, markup
 
     def run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+        """`_run_texts` with the adapter the options name (`serve --adapter`), if any."""
+        options = dict(options)
+        with using(self.model, options.pop("adapter", None)):
+            return self._run_texts(items, options)
+
+    def run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+        """`_run_files` with the adapter the options name (`serve --adapter`), if any."""
+        options = dict(options)
+        with using(self.model, options.pop("adapter", None)):
+            return self._run_files(items, options)
+
+    def _run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
         """Each text's n-best list; items: (text, its steering or None). The texts go through the text
         pipeline as `seq2seq translate` sends its lines (`translate_lines`: sentences split and cased as
         the model directory says, unless the request's `split_sentences` / `casing` / `loop_guard` say otherwise)."""
@@ -63,7 +76,7 @@ class ModelCalls:
                                   warn=warn, **steps, **steering, **options)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
 
-    def run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+    def _run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
         """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
         skipped: dict[int, str] = {}
         warn, notes = self._warnings(log.info)

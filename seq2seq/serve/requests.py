@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 MAX_JSON_DEPTH = 32  # nested arrays/objects in a request body; no valid request needs more than 3
 UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a /generate upload may have
 # A request's fields for the call that are not search options (each checked by the model), with an example:
-CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"'}
+CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"',
+               "adapter": '"de-med"'}  # adapter: one of `serve --adapter NAME=DIR` (seq2seq.adapters.serving)
 
 @dataclass
 class Limits:

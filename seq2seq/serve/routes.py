@@ -20,6 +20,7 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
+from seq2seq.adapters.serving import check_adapter
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.formats import formatter
@@ -45,7 +46,8 @@ log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one 
 
 # options of a call that are not search options: a Transcriber's, a multilingual model's target language, the
 # text pipeline's steps
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", "format", *PIPELINE_STEPS)
+CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", "format", "adapter",
+                *PIPELINE_STEPS)
 
 STOP_WORKER_S = 5.0  # at shutdown, how long to wait for the worker to leave a model call no request waits for
 
@@ -128,6 +130,7 @@ class ModelServer:
         try:
             cfg = self.model.search_config(**search)
             self.model.processor_for(options.get("tgt_lang"))  # LanguageError: none, or unknown
+            check_adapter(self.model, options.get("adapter"))  # ValueError: not one this server has
         except Seq2SeqError as e:
             raise RequestError(422, str(e), e.diagnostic) from None
         except ValueError as e:
@@ -182,6 +185,9 @@ class ModelServer:
         body = {"status": "stopping" if self.stopping else "ok", "model": self.model_path, "kind": self.encoder_type,
                 "device": str(self.model.device), "precision": self.model.precision, "queue": self.batcher.pending,
                 "calls": self.batcher.calls, "endpoint": "/generate" if self.kind.reads_files else "/translate"}
+        adapters = getattr(self.model, "adapters", None)
+        if adapters is not None:  # `serve --adapter NAME=DIR`: the names a request's "adapter" may take
+            body["adapters"] = adapters.names()
         return JSONResponse(body, status_code=503 if self.stopping else 200)
 
     async def translate(self, request: Request) -> JSONResponse:

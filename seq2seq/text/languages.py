@@ -9,7 +9,10 @@ the decoder unchanged), then the tag of its corpus where that has one (e.g.
 `<BT>` on back-translated pairs; Caswell et al. 2019). With `data.language_tag: decoder` the
 language tag is the target's first token instead (M2M-100, NLLB): training targets start with it,
 decoding forces it (`decoder_prefix`) and leaves it out of the output; corpus tags stay on the
-source. Each tag is one reserved SentencePiece piece (a user-defined symbol of the tokenizer, so it
+source. With `data.language_tag: both` (M2M100, NLLB-200, mBART-50 imported by `import-hf`) the
+target's first token is its language's tag as with `decoder`, and every source starts with the tag of
+its own language (`source_prefix(config, "de", src_lang="en")` -> ["<2en>"]; both sides' languages are
+`data.languages`). Each tag is one reserved SentencePiece piece (a user-defined symbol of the tokenizer, so it
 is never split), and the config saved in the model directory says which languages and tags the
 model knows:
 
@@ -115,7 +118,13 @@ def check_source_language(config: ModelSettings, lang: str, model: str, flag: st
 def tags_on_decoder(config: ModelSettings) -> bool:
     """A multilingual model whose language tag is the decoder's first token (`data.language_tag`)."""
     data = _data(config)
-    return data.multilingual and data.language_tag == "decoder"
+    return data.multilingual and data.language_tag in ("decoder", "both")
+
+
+def tags_source_language(config: ModelSettings) -> bool:
+    """A multilingual model whose sources start with their own language's tag (`data.language_tag: both`)."""
+    data = _data(config)
+    return data.multilingual and data.language_tag == "both"
 
 
 def target_reserved_pieces(config: ModelSettings) -> list[str]:
@@ -130,7 +139,8 @@ def reserved_pieces(config: ModelSettings) -> list[str]:
     them, then `data.reserved` (e.g. "<BLANK>", the filler of noised back-translation), then <term> for a
     model whose sources carry terms (`data.terminology`)."""
     data = _data(config)
-    pieces = [] if tags_on_decoder(data) else [language_tag(lang) for lang in model_languages(data)]
+    tagged = not tags_on_decoder(data) or tags_source_language(data)
+    pieces = [language_tag(lang) for lang in model_languages(data)] if tagged else []
     terms = [TERM] if data.terminology.on else []
     for piece in [c.tag for c in data.corpora] + list(data.reserved) + terms:
         if piece is not None and piece not in pieces:
@@ -141,18 +151,21 @@ def reserved_pieces(config: ModelSettings) -> list[str]:
 def corpus_prefix(config: ModelSettings, corpus: CorpusConfig) -> list[str]:
     """The pieces put before every source of a training corpus: its target language's tag
     (multilingual models with the tag on the source), then its own tag."""
-    return source_tag(config, corpus.tgt_lang) + ([corpus.tag] if corpus.tag is not None else [])
+    return source_tag(config, corpus.tgt_lang, corpus.src_lang) + ([corpus.tag] if corpus.tag is not None else [])
 
 
 def valid_prefix(config: ModelSettings, valid: ValidSetConfig) -> list[str]:
     """The pieces put before every source of a validation set: its target language's tag
     (multilingual models with the tag on the source; corpus tags are for training data only)."""
-    return source_tag(config, valid.tgt_lang)
+    return source_tag(config, valid.tgt_lang, valid.src_lang)
 
 
-def source_tag(config: ModelSettings, tgt_lang: str | None) -> list[str]:
+def source_tag(config: ModelSettings, tgt_lang: str | None, src_lang: str | None = None) -> list[str]:
     """The language tag a source into `tgt_lang` starts with: [<2xx>] for a multilingual model that puts
-    it on the source, else [] (a bilingual model, no language, or the tag on the decoder)."""
+    it on the source, else [] (a bilingual model, no language, or the tag on the decoder); for a model
+    that tags sources with their own language (`tags_source_language`), [<2src_lang>] ([] without one)."""
+    if tags_source_language(config):
+        return [language_tag(src_lang)] if src_lang is not None else []
     if tgt_lang is None or not _data(config).multilingual or tags_on_decoder(config):
         return []
     return [language_tag(tgt_lang)]
@@ -164,9 +177,11 @@ def decoder_prefix(config: ModelSettings, tgt_lang: str | None) -> list[str]:
     return [language_tag(tgt_lang)] if tgt_lang is not None and tags_on_decoder(config) else []
 
 
-def source_prefix(config: ModelSettings, tgt_lang: str | None, tags: Sequence[str] = ()) -> list[str]:
+def source_prefix(config: ModelSettings, tgt_lang: str | None, tags: Sequence[str] = (),
+                  src_lang: str | None = None) -> list[str]:
     """The pieces a source to translate into `tgt_lang` starts with: its language tag (unless the
-    model puts it on the decoder, `decoder_prefix`), then `tags` (e.g. ["<BT>"]).
+    model puts it on the decoder, `decoder_prefix`), or, for a model that tags sources with their own
+    language (`data.language_tag: both`), the tag of `src_lang`; then `tags` (e.g. ["<BT>"]).
 
     LanguageError: a multilingual model without `tgt_lang`, or with one it was not trained for
     (the message lists its languages); a bilingual model given `tgt_lang`; a tag it was not trained with.
@@ -179,11 +194,17 @@ def source_prefix(config: ModelSettings, tgt_lang: str | None, tags: Sequence[st
                             f"leave out the target language ({tgt_lang!r})")
     if tgt_lang is not None and tgt_lang not in languages:
         raise LanguageError(f"unknown target language {tgt_lang!r}; this model's languages: {', '.join(languages)}")
+    if tags_source_language(config):
+        if src_lang is None:
+            raise LanguageError("this model's sources start with their language's tag: give the source language "
+                                f"(--src-lang), one of {', '.join(languages)}")
+        if src_lang not in languages:
+            raise LanguageError(f"unknown source language {src_lang!r}; this model's languages: {', '.join(languages)}")
     known = [c.tag for c in _data(config).corpora if c.tag is not None]
     for tag in tags:
         if tag not in known:
             raise LanguageError(f"unknown corpus tag {tag!r}; this model's tags: {', '.join(known) or 'none'}")
-    return source_tag(config, tgt_lang) + list(tags)
+    return source_tag(config, tgt_lang, src_lang) + list(tags)
 
 
 def tag_source(text: str, tgt_lang: str | None, tags: Iterable[str] = ()) -> str:

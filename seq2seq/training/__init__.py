@@ -11,5 +11,6 @@
     throughput   how many steps a time budget buys: a short timed probe of the run
     distributed  torchrun process groups
     finetune     `train --init-from`: starting from another model directory
+    adapter      a LoRA run: the base frozen, only the adapter trained and saved
     quickstart   the built-in corpus job behind `seq2seq quickstart`
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import platform
 import shutil
 from dataclasses import dataclass
@@ -22,11 +23,15 @@ from seq2seq import __version__
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.training import distributed
 from seq2seq.training import finetune
+from seq2seq.training import adapter as adapter_run
 from seq2seq.data.batching import Batch, IndexedRows, TokenBatchSampler, collate_text
 from seq2seq.config import ConfigError, ModelConfig
 from seq2seq.config.model_section import check_fits_in_memory
 from seq2seq.data import prepare
 from seq2seq.data.mixing import CorpusMix, MixedBatches
+from seq2seq.data.filters.training import cleaned_data
+from seq2seq.inference.scoring import register_model_filters
+from seq2seq.data.modifiers import PairModifier
 from seq2seq.data.shards import ShardedRows, pair_lengths
 from seq2seq.data.sampling import ResegmentedBatches, SubwordSampler
 from seq2seq.data.terminology import TermSampler, term_token_weights
@@ -38,7 +43,7 @@ from seq2seq.config.root import Config, config_yaml
 from seq2seq.data.media import collate_media, prepare_media, source_lengths
 from seq2seq.text.languages import model_languages, reserved_pieces
 from seq2seq.text.terminology import TERM, word_counts
-from seq2seq.text.tokenizer import PAD_ID, TokenizerPair
+from seq2seq.text.tokenizer import PAD_ID, UNK_ID, TokenizerPair
 from seq2seq.training.trainer import Trainer, ValidData
 
 log = logging.getLogger(__name__)
@@ -71,25 +76,37 @@ def valid_batches(dataset: Any, max_tokens: int, multiple: int = 1) -> list[Batc
 def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     """Parallel text: tokenized, cleaned and cached by `seq2seq.data.prepare`; several corpora
     (data.corpora) sampled by temperature each epoch (`seq2seq.data.mixing`)."""
-    prepared = prepare(cfg.data, cfg.tokenizer, out_dir)
+    data_cfg = cfg.data
+    if cfg.clean is not None:  # the corpora filtered first (cached): seq2seq.data.filters.training
+        register_model_filters()
+        data_cfg = cleaned_data(cfg.data, cfg.clean, workers=min(2, os.cpu_count() or 1))
+    prepared = prepare(data_cfg, cfg.tokenizer, out_dir)
     tok, train = prepared.tokenizers, prepared.train
     src_lengths, tgt_lengths = pair_lengths(train)  # from the memory-mapped shards, like every batch's rows
     max_tokens, seed, multiple = cfg.training.max_tokens, cfg.training.seed, cfg.training.shape_multiple
     segmenter = None
     terms = cfg.data.terminology
-    if cfg.data.subword_alpha is not None or (terms.on and terms.resample):
-        # subword regularization, or terms drawn anew: every epoch segmented or annotated anew (in memory)
+    modifiers = cfg.data.modifiers
+    if cfg.data.subword_alpha is not None or (terms.on and terms.resample) or modifiers.on:
+        # subword regularization, terms drawn anew or training-time modifiers: every epoch segmented,
+        # annotated or modified anew (in memory)
         prefixes = tgt_prefixes = None
         if any(part.prefix_ids for part in prepared.corpora):
             prefixes = [part.prefix_ids for part in prepared.corpora for _ in part.rows]
         if any(part.tgt_prefix_ids for part in prepared.corpora):
             tgt_prefixes = [part.tgt_prefix_ids for part in prepared.corpora for _ in part.rows]
         columns = train.select_columns(["src_ids", "tgt_ids"]).to_dict()
-        targets = train["tgt"][:]
+        sources, targets = train["src"][:], train["tgt"][:]
         sampler_of_terms = TermSampler(terms, word_counts(targets)) if terms.on and terms.resample else None
-        segmenter = SubwordSampler(tok, train["src"][:], targets, columns["src_ids"], columns["tgt_ids"],
+        modifier = None
+        if modifiers.on:  # a pair is merged only with pairs of its own corpus (the same tags)
+            sharp_s = "ẞ" if UNK_ID not in tok.tgt.encode(["ẞ"])[0] else "SS"  # upper-cased ß (rare in corpora)
+            modifier = PairModifier(modifiers, sources, targets, seed=seed,
+                                    sizes=[part.size for part in prepared.corpora] or None, sharp_s=sharp_s)
+        segmenter = SubwordSampler(tok, sources, targets, columns["src_ids"], columns["tgt_ids"],
                                    cfg.data.subword_alpha, cfg.data.subword_nbest, cfg.data.max_len, seed=seed,
-                                   prefixes=prefixes, tgt_prefixes=tgt_prefixes, terms=sampler_of_terms)
+                                   prefixes=prefixes, tgt_prefixes=tgt_prefixes, terms=sampler_of_terms,
+                                   modifier=modifier)
     mix = None
     if cfg.data.corpora:
         mix = CorpusMix([part.size for part in prepared.corpora], [part.weight for part in prepared.corpora],
@@ -148,6 +165,11 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
     if cfg.data.subword_alpha is not None:
         raise ConfigError(f"data.subword_alpha (subword regularization) is for text sources; "
                           f"model.encoder.type {cfg.model.encoder.type!r} does not support it")
+    if cfg.clean is not None:
+        raise ConfigError(f"clean: filters parallel text; model.encoder.type {cfg.model.encoder.type!r} reads files")
+    if cfg.data.modifiers.on:
+        raise ConfigError(f"data.modifiers (training-time text modifiers) are for text sources; "
+                          f"model.encoder.type {cfg.model.encoder.type!r} does not support them")
     processor = get_modality(cfg.model.encoder.type).processor(cfg.model.encoder)
     data = prepare_media(cfg.data, cfg.tokenizer, processor, out_dir)
     train, valid_split = data.train, data.valid
@@ -195,8 +217,11 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
     started = distributed.init(choose_device(cfg.training.device).type, cfg.training.collective_timeout_s)
     out_dir = Path(cfg.training.output_dir)
     made_here = not out_dir.exists()
+    failed = True
     try:
-        return _run_training(cfg, resume, config_source, encoder, init_from, overwrite)
+        result = _run_training(cfg, resume, config_source, encoder, init_from, overwrite)
+        failed = False
+        return result
     except BaseException:
         model_dir = ModelDir(out_dir)
         if made_here and distributed.is_main() and out_dir.is_dir() and model_dir.train_state() is None \
@@ -205,7 +230,7 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
         raise
     finally:
         if started:
-            distributed.shutdown()
+            distributed.shutdown(clean=not failed)
 
 
 def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder: Encoder | None,
@@ -228,6 +253,7 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     if resume and state_dir is None:
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
     parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
+    adapter_run.check_start(cfg, parent, out_dir, overwrite)
     resolve_encoder_config(cfg.model.encoder)  # e.g. a pretrained backbone's config, read from name_or_path
     check_fits_in_memory(cfg.model)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -243,11 +269,14 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     model = build_model(cfg, data, source)
     if parent is not None:
         parent.init_weights(model)
+    adapted = adapter_run.attach(cfg, model, parent, out_dir)  # training.adapter: LoRA updates only (seq2seq.adapters)
 
     if distributed.is_main():
         write_static_files(out_dir, cfg, data, model, config_source, parent)
 
     trainer = make_trainer(cfg, data, model, out_dir)
+    if adapted is not None:
+        adapter_run.own_checkpoints(trainer)
     log.info("resolved config:\n%s", config_yaml(cfg))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("model: %s parameters (%s trainable, %s frozen); device: %s; precision: %s; processes: %d",
@@ -331,9 +360,9 @@ def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Se
             "train_pairs": data.n_train,
             "valid_pairs": data.n_valid,
             "parameters": model.num_parameters(),
-            # its pairs are single sentences (no training modifier merges them): `translate` splits a line
-            # into its sentences and cases them by default (seq2seq.documents.line_translation.pipeline_defaults)
-            "sentence_level": True,
+            # its pairs are single sentences unless data.modifiers.merge joins some: `translate` then splits a
+            # line into its sentences and cases them by default (seq2seq.documents.line_translation.pipeline_defaults)
+            "sentence_level": cfg.data.modifiers.merge == 0,
         }
     )
     if data.corpora:  # several corpora: their shares, and the tags the sources carry

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path, read_json
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.storage.weights import join_tensors, load_into, load_torch, load_weights, split_tensors
@@ -186,14 +187,30 @@ class Checkpoints:
 
     def load(self, model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Load the last saved weights into `model`; return (objects, progress) as saved, or None when
-        there is nothing to resume."""
+        there is nothing to resume.
+
+        Under torchrun rank 0 decides which train state every process resumes from (e.g. after an
+        elastic restart; train_state/ or train_state.old/) and its step; a process that cannot read that
+        one (an output directory not shared by the machines) raises CheckpointError saying so."""
         state_dir = self.model_dir.train_state()
-        if state_dir is None:
+        chosen = (None if state_dir is None else (state_dir.name, read_json(state_dir / "state.json")["step"])) \
+            if distributed.is_main() else None
+        chosen = distributed.broadcast_object(chosen)
+        if chosen is None:
             return None
+        state_dir = self.model_dir.path / chosen[0]
+        if not (state_dir / "COMPLETE").is_file():
+            raise CheckpointError(
+                f"rank {distributed.rank()} cannot read {state_dir}, the train state rank 0 resumes from (step "
+                f"{chosen[1]}): under torchrun on several machines training.output_dir must be on a filesystem "
+                f"they all share")
         weights = load_weights(state_dir / "model.safetensors")
         load_into(model, weights, state_dir)
         objects = load_objects(state_dir)
         progress = read_json(state_dir / "state.json")
+        if progress["step"] != chosen[1]:  # (only rank 0 writes, and not while the processes resume)
+            raise CheckpointError(f"rank {distributed.rank()} read step {progress['step']} from {state_dir}, "
+                                  f"rank 0 step {chosen[1]}: the train state changed while resuming")
         log.info("resumed from %s at step %d", state_dir, progress["step"])
         if distributed.is_main():  # what a save killed after train_state/ did not write (see the module)
             if progress.get("best_step") == progress["step"]:

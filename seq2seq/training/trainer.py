@@ -392,6 +392,7 @@ class Trainer:
         progress = {name: getattr(self, name) for name in PROGRESS}
         progress["sampler"] = dict(self.sampler_state)  # (the sampler itself may be running ahead)
         progress["log_window"] = [self.window.tokens, self.window.loss]  # a resumed run logs the same means
+        progress["world"] = self.world  # (an elastic restart may resume with another number of processes)
         self.checkpoints.save(self.model, objects, progress, best, background)
         if self.tensorboard is not None:
             self.tensorboard.flush()
@@ -415,12 +416,26 @@ class Trainer:
         self.scaler.load_state_dict(objects["scaler"])
         ranks = objects.get("rng_ranks")
         set_rng_state(ranks[distributed.rank()] if ranks and len(ranks) == self.world else objects["rng"])
+        saved_world = progress.get("world", len(ranks) if ranks else 1)
+        if saved_world != self.world:
+            self._log_world_change(saved_world)
         self.sampler.load_state_dict(progress["sampler"])
         self.sampler_state = self.sampler.state_dict()
         for name in PROGRESS:
             setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
         self.window.tokens, self.window.loss = progress.get("log_window", (0, 0.0))
         return True
+
+    def _log_world_change(self, saved_world: int) -> None:
+        """Say how a run saved by `saved_world` processes goes on with this run's (e.g. an elastic restart with
+        fewer or more nodes, torchrun --nnodes=MIN:MAX). The global batch stays training.accum_steps batches of
+        training.max_tokens a step (`placement.place` refused the world if it does not divide them), so the run
+        trains the same steps; the processes' random states restart from rank 0's."""
+        accum = self.cfg.accum_steps
+        log.info("resumed with %d process(es) where the run was saved by %d: the global batch stays %d batches of "
+                 "%d tokens a step (training.accum_steps), now %d a process (was %d)%s", self.world, saved_world,
+                 accum, self.cfg.max_tokens, accum // self.world, max(accum // saved_world, 1),
+                 "; every process continues from rank 0's random state" if self.world > 1 else "")
 
 
 def open_tensorboard(out_dir: Path) -> Any:

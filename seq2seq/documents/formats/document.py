@@ -9,7 +9,7 @@ from typing import Any, Callable
 from seq2seq.config.diagnostics import Seq2SeqError
 
 
-class DocumentError(Seq2SeqError):
+class DocumentError(Seq2SeqError, ValueError):
     """A document that cannot be read in its format (its message names the document, line and column)."""
 
     code = "bad_document"

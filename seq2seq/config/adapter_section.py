@@ -1,0 +1,54 @@
+"""The `training.adapter` section (`AdapterConfig`): LoRA fine-tuning of a model given with `--init-from`.
+
+    training:
+      adapter: {type: lora, rank: 16, alpha: 32, dropout: 0.05, target_modules: [in_proj, out_proj, w1, w2]}
+
+With `type: lora` the base model's weights are frozen and each targeted linear layer y = x W^T + b
+learns a low-rank update: y = x W^T + b + (alpha / rank) * x A^T B^T, A [rank, in], B [out, rank]
+(`seq2seq.adapters.lora`). Only A and B are trained and saved (`seq2seq.adapters.files`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from seq2seq.config.schema import ConfigError
+
+# our linear layers, by the last part of their module names (seq2seq.model.attention, seq2seq.model.layers):
+# in_proj (the fused q/k/v projection of every attention), out_proj (its output), w1 and w2 (the feed-forward)
+DEFAULT_TARGETS = ("in_proj", "out_proj", "w1", "w2")
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """The `training.adapter` section. type: "lora", or None (full fine-tuning, the default). rank: the
+    rank r of each update; alpha: its scale is alpha / rank; dropout: on a targeted layer's input, in its
+    update only; target_modules: linear layers to adapt, each named by its module path or its last parts
+    (as peft's target_modules: "w1" is every layer's ffn.w1, "decoder.layers.0.cross_attn.in_proj" one)."""
+
+    type: Literal["lora"] | None = None
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+
+    def __post_init__(self) -> None:
+        if self.rank < 1:
+            raise ConfigError(f"training.adapter.rank must be >= 1, got {self.rank}")
+        if not self.alpha > 0:
+            raise ConfigError(f"training.adapter.alpha must be positive, got {self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"training.adapter.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules or any(not isinstance(t, str) or not t.strip(".") for t in self.target_modules):
+            raise ConfigError("training.adapter.target_modules must list module names, such as "
+                              f"{list(DEFAULT_TARGETS)}, got {self.target_modules}")
+
+    @property
+    def on(self) -> bool:
+        return self.type is not None
+
+    @property
+    def scale(self) -> float:
+        """What the update B A is multiplied by: alpha / rank."""
+        return self.alpha / self.rank
