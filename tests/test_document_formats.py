@@ -214,6 +214,16 @@ def test_translate_format_html_through_the_cli(tiny_model_dir, tmp_path) -> None
     assert "<pre>  keep   this   text  </pre>" in translated
 
 
+def test_a_document_on_stdin_comes_back_whole_on_stdout(tiny_model_dir) -> None:
+    from seq2seq.cli import cli
+
+    doc = "# A dog\n\nA man **runs**.\n\n```\nkeep\n```\n"
+    result = CliRunner().invoke(cli, ["translate", str(tiny_model_dir), "--format", "markdown", "--beam", "1"],
+                                input=doc)
+    assert result.exit_code == 0, result.output
+    assert markdown_tree(result.stdout) == markdown_tree(doc) and "```\nkeep\n```" in result.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--format", "html", "--json"], "--format html writes the translated document; --json is an option of"),
     (["--format", "markdown", "--nbest", "2"], "--nbest is an option of line-by-line output"),

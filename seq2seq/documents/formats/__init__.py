@@ -61,10 +61,13 @@ def read_document(path: str, name: str, fmt: str) -> str:
     """The document at `path` ('-': stdin; .gz read through gzip), decoded as UTF-8 and checked to parse in
     format `fmt`: a `DocumentError` naming `name` and the line where a byte is not UTF-8 or the document
     does not parse (nothing is replaced: a document is written back whole)."""
-    from seq2seq.text.lines import open_binary
+    from seq2seq.text.lines import open_binary, std_binary
 
-    with open_binary(path, "rb") as f:
-        raw = f.read()
+    if path == "-":
+        raw = std_binary("stdin").read()  # (stdin stays open: it is the command's, not ours to close)
+    else:
+        with open_binary(path, "rb") as f:
+            raw = f.read()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
