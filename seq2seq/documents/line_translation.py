@@ -18,7 +18,8 @@ them (its leading and trailing whitespace dropped, as a one-sentence line's alwa
 With `spans` (on by default), each sentence's non-translatables (and, with `markup`, its inline tags)
 are taken out before casing (`seq2seq.documents.spans.mask`); the sentences that had some are
 translated with the last decoder layer's attention (in a second engine call) and get their spans back
-after re-casing, through `seq2seq.documents.alignment.word_alignment` (`unmask`; a span it cannot
+after re-casing, through `seq2seq.documents.alignment.word_alignment` (shift-att: each target piece by
+the attention of the step that reads it, measured best in docs/documents.md; `unmask`; a span it cannot
 place is warned about, naming the line). Their attention is dropped again unless the call asked for it.
 
 A line's `Translation` of rank r joins rank r of each of its sentences (a sentence with fewer
@@ -189,7 +190,7 @@ def _unmasked(masked: span_rules.Masked, unit: Unit, hyps: list[Translation], li
     """Each hypothesis with the sentence's spans put back through its word alignment."""
     out = []
     for h in hyps:
-        text, notes = span_rules.unmask(masked, h.text, word_alignment(h, unit.cased.text), line)
+        text, notes = span_rules.unmask(masked, h.text, word_alignment(h, unit.cased.text, shift=True), line)
         for d in notes[:1] if h is hyps[0] else []:
             warn(d)
         out.append(dataclasses.replace(h, text=text, attention=None if drop_attention else h.attention))
