@@ -4,7 +4,9 @@ for loading a model and choosing a search."""
 from __future__ import annotations
 
 import functools
+import io
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -241,3 +243,13 @@ def text_pipeline(translator: Any, kw: dict[str, Any]) -> Callable[..., Any]:
     from seq2seq.documents.line_translation import translate_lines
 
     return functools.partial(translate_lines, translator, **pipeline_steps(translator, kw))
+
+
+def stop_on_broken_pipe() -> None:
+    """After a BrokenPipeError on stdout (e.g. `seq2seq translate ... | head`): stdout pointed at /dev/null,
+    so that Python's flush at exit raises nothing more, and exit 1 quietly."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+    sys.exit(1)

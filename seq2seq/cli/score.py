@@ -5,14 +5,13 @@ cross-entropy adequacy (`seq2seq.data.dcce`); one output line per input pair, in
 from __future__ import annotations
 
 import dataclasses
-import io
 import itertools
-import os
 import sys
 from typing import Any, BinaryIO, Iterator
 
 import click
 
+from seq2seq.cli import common
 from seq2seq.cli.common import (
     PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, load_translator, model_files, model_options, output_file,
     show_progress, user_errors,
@@ -85,11 +84,7 @@ def score(model_dir: str, src_path: str | None, tgt_path: str | None, input_path
             _score_stream(pairs, out, forward, backward, batch_tokens, chunk_lines, as_json, normalize, tgt_lang,
                           src_lang, bar, total)
     except BrokenPipeError:  # e.g. `seq2seq score ... | head`: stop quietly
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, io.UnsupportedOperation):
-            pass
-        sys.exit(1)
+        common.stop_on_broken_pipe()
 
 
 def _check_parallel(src_path: str | None, tgt_path: str | None) -> int | None:

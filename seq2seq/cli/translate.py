@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import os
-import sys
 from typing import Any, BinaryIO, Callable, Iterator
 
 import click
@@ -141,11 +138,7 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
                                      emit, chunk_lines, batch_tokens, {**search, **language}, progress=show_bar,
                                      total=total, steer=steer, pipeline=pipeline)
     except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, io.UnsupportedOperation):
-            pass
-        sys.exit(1)
+        common.stop_on_broken_pipe()
 
 
 def _check_document_options(doc_format: str, nbest_format: str | None, scores: bool, as_json: bool, alignment: bool,

@@ -328,3 +328,17 @@ def our_tensors(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) ->
     if not m.tie_output:
         ours["decoder.output.weight"] = output
     return ours
+
+
+def layer_problems(config: Any) -> list[str]:
+    """What in a transformers encoder-decoder config.json our layers cannot compute exactly (an
+    activation we lack, encoder and decoder of different widths): one phrase each, for the importers'
+    one-line refusal."""
+    problems = []
+    if config.activation_function not in ("relu", "gelu", "swish", "silu"):
+        problems.append(f"activation {config.activation_function!r} (seq2seq has relu, gelu and swish)")
+    if config.encoder_attention_heads != config.decoder_attention_heads:
+        problems.append("different encoder and decoder head counts")
+    if config.encoder_ffn_dim != config.decoder_ffn_dim:
+        problems.append("different encoder and decoder FFN sizes")
+    return problems

@@ -41,6 +41,7 @@ import torch
 from seq2seq.config import DataConfig, ModelConfig
 from seq2seq.config.data_section import LANGUAGE_CODE
 from seq2seq.config.root import Config
+from seq2seq.deploy.hf import layer_problems, our_tensors
 from seq2seq.deploy.hf_vocab import (
     CONTROL, UNKNOWN, UNUSED, USER_DEFINED, Reindexed, _SpmModel, json_file,
 )
@@ -201,13 +202,7 @@ def fairseq_vocabulary(hf_dir: Path, config: Any) -> FairseqVocabulary:
 
 
 def _check_architecture(config: Any) -> None:
-    problems = []
-    if config.activation_function not in ("relu", "gelu", "swish", "silu"):
-        problems.append(f"activation {config.activation_function!r} (seq2seq has relu, gelu and swish)")
-    if config.encoder_attention_heads != config.decoder_attention_heads:
-        problems.append("different encoder and decoder head counts")
-    if config.encoder_ffn_dim != config.decoder_ffn_dim:
-        problems.append("different encoder and decoder FFN sizes")
+    problems = layer_problems(config)
     if problems:
         raise ExportError(f"cannot import this {config.model_type} model exactly: " + "; ".join(problems))
 
@@ -261,7 +256,6 @@ def _our_model(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path, mba
     """Our model with their weights: `hf_import`'s tensor map, plus mBART's embedding LayerNorms. Built
     on the meta device and given their tensors as its parameters, so that the weights are in memory
     once (a 600M model: 2.4 GB, not twice that)."""
-    from seq2seq.deploy.hf import our_tensors
     from seq2seq.model.layers import Embedding, position_table
     from seq2seq.model.transformer import Seq2SeqTransformer
 

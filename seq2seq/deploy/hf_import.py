@@ -37,7 +37,7 @@ import torch
 
 from seq2seq.config.root import Config
 from seq2seq.config import DataConfig, ModelConfig, from_dict, load_dict
-from seq2seq.deploy.hf import HF_CONFIG, our_tensors
+from seq2seq.deploy.hf import HF_CONFIG, layer_problems, our_tensors
 from seq2seq.deploy.hf_fairseq import FAIRSEQ_ARCHITECTURES
 from seq2seq.deploy.hf_vocab import gather_rows, hf_tokenizers, json_file, needs_reindexing, reindex
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
@@ -66,12 +66,7 @@ def _check_architecture(config: Any, state: dict[str, torch.Tensor], reindexed: 
     problems = []
     if not config.scale_embedding:
         problems.append("scale_embedding is false (seq2seq scales embeddings by sqrt(d_model))")
-    if config.activation_function not in ("relu", "gelu", "swish", "silu"):
-        problems.append(f"activation {config.activation_function!r} (seq2seq has relu, gelu and swish)")
-    if config.encoder_attention_heads != config.decoder_attention_heads:
-        problems.append("different encoder and decoder head counts")
-    if config.encoder_ffn_dim != config.decoder_ffn_dim:
-        problems.append("different encoder and decoder FFN sizes")
+    problems += layer_problems(config)
     if not reindexed and (config.pad_token_id != PAD_ID or config.eos_token_id != EOS_ID
                           or config.decoder_start_token_id != BOS_ID):
         problems.append(f"special ids pad {config.pad_token_id}, eos {config.eos_token_id}, decoder start "
