@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from seq2seq.documents.formats.document import DocumentError, DocumentFormat, Segment, line_starts
 
@@ -118,7 +118,6 @@ def _runs(text: str, toks: list[Token], breaks: Callable[[int, Token], bool], sk
     left out."""
     segments: list[Segment] = []
     run: list[Token] = []
-    skip: tuple[str, int] | None = None  # the skipped element's name and nesting depth
 
     def flush() -> None:
         if run and _has_letters(text, run, verbatim):
@@ -128,20 +127,28 @@ def _runs(text: str, toks: list[Token], breaks: Callable[[int, Token], bool], sk
             segments.append(Segment(start, end, _LINE_BREAKS.sub(" ", text[start:end])))
         run.clear()
 
+    for k, tok in _outside(toks, lambda k, tok: breaks(k, tok) and skipped(tok)):
+        if breaks(k, tok):
+            flush()
+            continue
+        run.append(tok)
+    flush()
+    return segments
+
+
+def _outside(toks: list[Token], skips: Callable[[int, Token], bool]) -> Iterator[tuple[int, Token]]:
+    """(index, token) of the tokens outside every element whose start tag `skips` (that start tag is
+    given; its content and its end tag, nesting counted, are not)."""
+    skip: tuple[str, int] | None = None  # the skipped element's name and nesting depth
     for k, tok in enumerate(toks):
         if skip is not None:
             if tok.name == skip[0] and tok.kind in ("start", "end"):
                 depth = skip[1] + (1 if tok.kind == "start" else -1)
                 skip = None if depth == 0 else (skip[0], depth)
             continue
-        if breaks(k, tok):
-            flush()
-            if tok.kind == "start" and tok.name not in VOID and skipped(tok):
-                skip = (tok.name, 1)
-            continue
-        run.append(tok)
-    flush()
-    return segments
+        yield k, tok
+        if tok.kind == "start" and tok.name not in VOID and skips(k, tok):
+            skip = (tok.name, 1)
 
 
 def _has_letters(text: str, run: list[Token], verbatim: Callable[[Token], bool]) -> bool:
@@ -160,17 +167,9 @@ def _has_letters(text: str, run: list[Token], verbatim: Callable[[Token], bool])
 def _attribute_segments(text: str, toks: list[Token], skipped: Callable[[Token], bool]) -> list[Segment]:
     """The values of the translated attributes (alt, title, ...) of every start tag outside skipped elements."""
     segments: list[Segment] = []
-    skip: tuple[str, int] | None = None
-    for tok in toks:
-        if skip is not None:
-            if tok.name == skip[0] and tok.kind in ("start", "end"):
-                depth = skip[1] + (1 if tok.kind == "start" else -1)
-                skip = None if depth == 0 else (skip[0], depth)
-            continue
+    for _, tok in _outside(toks, lambda k, tok: skipped(tok)):
         if tok.kind not in ("start", "startend"):
             continue
-        if tok.kind == "start" and tok.name not in VOID and skipped(tok):
-            skip = (tok.name, 1)
         if tok.not_translated:
             continue
         raw = text[tok.start:tok.tag_end]
