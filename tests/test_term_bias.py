@@ -155,7 +155,8 @@ def test_the_exact_beam_with_a_bonus_finds_at_least_the_early_stopping_beams_bes
                                                    beam=4, early_stopping=stop) for stop in (True, False))
         assert all(b[0].score >= a[0].score - 1e-5 for a, b in zip(early, exact))
     plain = translator.translate_nbest(texts[1:2], beam=4, early_stopping=False)
-    assert (exact[1][0].text, exact[1][0].score) == (plain[0][0].text, plain[0][0].score)  # no terms: no bonus
+    # no terms: no bonus (the score to float rounding: a batch of one sums in another order than a batch of three)
+    assert exact[1][0].text == plain[0][0].text and exact[1][0].score == pytest.approx(plain[0][0].score, abs=1e-5)
 
 
 def test_the_ctranslate2_engine_refuses_an_asked_bonus_and_warns_where_the_models_own_goes_unused(term_model, tmp_path):
