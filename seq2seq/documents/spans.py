@@ -297,12 +297,18 @@ def unmask(masked: Masked, target: str, alignment: Sequence[tuple[int, int]],
     Tags, comments, images and code keep their source order (a document's tree depends on it): where
     the alignment would put them in another order (the translation reorders the words they wrap), they
     are placed by a monotone alignment instead (source word i at target word i * target words / source
-    words), which keeps the order and still puts each near its words' share of the sentence."""
+    words), which keeps the order and still puts each near its words' share of the sentence. Where even
+    that cannot keep the order (a source with no words of its own, only spans), the spans follow the
+    translation, in source order, with a warning."""
     out, notes = _put_back(masked, target, alignment, line)
     if not _in_order(out, masked.spans):
         sources, targets = len(masked.text.split()), len(target.split())
         monotone = [(i, min(targets - 1, i * targets // sources)) for i in range(sources)] if sources and targets else []
         out, notes = _put_back(masked, target, monotone, line)
+    if not _in_order(out, masked.spans):
+        out = target.rstrip() + "".join((" " if span.spaced else "") + span.text for span in masked.spans)
+        notes = [Diagnostic("the spans could not be placed in their source order: put after the translation",
+                            line, "spans", "span_unplaced")]
     return out, notes
 
 
