@@ -122,8 +122,8 @@ def _family_files(loaded: LoadedModel, model_dir: Path) -> tuple[str, dict[str, 
 
 
 def _config(loaded: LoadedModel, kind: str, kept: Path, tokenizer_class: str) -> Any:
-    """The original config.json with the model's sizes (those of the import, unless fine-tuning
-    changed dropout) and the tokenizer class (CTranslate2 reads mBART-50's decoder start from it)."""
+    """The original config.json with the model's sizes and dropouts, and the tokenizer class
+    (CTranslate2 reads mBART-50's decoder start from it)."""
     import transformers
 
     m = loaded.config.model
