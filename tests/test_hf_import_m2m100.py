@@ -529,11 +529,15 @@ def test_the_nllb_benchmark_runs_at_its_smallest(tmp_path):
     pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
 
     out = run_benchmark("hf_import_nllb.py", "--d-model", 32, "--layers", 1, "--ffn", 64, "--heads", 2, "--vocab", 400,
-                        "--sentences", 2, "--out-len", 4, "--threads", 1, "--work-dir", tmp_path).stdout
+                        "--sentences", 2, "--out-len", 4, "--threads", 1, "--work-dir", tmp_path, "--profile", 3).stdout
     assert "import-hf:" in out and "x the weights" in out
     rows = {line[:26].strip(): line for line in out.splitlines() if " s " in line and "output lengths" in line}
     assert set(rows) == {"seq2seq (import-hf)", "transformers generate", "CTranslate2"}
     assert all(line.endswith("output lengths [4]") for line in rows.values())  # the same work on each side
+    # --profile: both engines' operations on the 400-id vocabulary per step, the output projection among them
+    profiles = [line for line in out.splitlines() if "operations on a whole-vocabulary tensor per step" in line]
+    assert [line.split(" under")[0] for line in profiles] == ["seq2seq (import-hf)", "transformers generate"]
+    assert all("linear" in line for line in profiles), profiles
 
 
 def test_language_tag_both_tags_the_source_with_its_own_language():
