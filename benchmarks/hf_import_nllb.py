@@ -19,6 +19,9 @@ language codes; the model ids past it import as UNUSED pieces), saved as safeten
   CTranslate2 on its own conversion of it (`ctranslate2.converters.TransformersConverter`), one after
   the other in this process with --threads torch / CTranslate2 threads (the target: ours >= 1.5x
   generate). The output lengths are printed beside each time, to show the work was the same.
+* with --profile N, ours and generate once more each under torch's profiler: the operations per decoder
+  step on a tensor of the whole vocabulary (counts, which a loaded machine does not change) and the N
+  operations of most self CPU time.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import random
 import subprocess
 import sys
@@ -132,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="Rounds of the three engines, each timed.")
     p.add_argument("--skip-ctranslate2", action="store_true")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="Then run ours and generate once each under torch's profiler: the operations on a "
+                        "whole-vocabulary tensor per step and the N operations of most self CPU time (counts "
+                        "to compare on a loaded machine, where the times are not).")
     p.add_argument("--work-dir", default=None, help="Where the model directories go (default: a temporary one).")
     p.add_argument("--build-only", default=None, metavar="DIR", help=argparse.SUPPRESS)  # the child that builds
     args = p.parse_args(argv)
@@ -207,7 +215,55 @@ def decode_all(hf_dir: Path, ours_dir: Path, args: argparse.Namespace) -> Runs:
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
+    if args.profile:
+        for name in ("seq2seq (import-hf)", "transformers generate"):
+            print(profiled(name, engines[name], args))
     return [(name, times[name], lengths[name]) for name in engines]
+
+
+NO_PASS = {f"aten::{op}" for op in ("select", "view", "reshape", "as_strided", "narrow", "slice", "to", "embedding",
+                                     "index_select", "gather", "expand", "unsqueeze", "squeeze", "t", "transpose",
+                                     "detach", "alias", "flatten", "unflatten", "contiguous", "empty_like")}
+
+
+def profiled(name: str, run: Callable[[], list[int]], args: argparse.Namespace) -> str:
+    """One call of `run` under torch's profiler: how many operations per decoder step go over a tensor
+    of the whole vocabulary (the outermost such operation of each call stack: one linear, not also the
+    matmul inside it; views and row lookups left out), by name, and the --profile operations of most
+    self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from seq2seq.inference.strategies import BLOCK
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        run()
+
+    def covers(shape: Any) -> bool:  # a dimension of V ids (or beam x V), or ours' [rows, blocks, 64] view of V
+        if not isinstance(shape, list) or not shape:
+            return False
+        return any(d > 0 and d % args.vocab == 0 for d in shape) or args.vocab - BLOCK < math.prod(shape[1:]) < args.vocab
+
+    def whole(event: Any) -> bool:  # views, dtype no-ops and row lookups read no whole vocabulary
+        return event.name not in NO_PASS and any(covers(shape) for shape in event.input_shapes)
+
+    def outermost(event: Any) -> bool:
+        parent = event.cpu_parent
+        while parent is not None:
+            if whole(parent):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    passes: dict[str, int] = {}
+    for event in prof.events():
+        if whole(event) and outermost(event):
+            passes[event.name] = passes.get(event.name, 0) + 1
+    steps = args.out_len + 1  # the language code and the tokens: the decoder steps of every output
+    per_step = ", ".join(f"{op} {n / steps:.1f}" for op, n in sorted(passes.items(), key=lambda kv: -kv[1]))
+    table = prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=args.profile,
+                                                               max_name_column_width=28, max_shapes_column_width=50)
+    return (f"\n{name} under the profiler: {sum(passes.values()) / steps:.1f} operations on a whole-vocabulary "
+            f"tensor per step ({per_step})\n{table}")
 
 
 def ctranslate2_engine(hf_dir: Path, tok: Any, texts: list[str], code: int,

@@ -347,16 +347,139 @@ def test_what_cannot_be_imported_is_refused_in_one_line(nllb, tmp_path, case):
     assert not (tmp_path / "model").exists()
 
 
+# ---- export: the family's own architecture back -------------------------------------------------------
+
+def _export(model_dir: Path, out: Path, target: str) -> None:
+    result = CliRunner().invoke(cli, ["export", str(model_dir), str(out), "--to", target])
+    assert result.exit_code == 0, result.output
+
+
+def _generate(fam: SimpleNamespace, texts: list[str], tgt_lang: str, beam: int) -> list[list[int]]:
+    fam.tok.src_lang = fam.src
+    return fam.model.generate(**fam.tok(texts, return_tensors="pt", padding=True), max_new_tokens=40,
+                              forced_bos_token_id=_code_id(fam.tok, fam.family, tgt_lang), num_beams=beam,
+                              length_penalty=0.0, early_stopping=True).tolist()
+
+
+def test_export_hf_is_the_original_model(fam, tmp_path):
+    """import-hf then export --to hf: the family's architecture and tokenizer, their ids, the
+    original's logits and generate outputs."""
+    _export(fam.out, tmp_path / "hf", "hf")
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "hf")).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert type(model) is type(fam.model) and type(tok) is type(fam.tok)
+    back = SimpleNamespace(**{**vars(fam), "model": model, "tok": tok})
+    texts = _sentences(AGREEMENT_SENTENCES, 17) + ["cat, in the garden!", "zebra ß"]
+    fam.tok.src_lang = tok.src_lang = fam.src
+    assert tok(texts).input_ids == fam.tok(texts).input_ids
+    for tgt_lang in fam.targets:
+        theirs, _, batch = _their_logits(fam, texts, tgt_lang)
+        again, _, _ = _their_logits(back, texts, tgt_lang)
+        real = batch["labels"] != fam.pad
+        assert (again[real] - theirs[real]).abs().max() < 1e-4
+        for beam in (1, 5):
+            assert _generate(back, texts, tgt_lang, beam) == _generate(fam, texts, tgt_lang, beam), (tgt_lang, beam)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_export_ctranslate2_translates_as_ours(fam, tmp_path, search):
+    """export --to ctranslate2: CTranslate2's model of the family, given the family's tokens and the
+    target language's code as target_prefix, writes our translations (greedy, and beam 5 ranked by
+    log-probability as in `test_translations_are_transformers_translations`)."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
+    _export(fam.out, tmp_path / "ct2", "ctranslate2")
+    engine = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", inter_threads=1, intra_threads=1)
+    translator = Translator.load(fam.out, device="cpu")
+    texts = _sentences(AGREEMENT_SENTENCES, 19) + ["cat dog", "river"]
+    limit, beam = 40, 1 if search == "greedy" else 5
+    ours_opts = {"greedy": True} if search == "greedy" else {"beam": 5, "lenpen": 0.0, "early_stopping": True}
+    fam.tok.src_lang = fam.src
+    sources = [fam.tok.convert_ids_to_tokens(ids) for ids in fam.tok(texts).input_ids]
+    for tgt_lang in fam.targets:
+        code = fam.tok.convert_ids_to_tokens(_code_id(fam.tok, fam.family, tgt_lang))
+        results = engine.translate_batch(sources, target_prefix=[[code]] * len(texts), beam_size=beam,
+                                         length_penalty=0.0, max_decoding_length=limit + 1)
+        ours = translator.translate_nbest(texts, min_len=0, max_len_a=0, max_len_b=limit, tgt_lang=tgt_lang,
+                                          src_lang=fam.src, **ours_opts)
+        ended = 0
+        for text, nbest, result in zip(texts, ours, results):
+            tokens = result.hypotheses[0]
+            assert tokens[0] == code
+            mine = [fam.map[t] for t in nbest[0].token_ids]
+            if len(mine) >= limit or len(tokens) > limit:
+                continue  # at the length limit the two searches keep other hypotheses
+            ended += 1
+            assert fam.tok.convert_tokens_to_ids(tokens[1:]) == mine, (tgt_lang, text)
+        assert ended >= len(texts) // 2
+
+
+def test_export_ctranslate2_int8_stores_7_bit_weights(nllb, tmp_path, monkeypatch):
+    """--quantize int8 of a family model: CTranslate2's converter's spec quantized by ours (7-bit
+    weights, as every int8 export), smaller than the fp32 export, loadable, the target code first."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
+    from seq2seq.deploy import fairseq_export
+
+    imported = tmp_path / "imported"
+    assert CliRunner().invoke(cli, ["import-hf", str(nllb.path), str(imported)]).exit_code == 0
+    _export(imported, tmp_path / "fp32", "ctranslate2")
+    calls = []
+    real = fairseq_export.quantize_spec_int8
+
+    def spy(spec: Any, quantization: str) -> None:
+        calls.append(quantization)
+        real(spec, quantization)
+
+    monkeypatch.setattr(fairseq_export, "quantize_spec_int8", spy)
+    result = CliRunner().invoke(cli, ["export", str(imported), str(tmp_path / "int8"), "--to", "ctranslate2",
+                                      "--quantize", "int8"])
+    assert result.exit_code == 0, result.output
+    assert calls == ["int8"]
+    assert (tmp_path / "int8" / "model.bin").stat().st_size < 0.6 * (tmp_path / "fp32" / "model.bin").stat().st_size
+    engine = ctranslate2.Translator(str(tmp_path / "int8"), device="cpu", compute_type="int8", intra_threads=1)
+    nllb.tok.src_lang = "eng_Latn"
+    source = nllb.tok.convert_ids_to_tokens(nllb.tok("red cat").input_ids)
+    out = engine.translate_batch([source], target_prefix=[["deu_Latn"]], beam_size=1, max_decoding_length=5)
+    assert out[0].hypotheses[0][0] == "deu_Latn"
+
+
+def _edited(model_dir: Path, tmp_path: Path, case: str) -> tuple[Path, str]:
+    import yaml
+
+    path = tmp_path / case.replace(" ", "_")
+    shutil.copytree(model_dir, path)
+    if case == "no hf_family":
+        shutil.rmtree(path / "hf_family")
+        return path, "has no hf_family/seq2seq_ids.json (the family's config, tokenizer files and id map"
+    config = yaml.safe_load((path / "config.yaml").read_text())
+    if case == "an option M2M100 lacks":  # as a model trained here with the fairseq options could have
+        config["model"]["position_table"] = "interleaved"
+        message = "M2M100ForConditionalGeneration cannot express model.position_table: interleaved " \
+                  "(M2M100ForConditionalGeneration has fairseq)"
+    else:
+        assert case == "post-norm"
+        config["model"]["decoder_start"] = "bos"
+        config["model"]["norm"] = "post"
+        message = "model.norm: post (M2M100ForConditionalGeneration has pre)"
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    return path, message
+
+
 @pytest.mark.parametrize("target", ["hf", "ctranslate2"])
-def test_export_refuses_an_imported_model_for_now(nllb, tmp_path, target):
-    out = tmp_path / "imported"
-    assert CliRunner().invoke(cli, ["import-hf", str(nllb.path), str(out)]).exit_code == 0
-    result = CliRunner().invoke(cli, ["export", str(out), str(tmp_path / "exported"), "--to", target])
-    # refused for its language tags (neither exporter writes them), or the options no exporter writes yet
-    assert result.exit_code == 1 and any(m in result.output for m in (
-        "forced language tag", "has no language tags", "does not write models with model.position_offset: 2")), \
-        result.output
-    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "exported").exists()
+@pytest.mark.parametrize("case", ["no hf_family", "an option M2M100 lacks", "post-norm"])
+def test_export_refuses_what_the_family_cannot_express(nllb, tmp_path, target, case):
+    imported = tmp_path / "imported"
+    assert CliRunner().invoke(cli, ["import-hf", str(nllb.path), str(imported)]).exit_code == 0
+    path, message = _edited(imported, tmp_path, case)
+    if case == "post-norm":  # a post-norm model has no final LayerNorms: drop them from the weights too
+        from seq2seq.storage.model_dir import ModelDir
+
+        weights = ModelDir(path)
+        weights.save_weights({k: v for k, v in weights.weights().items() if "final_norm" not in k})
+    result = CliRunner().invoke(cli, ["export", str(path), str(tmp_path / "exported"), "--to", target])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output
+    assert not (tmp_path / "exported").exists()
 
 
 # ---- the model options themselves ---------------------------------------------------------------------
@@ -384,13 +507,19 @@ def test_the_fairseq_options():
         ModelConfig(position_offset=-1)
 
 
-def test_exporters_refuse_the_fairseq_options():
+def test_our_architecture_exporters_refuse_the_fairseq_options():
+    """hf_model / ctranslate2_spec build seq2seq's own architecture (Marian, Blenderbot, CTranslate2's
+    TransformerSpec), which computes none of these options: `seq2seq export` sends such models to
+    the family's export (seq2seq.deploy.fairseq_export) instead."""
+    from seq2seq.deploy.tensors import is_family_model
     from seq2seq.deploy.staging import ExportError
     from seq2seq.deploy.tensors import check_text_model
 
     check_text_model(ModelConfig(), "Hugging Face")  # today's models: nothing to refuse
-    with pytest.raises(ExportError, match=r"Hugging Face export does not write models with model.position_offset: "
-                                          r"2, model.decoder_start: eos yet"):
+    assert not is_family_model(ModelConfig()) and not is_family_model(ModelConfig(scale_embedding=False))
+    assert is_family_model(ModelConfig(position_offset=2, decoder_start="eos"))
+    with pytest.raises(ExportError, match=r"Hugging Face export of seq2seq's own architecture does not write "
+                                          r"model.position_offset: 2, model.decoder_start: eos"):
         check_text_model(ModelConfig(position_offset=2, decoder_start="eos"), "Hugging Face")
 
 
@@ -400,11 +529,15 @@ def test_the_nllb_benchmark_runs_at_its_smallest(tmp_path):
     pytest.importorskip("ctranslate2", reason="the export extra: pip install -e '.[export]'")
 
     out = run_benchmark("hf_import_nllb.py", "--d-model", 32, "--layers", 1, "--ffn", 64, "--heads", 2, "--vocab", 400,
-                        "--sentences", 2, "--out-len", 4, "--threads", 1, "--work-dir", tmp_path).stdout
+                        "--sentences", 2, "--out-len", 4, "--threads", 1, "--work-dir", tmp_path, "--profile", 3).stdout
     assert "import-hf:" in out and "x the weights" in out
     rows = {line[:26].strip(): line for line in out.splitlines() if " s " in line and "output lengths" in line}
     assert set(rows) == {"seq2seq (import-hf)", "transformers generate", "CTranslate2"}
     assert all(line.endswith("output lengths [4]") for line in rows.values())  # the same work on each side
+    # --profile: both engines' operations on the 400-id vocabulary per step, the output projection among them
+    profiles = [line for line in out.splitlines() if "operations on a whole-vocabulary tensor per step" in line]
+    assert [line.split(" under")[0] for line in profiles] == ["seq2seq (import-hf)", "transformers generate"]
+    assert all("linear" in line for line in profiles), profiles
 
 
 def test_language_tag_both_tags_the_source_with_its_own_language():

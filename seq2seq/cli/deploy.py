@@ -75,7 +75,9 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
     transformers' AutoModelForSeq2SeqLM and AutoTokenizer load (MarianMTModel for post-norm models,
     BlenderbotForConditionalGeneration for pre-norm ones), computing the same logits; a model with a
     transformers backbone (model.encoder.type hf) becomes a VisionEncoderDecoderModel or
-    SpeechEncoderDecoderModel with its preprocessor_config.json.
+    SpeechEncoderDecoderModel with its preprocessor_config.json. A model imported from M2M100 /
+    NLLB-200 / mBART-50 is written back as that architecture with its tokenizer files (`--to
+    ctranslate2`: CTranslate2's converter of it, translated with target_prefix the language code).
     """
     from seq2seq.deploy.ctranslate2 import export_ctranslate2
     from seq2seq.deploy.hf import export_hf
@@ -84,6 +86,8 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
     if weights and out.resolve() in Path(weights).resolve().parents:  # OUT_DIR is replaced as a whole
         raise click.ClickException(f"{out} holds the weights being converted ({weights}); "
                                    "choose another output directory")
+    if target == "ctranslate2" and _is_family_model(model_dir):  # imported M2M100 / NLLB / mBART
+        from seq2seq.deploy.fairseq_export import export_family_ctranslate2 as export_ctranslate2
     if target == "ctranslate2":
         path = export_ctranslate2(model_dir, out, quantize=quantize, weights=weights, force=force)
     else:
@@ -92,16 +96,32 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
         _quiet_transformers()
         if _has_backbone(model_dir):  # model.encoder.type hf: a Vision/SpeechEncoderDecoderModel
             from seq2seq.deploy.hf_encoder_decoder import export_encoder_decoder as export_hf
+        elif _is_family_model(model_dir):  # imported M2M100 / NLLB / mBART: as that architecture
+            from seq2seq.deploy.fairseq_export import export_family_hf as export_hf
         path = export_hf(model_dir, out, weights=weights, force=force)
     click.echo(f"exported {model_dir} -> {path} ({target}{', ' + quantize if quantize else ''})")
 
 
-def _has_backbone(model_dir: str) -> bool:
-    """Does MODEL_DIR's config name a transformers backbone (`model.encoder.type: hf`)?"""
+def _model_config(model_dir: str) -> Any:
+    """MODEL_DIR's model config, None where there is no config.yaml (the exporter says so)."""
     from seq2seq.storage.model_dir import ModelDir
 
     directory = ModelDir(model_dir)
-    return directory.config_path.is_file() and directory.config().model.encoder.type == "hf"
+    return directory.config().model if directory.config_path.is_file() else None
+
+
+def _has_backbone(model_dir: str) -> bool:
+    """Does MODEL_DIR's config name a transformers backbone (`model.encoder.type: hf`)?"""
+    m = _model_config(model_dir)
+    return m is not None and m.encoder.type == "hf"
+
+
+def _is_family_model(model_dir: str) -> bool:
+    """Has MODEL_DIR the options of an imported M2M100 / NLLB / mBART model (`is_family_model`)?"""
+    from seq2seq.deploy.tensors import is_family_model
+
+    m = _model_config(model_dir)
+    return m is not None and is_family_model(m)
 
 
 @click.command("import-hf")

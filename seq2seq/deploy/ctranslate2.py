@@ -9,7 +9,9 @@ embeddings scaled by sqrt(d_model), shared or separate vocabularies, tied or sep
 projection. The fused q/k/v projection maps onto CTranslate2's fused self-attention projection;
 cross-attention is split into q and the fused k/v. The export directory holds `model.bin`, the
 vocabularies (the SentencePiece pieces in id order), our SentencePiece model(s) and `seq2seq.json`
-(the model's config, for the decoding defaults: see `seq2seq.deploy.engine`).
+(the model's config, for the decoding defaults: see `seq2seq.deploy.engine`). A model imported from
+M2M100 / NLLB / mBART is refused here: `seq2seq.deploy.fairseq_export` converts it with CTranslate2's
+own converter (`seq2seq export` chooses).
 
 int8 quantizations (`int8`, `int8_float32`, `int8_float16`, `int8_bfloat16`) store the weights with 7
 bits (integers in [-63, 63], one scale per output row), not CTranslate2's 8. CPUs without VNNI (most

@@ -9,7 +9,9 @@ one that writes it), which leaves every logit unchanged. Pre-norm models become 
 `BlenderbotForConditionalGeneration`, the transformers architecture with exactly our pre-norm
 layers, final LayerNorms and a stored (learned) position table, into which our table is written.
 Refused, with the reason: post-norm with learned positions (Marian's table is fixed), pre-norm
-with different source and target vocabulary sizes (Blenderbot has one vocabulary size).
+with different source and target vocabulary sizes (Blenderbot has one vocabulary size), the options
+of a model imported from M2M100 / NLLB / mBART (`seq2seq.deploy.fairseq_export` writes it as that
+architecture; `seq2seq export` chooses).
 
 `tensor_map` (our tensor, theirs, how the model dimension is permuted) is the mapping both ways:
 `seq2seq.deploy.hf_import` reads it backwards.

@@ -28,6 +28,9 @@ Refused in one line, nothing written: a tokenizer file missing, a tokenizer clas
 three (mBART-cc25's MBartTokenizer puts the code after the source), NLLB's legacy behaviour, special
 ids that config.json and the tokenizer do not agree on, a decoder start other than </s>, an
 activation we do not have, different encoder and decoder sizes.
+
+The model directory keeps config.json, the tokenizer files and the id map in `hf_family/`
+(`seq2seq.deploy.fairseq_export`), from which `export` writes the model back as its own family.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import torch
 from seq2seq.config import DataConfig, ModelConfig
 from seq2seq.config.data_section import LANGUAGE_CODE
 from seq2seq.config.root import Config
+from seq2seq.deploy.fairseq_export import keep_family_files
 from seq2seq.deploy.hf import layer_problems, our_tensors
 from seq2seq.deploy.hf_vocab import (
     CONTROL, UNKNOWN, UNUSED, USER_DEFINED, Reindexed, _SpmModel, json_file,
@@ -318,6 +322,7 @@ def import_fairseq(hf_dir: Path, out: Path, config: Any, state: dict[str, torch.
         model_dir.save_weights(model.state_dict())
         model_dir.write_config(cfg)
         tokenizers.save(tmp)
+        keep_family_files(hf_dir, tmp, v.reindexed.tgt_ids, v.tokenizer_class, tokenizers)
         model_dir.write_metadata({"imported_from": str(hf_dir.resolve()), "architecture": config.model_type,
                                   "hf_vocabulary": v.reindexed.info})
     return out

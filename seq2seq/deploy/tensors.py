@@ -3,6 +3,8 @@ checks every target makes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from seq2seq.config import ModelConfig
@@ -17,13 +19,28 @@ def check_text_model(cfg: ModelConfig, target: str) -> None:
         raise ExportError(f"{target} export needs a text model; this one has a {cfg.encoder.type!r} encoder")
     if cfg.pad_id != PAD_ID:
         raise ExportError(f"{target} export needs model.pad_id {PAD_ID}, got {cfg.pad_id}")
-    # the options of imported fairseq-trained models (M2M100, NLLB, mBART) that no exporter writes yet
-    fairseq = {"scale_embedding": True, "position_offset": 0, "position_table": "interleaved", "embedding_norm": False,
-               "decoder_start": "bos"}
-    changed = [f"{k}: {getattr(cfg, k)}" for k, default in fairseq.items() if getattr(cfg, k) != default]
-    if changed:
-        raise ExportError(f"{target} export does not write models with model.{', model.'.join(changed)} yet "
-                          "(an import of M2M100 / NLLB / mBART: use the original transformers directory)")
+    changed = fairseq_options(cfg)
+    if changed:  # `seq2seq export` writes these models as their own architecture (fairseq_export)
+        raise ExportError(f"{target} export of seq2seq's own architecture does not write model."
+                          f"{', model.'.join(changed)} (the options of an imported M2M100 / NLLB / mBART model: "
+                          "seq2seq.deploy.fairseq_export writes it as that architecture)")
+
+
+# the model options import-hf sets for the fairseq-trained families (M2M100, NLLB, mBART), and what
+# seq2seq's own architecture computes
+FAIRSEQ_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "position_offset": 0, "position_table": "interleaved",
+                                    "embedding_norm": False, "decoder_start": "bos"}
+
+
+def fairseq_options(m: ModelConfig) -> list[str]:
+    """The fairseq options of `m` that differ from our architecture's, as `key: value`."""
+    return [f"{k}: {getattr(m, k)}" for k, default in FAIRSEQ_DEFAULTS.items() if getattr(m, k) != default]
+
+
+def is_family_model(m: ModelConfig) -> bool:
+    """Do the fairseq options say this model is exported as M2M100 / mBART (fairseq_export)?
+    scale_embedding alone does not: Marian and Blenderbot have that switch, and refuse it themselves."""
+    return any(getattr(m, k) != default for k, default in FAIRSEQ_DEFAULTS.items() if k != "scale_embedding")
 
 
 def model_tensors(loaded: LoadedModel) -> dict[str, torch.Tensor]:
@@ -47,4 +64,4 @@ def vocabulary(tok: Tokenizer) -> list[str]:
     return pieces
 
 
-__all__ = ["check_text_model", "model_tensors", "vocabulary"]
+__all__ = ["FAIRSEQ_DEFAULTS", "check_text_model", "fairseq_options", "is_family_model", "model_tensors", "vocabulary"]
