@@ -7,7 +7,7 @@ import json
 import pytest
 
 from seq2seq.cli.steering import _json_lines
-from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments, translate_inputs
+from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments
 from seq2seq.inference.steering import Steering, SteeringError
 from seq2seq.inference.steering_fields import FieldError
 from seq2seq.inference.translator import Translator
@@ -97,12 +97,12 @@ def test_a_server_item_and_a_command_line_line_give_the_same_steering():
 def test_translate_inputs_equals_translate_nbest_with_the_same_steering(tiny_model_dir):
     t = Translator.load(tiny_model_dir)
     inputs = ["A dog runs.", {"text": "A man.", "avoid": ["Mann"]}, SourceInput("Two cats.", prefix="Zwei")]
-    got = translate_inputs(t, inputs, beam=2)
+    got = t.translate_inputs(inputs, beam=2)
     want = t.translate_nbest(["A dog runs.", "A man.", "Two cats."], beam=2, prefix=[None, None, "Zwei"],
                              avoid=[None, ["Mann"], None])
     assert [[(h.text, h.score) for h in n] for n in got] == [[(h.text, h.score) for h in n] for n in want]
     assert got[2][0].text.startswith("Zwei")
     with pytest.raises(SteeringError, match="avoid belong"):
-        translate_inputs(t, ["A dog."], avoid=["Hund"])
+        t.translate_inputs(["A dog."], avoid=["Hund"])
     with pytest.raises(FieldError, match=r"inputs\[1\]\.avoid must be a list of strings"):
-        translate_inputs(t, ["A dog.", {"text": "A man.", "avoid": "Mann"}])
+        t.translate_inputs(["A dog.", {"text": "A man.", "avoid": "Mann"}])

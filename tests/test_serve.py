@@ -521,11 +521,11 @@ def image_model(tmp_path_factory):
 
 def test_image_models_caption_uploaded_files(image_model):
     from seq2seq.inference.generator import Captioner
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
     image = image_model / "img" / "1.png"
     expected = Captioner.load(image_model / "model", device="cpu").generate([str(image)], beam=2, nbest=2)[0]
-    with serving(create_app(load_model(image_model / "model", device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(image_model / "model", device="cpu"))) as (port, _):
         status, body = call(port, "POST", "/generate?beam=2&nbest=2", image.read_bytes(),
                             {"Content-Type": "image/png"})
         assert status == 200, body
@@ -536,7 +536,7 @@ def test_image_models_caption_uploaded_files(image_model):
         assert status == 403 and "--allow-paths" in body["error"]
         status, body = call(port, "POST", "/translate", {"text": "a red square"})
         assert status == 404 and "/generate" in body["error"]
-    with serving(create_app(load_model(image_model / "model", device="cpu"), allow_paths=True)) as (port, _):
+    with serving(create_app(load_engine(image_model / "model", device="cpu"), allow_paths=True)) as (port, _):
         paths = [str(image), str(image_model / "none.png")]
         status, body = call(port, "POST", "/generate", {"paths": paths, "beam": 2})
         assert status == 200
@@ -555,9 +555,9 @@ def png_header(width: int, height: int) -> bytes:
 
 
 def test_images_over_the_pixel_cap_get_413_from_their_header(image_model):
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
-    model = load_model(image_model / "model", device="cpu")
+    model = load_engine(image_model / "model", device="cpu")
     image = image_model / "img" / "1.png"  # 32x32
     with serving(create_app(model)) as (port, _):
         status, body = call(port, "POST", "/generate", png_header(12000, 12000), {"Content-Type": "image/png"})
@@ -829,9 +829,9 @@ def test_serve_refuses_a_bad_glossary_in_one_line_before_it_starts(tiny_model_di
 def test_image_uploads_take_steering_in_the_query_string(image_model):
     from urllib.parse import urlencode
 
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
-    model = load_model(image_model / "model", device="cpu")  # 2 training steps: it writes "square" over and over
+    model = load_engine(image_model / "model", device="cpu")  # 2 training steps: it writes "square" over and over
     image = image_model / "img" / "1.png"
 
     def generate(port, *query):

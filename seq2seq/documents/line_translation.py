@@ -56,7 +56,7 @@ from seq2seq.documents import spans as span_rules
 from seq2seq.documents.alignment import word_alignment
 from seq2seq.documents.loops import output_loops
 from seq2seq.documents.sentences import Sentence, split
-from seq2seq.inference.protocol import TranslationEngine
+from seq2seq.inference.engine import Engine
 from seq2seq.inference.results import Translation
 from seq2seq.text.languages import source_language
 
@@ -102,7 +102,7 @@ def engine_source_language(engine: Any) -> str | None:
 
 
 def translate_lines(
-    engine: TranslationEngine,
+    engine: Engine,
     lines: Sequence[str],
     batch_tokens: int = 4000,
     first_line: int = 1,
@@ -163,7 +163,7 @@ def translate_lines(
     return [_joined(parts) for parts in per_line]
 
 
-def _spans_call(engine: TranslationEngine, texts: list[str], units: list[Unit], masks: list[span_rules.Masked],
+def _spans_call(engine: Engine, texts: list[str], units: list[Unit], masks: list[span_rules.Masked],
                 first_line: int, batch_tokens: int, warn: Warn, steering: dict[str, Any],
                 call: dict[str, Any]) -> list[list[Translation]]:
     """The engine call in two: the sentences with spans with the last decoder layer's attention (what
@@ -239,7 +239,7 @@ def _unit_steering(units: list[Unit], prefix: Sequence[str | None] | None,
     return out
 
 
-def _engine_call(engine: TranslationEngine, texts: list[str], units: list[Unit], first_line: int,
+def _engine_call(engine: Engine, texts: list[str], units: list[Unit], first_line: int,
                  batch_tokens: int, warn: Warn, steering: dict[str, Any], call: dict[str, Any]) -> list[list[Translation]]:
     """engine.translate_nbest on the units' texts, numbered from 1; an error naming a unit is raised
     again naming its line."""
@@ -258,7 +258,7 @@ def _engine_call(engine: TranslationEngine, texts: list[str], units: list[Unit],
         raise again from None
 
 
-def _guard_loops(engine: TranslationEngine, units: list[Unit], results: list[list[Translation]], batch_tokens: int,
+def _guard_loops(engine: Engine, units: list[Unit], results: list[list[Translation]], batch_tokens: int,
                  steering: dict[str, Any], call: dict[str, Any], attended: set[int]) -> None:
     """Search again, with `no_repeat_ngram` = LOOP_GUARD, the units whose best output loops where their
     source does not (`output_loops`); their results are replaced in `results`. The `attended` units (those

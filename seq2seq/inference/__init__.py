@@ -10,16 +10,16 @@
     options             the per-call search options and `resolve_search` (defaults + options -> SearchConfig)
     memory              a search's memory estimated before it starts, and the memory it may take
     results             `Translation`: one hypothesis for one source
-    translator          `Translator`: the generation loop (sources in, prepared by the model's
-                        `SourceProcessor`; n-best `Translation`s out)
+    engine              `Engine`: the one prepare -> search -> finish loop every engine runs (`run`), steering
+                        checked and encoded once; what an engine's search cannot do (`Capabilities`)
+    translator          `Translator`: the torch engine (sources prepared by the model's `SourceProcessor`,
+                        searched in token-bounded batches; n-best `Translation`s out)
     generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
-    pipeline            `prepare_call`: the prepare step of prepare -> search -> finish, shared by every engine
     loading             `load_engine`: the engine class of a model directory, chosen from what it reads
-    protocol            `TranslationEngine`: what the CLI needs of an engine, `ServedModel` what the
-                        server does; `SearchableModel`: what the search needs of a model
+    protocol            `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
-    inputs              `SourceInput`: one input and its own steering, its JSON form read by one parser;
-                        `translate_inputs` (any engine)
+    inputs              the typed request: `SourceInput` (one input and its own steering, its JSON form read
+                        by one parser) and `Call` (what a call's inputs share); `translate_inputs` (any engine)
     steering_fields     the JSON form of one input's steering, one parser for every front-end
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)

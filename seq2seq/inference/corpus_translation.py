@@ -422,6 +422,7 @@ def corpus_yaml(entry: dict[str, Any]) -> str:
     return head + yaml.safe_dump({"data": {"corpora": [entry]}}, sort_keys=False, allow_unicode=True)
 
 
-def translate_corpus(translator: Translator, job: CorpusJob, models: str, **run: Any) -> dict[str, Any]:
-    """Run `job` with `translator` (see `CorpusTranslation.run` for the keywords); returns the summary."""
-    return CorpusTranslation(translator, job, models).run(**run)
+def translate_corpus(translator: Translator, job: CorpusJob, models: str, progress: bool = False,
+                     total: int | None = None, warn: Warn | None = None) -> dict[str, Any]:
+    """Run `job` with `translator` (see `CorpusTranslation.run`); returns the summary."""
+    return CorpusTranslation(translator, job, models).run(progress=progress, total=total, warn=warn)

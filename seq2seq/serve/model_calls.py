@@ -15,7 +15,7 @@ from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.documents.formats import document_translations
 from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.engine import Engine
 from seq2seq.inference.steering import Steering
 from seq2seq.serve.requests import Limits
 
@@ -41,7 +41,7 @@ class ModelCalls:
     """The batching worker's `run` for one model: `run_texts` for a model that reads sentences (the
     server's glossary applied to them), `run_files` for one that reads files."""
 
-    def __init__(self, model: ServedModel, limits: Limits, glossary: Glossary | None = None) -> None:
+    def __init__(self, model: Engine, limits: Limits, glossary: Glossary | None = None) -> None:
         self.model, self.limits, self.glossary = model, limits, glossary
         self.steps = pipeline_defaults(model)  # split_sentences, casing, loop_guard, spans, markup
 
