@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from typing_extensions import Unpack
 
 from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchOptions
@@ -122,26 +123,31 @@ def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constrai
     return out
 
 
-class CallKeywords(SearchOptions, total=False):
-    """The keywords of the Python API's calls (`Engine.translate`, `translate_inputs`): the search options,
-    the per-input steering lists, where warnings go, and the fields of a `Call`."""
+class CallOptions(SearchOptions, total=False):
+    """A `Call`'s fields as keywords, besides batch_tokens (which its callers take as their own argument)."""
 
-    batch_tokens: int
-    first_line: int
-    warn: Warn | None
-    skip_bad: bool
-    skipped: dict[int, str] | None
-    prefix: Prefixes | None
-    constraints: PhraseLists | None
-    avoid: AvoidPhrases | None
     glossary: Glossary | str | Path | None
     terms: str | None
     term_forms: str
     tgt_lang: str | None
     src_lang: str | None
+    skip_bad: bool
     max_window_seconds: float | None
     timestamps: bool
     progress: bool
+
+
+class CallKeywords(CallOptions, total=False):
+    """The keywords of the Python API's calls (`Engine.translate`, `Engine.translate_inputs`): a `Call`'s
+    fields, the per-input steering lists, the line number of the first input and where warnings go."""
+
+    batch_tokens: int
+    first_line: int
+    warn: Warn | None
+    skipped: dict[int, str] | None
+    prefix: Prefixes | None
+    constraints: PhraseLists | None
+    avoid: AvoidPhrases | None
 
 
 @dataclass(frozen=True)
@@ -169,6 +175,10 @@ class Call:
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be >= 1, got {self.batch_tokens}")
+
+    def searching(self, **search: Unpack[SearchOptions]) -> Call:
+        """This call with the search options `search` set over its own."""
+        return dataclasses.replace(self, search={**self.search, **search})
 
 
 CALL_FIELDS = tuple(f.name for f in dataclasses.fields(Call) if f.name != "search")

@@ -1,6 +1,6 @@
 """The model calls of the server, made on the batching worker (`seq2seq.serve.batcher`), the only
-thread that touches the model: a batch of texts or files, each with its steering, as one
-`translate_nbest` call (`ModelCalls`), and what it gave each source (`Output`: its n-best list, or
+thread that touches the model: a batch of texts (through the text pipeline, `translate_lines`) or
+files (`Engine.run`), each with its steering, as one model call (`ModelCalls`), and what it gave each source (`Output`: its n-best list, or
 `Unreadable` for a file that could not be read, and the warnings it drew).
 """
 
@@ -15,6 +15,7 @@ from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.documents.formats import document_translations
 from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
 from seq2seq.inference.glossary import Glossary
+from seq2seq.inference.inputs import SourceInput, call_of
 from seq2seq.inference.engine import Engine
 from seq2seq.inference.steering import Steering
 from seq2seq.serve.requests import Limits
@@ -80,9 +81,9 @@ class ModelCalls:
         """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
         skipped: dict[int, str] = {}
         warn, notes = self._warnings(log.info)
-        results = self.model.translate_nbest([path for path, _ in items], batch_tokens=self.limits.batch_tokens,
-                                             warn=warn, skip_bad=True, skipped=skipped,
-                                             **self._steering_arguments(items), **options)
+        inputs = [SourceInput(path, s.prefix, s.constraints, s.avoid) if s else SourceInput(path) for path, s in items]
+        call = call_of({**options, "batch_tokens": self.limits.batch_tokens, "skip_bad": True})
+        results = self.model.run(inputs, call, 1, warn, skipped)
         return [Output(Unreadable(skipped[i]) if i in skipped else hyps, notes.get(i, []))
                 for i, hyps in enumerate(results)]
 
