@@ -2,7 +2,6 @@
 
     search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
     search_state        the loop's state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
-    step_masks          the n-gram block and a batch's controls (`build_controls`), masking each step
     strategies          greedy, beam and sampling: which tokens continue
     stopping            `stop_when`: a search stopped between two steps for a caller that no longer wants it
     ctc                 rescoring finished hypotheses with a CTC head
@@ -24,10 +23,10 @@
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)
     controls            `SourceControls`: one source's controls as token ids; the search's `Control`
-    prefix              `TargetPrefix`: the output starts with given tokens
     constraints         lexically constrained beam search (dynamic beam allocation)
-    avoid               `BannedPhrases`: phrases that must never appear in an output
-    term_bias           `TermBias`: a bonus on the next piece of each annotated term (decoding.term_bias)
+    lexical_controls    the other controls (`TargetPrefix`: the output starts with given tokens; `BannedPhrases`:
+                        phrases that never appear; `TermBias`: a bonus on each annotated term's next piece)
+                        and a batch's controls (`build_controls`)
     glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
     corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
     fingerprint         `model_fingerprint`: sha256 of the files that decide a model's translations
