@@ -28,8 +28,5 @@
                         phrases that never appear; `TermBias`: a bonus on each annotated term's next piece)
                         and a batch's controls (`build_controls`)
     glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
-    corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
-    fingerprint         `model_fingerprint`: sha256 of the files that decide a model's translations
-    noise               word noise for noised back-translation
     scoring             forced decoding: the log-probability of given targets (`score_pairs` -> `PairScore`)
 """
