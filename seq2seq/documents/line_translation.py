@@ -144,10 +144,21 @@ def translate_lines(
     `engine_source_language`; English where it does not say). prefix, constraints, avoid: as
     `Engine.translate_nbest` takes them, per line. options: the rest of the engine's `Call` (search
     options, glossary, terms, tgt_lang, ...)."""
+    given = source_inputs(lines, prefix, constraints, avoid, first_line)
+    return translate_line_inputs(engine, given, call_of({**options, "batch_tokens": batch_tokens}), first_line, warn,
+                                 split_sentences=split_sentences, casing=casing, loop_guard=loop_guard, spans=spans,
+                                 markup=markup, source_lang=source_lang)
+
+
+def translate_line_inputs(engine: Engine, given: Sequence[SourceInput], call: Call, first_line: int = 1,
+                          warn: Warn | None = None, *, split_sentences: bool = True, casing: bool = True,
+                          loop_guard: bool = True, spans: bool = True, markup: bool = False,
+                          source_lang: str | None = None) -> list[list[Translation]]:
+    """`translate_lines` of the typed request: one input a line (its text and its own steering) and the
+    engine's `Call`; the steps as there."""
     warn = warn or log.warning
     lang = source_lang or engine_source_language(engine)
-    given = source_inputs(lines, prefix, constraints, avoid, first_line)
-    call = call_of({**options, "batch_tokens": batch_tokens})
+    lines = [x.text for x in given]
     units = _units(lines, split_sentences, casing, lang, given, first_line, warn, spans, markup)
 
     # spans (seq2seq.documents.spans): each sentence masked before it is cased; the engine asked for the
@@ -215,7 +226,7 @@ def _unmasked(masked: span_rules.Masked, unit: Unit, hyps: list[Translation], li
 
 
 def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str | None,
-           given: list[SourceInput], first_line: int, warn: Warn, spans: bool = False, markup: bool = False) -> list[Unit]:
+           given: Sequence[SourceInput], first_line: int, warn: Warn, spans: bool = False, markup: bool = False) -> list[Unit]:
     """The sentences of every line, in order, each cased as the engine will translate it; with `spans`, no
     sentence boundary falls inside a protected span or (with markup) between a tag and its partner. A
     line with constraints (`given`: each line's input) is one sentence."""
@@ -238,7 +249,7 @@ def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str 
     return units
 
 
-def _unit_inputs(units: list[Unit], given: list[SourceInput]) -> list[SourceInput]:
+def _unit_inputs(units: list[Unit], given: Sequence[SourceInput]) -> list[SourceInput]:
     """The engine's input of each unit (its cased text): the line's prefix on its first sentence, its
     constraints on its one sentence, its avoid on each."""
     first: dict[int, int] = {}  # line -> its first unit

@@ -13,7 +13,7 @@ from typing import Any
 from seq2seq.adapters.serving import using
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.documents.formats import document_translations
-from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
+from seq2seq.documents.line_translation import pipeline_defaults, translate_line_inputs
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import SourceInput, call_of
 from seq2seq.inference.engine import Engine
@@ -60,30 +60,27 @@ class ModelCalls:
 
     def _run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
         """Each text's n-best list; items: (text, its steering or None). The texts go through the text
-        pipeline as `seq2seq translate` sends its lines (`translate_lines`: sentences split and cased as
+        pipeline as `seq2seq translate` sends its lines (`translate_line_inputs`: sentences split and cased as
         the model directory says, unless the request's `split_sentences` / `casing` / `loop_guard` say otherwise)."""
         warn, notes = self._warnings(log.warning)
-        steering = self._steering_arguments(items)
-        if self.glossary is not None:
-            steering["glossary"] = self.glossary
         options = dict(options)
         steps = {name: options.pop(name, default) for name, default in self.steps.items()}
         fmt = options.pop("format", "text")
         if fmt != "text":  # each text a whole document (the route refuses per-text steering with it)
             docs = document_translations(self.model, [text for text, _ in items], fmt, warn=warn,
-                                         batch_tokens=self.limits.batch_tokens, **steps, **steering, **options)
+                                         batch_tokens=self.limits.batch_tokens, glossary=self.glossary, **steps,
+                                         **options)
             return [Output([t], notes.get(i, [])) for i, t in enumerate(docs)]
-        results = translate_lines(self.model, [text for text, _ in items], batch_tokens=self.limits.batch_tokens,
-                                  warn=warn, **steps, **steering, **options)
+        call = call_of({**options, "glossary": self.glossary, "batch_tokens": self.limits.batch_tokens})
+        results = translate_line_inputs(self.model, _inputs(items), call, 1, warn, **steps)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
 
     def _run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
         """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
         skipped: dict[int, str] = {}
         warn, notes = self._warnings(log.info)
-        inputs = [SourceInput(path, s.prefix, s.constraints, s.avoid) if s else SourceInput(path) for path, s in items]
         call = call_of({**options, "batch_tokens": self.limits.batch_tokens, "skip_bad": True})
-        results = self.model.run(inputs, call, 1, warn, skipped)
+        results = self.model.run(_inputs(items), call, 1, warn, skipped)
         return [Output(Unreadable(skipped[i]) if i in skipped else hyps, notes.get(i, []))
                 for i, hyps in enumerate(results)]
 
@@ -94,12 +91,7 @@ class ModelCalls:
         warn = ByInput(lambda diagnostic: log_it("%s", diagnostic))
         return warn, warn.notes
 
-    @staticmethod
-    def _steering_arguments(items: list[tuple[str, Steering | None]]) -> dict[str, Any]:
-        """translate_nbest's steering arguments for the items (none when no item has any steering:
-        the unsteered search, exactly)."""
-        steering = [s or Steering() for _, s in items]
-        if not any(steering):
-            return {}
-        return {"prefix": [s.prefix for s in steering], "constraints": [list(s.constraints) for s in steering],
-                "avoid": [list(s.avoid) for s in steering]}
+
+def _inputs(items: list[tuple[str, Steering | None]]) -> list[SourceInput]:
+    """The engine's input of each (text or path, its steering or None)."""
+    return [SourceInput(text, s.prefix, s.constraints, s.avoid) if s else SourceInput(text) for text, s in items]
