@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -75,7 +75,7 @@ class ModelServer:
         self.stopping = False
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, app: FastAPI):
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         self.batcher.start()
         log.info("serving %s (%s model) with batches of up to %d texts gathered for %g ms",
                  self.model_path, self.encoder_type, self.limits.max_batch, self.limits.batch_window_ms)
