@@ -250,13 +250,13 @@ def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str 
 
 
 def _unit_inputs(units: list[Unit], given: Sequence[SourceInput]) -> list[SourceInput]:
-    """The engine's input of each unit (its cased text): the line's prefix on its first sentence, its
-    constraints on its one sentence, its avoid on each."""
+    """The engine's input of each unit (its cased text): the line's prefix on its first sentence, every
+    other field of the line's input (constraints: on its one sentence; avoid) on each."""
     first: dict[int, int] = {}  # line -> its first unit
     for k, u in enumerate(units):
         first.setdefault(u.line, k)
-    return [SourceInput(u.cased.text, given[u.line].prefix if first[u.line] == k else None,
-                        given[u.line].constraints, given[u.line].avoid) for k, u in enumerate(units)]
+    return [dataclasses.replace(given[u.line], text=u.cased.text, prefix=given[u.line].prefix if first[u.line] == k
+                                else None) for k, u in enumerate(units)]
 
 
 def _engine_call(engine: Engine, inputs: list[SourceInput], units: list[Unit], first_line: int, warn: Warn,
