@@ -3,6 +3,9 @@
 The public API, importable from here (each loads torch and the model code only when first used):
 
     Translator, Captioner, Transcriber, Generator   decoding with a model directory (seq2seq.inference)
+    Engine                                          what every engine is: run(inputs, call) (seq2seq.inference.engine)
+    SourceInput, Call                               the typed request: each input with its own steering, and
+                                                    what a call's inputs share (seq2seq.inference.inputs)
     load_model_dir                                  a model directory's model, config and tokenizers
     Config, load_config                             the typed experiment config (seq2seq.config)
     run_training                                    config -> trained model directory (seq2seq.training)
@@ -12,7 +15,7 @@ The public API, importable from here (each loads torch and the model code only w
                                                     same document (seq2seq.documents.formats)
 
 The package is layered, bottom first: config, text, model, accel, storage, report, data, adapters, inference,
-documents, training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
+corpora, documents, training, deploy, serve, cli (docs/architecture.md). Importing seq2seq changes no process state.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ _API = {
     "Captioner": "seq2seq.inference.generator",
     "Transcriber": "seq2seq.inference.generator",
     "Generator": "seq2seq.inference.generator",
+    "Engine": "seq2seq.inference.engine",
+    "SourceInput": "seq2seq.inference.inputs",
+    "Call": "seq2seq.inference.inputs",
     "load_model_dir": "seq2seq.storage.model_dir",
     "Config": "seq2seq.config.root",
     "load_config": "seq2seq.config.root",
@@ -41,7 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.root import Config, load_config
     from seq2seq.documents.formats import translate_documents
     from seq2seq.documents.line_translation import translate_lines
+    from seq2seq.inference.engine import Engine
     from seq2seq.inference.generator import Captioner, Generator, Transcriber
+    from seq2seq.inference.inputs import Call, SourceInput
     from seq2seq.inference.translator import Translator
     from seq2seq.storage.model_dir import load_model_dir
     from seq2seq.training.experiment import run_training

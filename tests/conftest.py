@@ -156,3 +156,19 @@ def translated(engine, texts, **options) -> list[str]:
     from seq2seq.documents.line_translation import translate_lines
 
     return [nbest[0].text if nbest else "" for nbest in translate_lines(engine, texts, **options)]
+
+
+class FakeEngine:
+    """A test engine written as `translate_nbest(texts, batch_tokens, first_line, warn, **kw)` (kw: the
+    per-input steering lists some input gives, the search options and the `Call` fields set), reached
+    through `Engine.run(inputs, call)`, as the documents layer calls an engine."""
+
+    def run(self, inputs, call, first_line=1, warn=None, skipped=None):
+        import dataclasses
+
+        from seq2seq.inference.inputs import Call, steering_arguments
+
+        fields = {f.name: getattr(call, f.name) for f in dataclasses.fields(Call)
+                  if f.name not in ("search", "batch_tokens") and getattr(call, f.name) != f.default}
+        return self.translate_nbest([x.text for x in inputs], batch_tokens=call.batch_tokens, first_line=first_line,
+                                    warn=warn, **steering_arguments(inputs), **call.search, **fields)

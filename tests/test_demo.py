@@ -21,7 +21,8 @@ from click.testing import CliRunner
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.serve.app import create_app, load_model  # noqa: E402
+from seq2seq.inference.loading import load_engine  # noqa: E402
+from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
 from test_serve import call, cli_json, image_model, serving  # noqa: E402, F401 - image_model: a fixture
 from test_source_kinds import data, models  # noqa: E402, F401 - fixtures: tiny models of every kind
@@ -125,7 +126,7 @@ def decode_a_file_as_the_command_line_does(page, button: str, path: Path, previe
 def test_a_text_model_translates_what_the_command_line_translates(browser, tiny_model_dir):
     lines = ["A dog runs.", "", "Two men talk in the park."]
     expected = [obj["text"] for obj in cli_json(tiny_model_dir, lines, "--beam", "3")]
-    model = load_model(tiny_model_dir, device="cpu")
+    model = load_engine(tiny_model_dir, device="cpu")
     with serving(create_app(model, Limits(max_chars=60))) as (port, _):
         page = open_page(browser, port)
         page.wait_for_selector("#form:not(.hidden)")
@@ -159,7 +160,7 @@ def test_the_page_steers_every_line_as_json_input_does_and_shows_warnings(browse
     expected = [obj["text"] for obj in cli_json(tiny_model_dir, [json.dumps({"text": t, **steering}) for t in lines],
                                                 "--json-input", "--beam", "3")]
     assert all(t.startswith("Ein") and "Mann" in t and "Hund" not in t for t in expected)
-    with serving(create_app(load_model(tiny_model_dir, device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(tiny_model_dir, device="cpu"))) as (port, _):
         page = open_page(browser, port)
         page.wait_for_selector("#steering:not(.hidden)")
         assert page.locator("#terms-mode").is_hidden()  # the model takes no terms on its sources
@@ -189,7 +190,7 @@ def test_a_terms_model_takes_the_terms_mode_and_the_annotated_terms_bonus(browse
                                                              for t in lines],
                                                 "--json-input", "--greedy", "--terms", "annotate", "--term-bias", "30")]
     assert all("Schnee" in t for t in expected)
-    with serving(create_app(load_model(term_model, device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(term_model, device="cpu"))) as (port, _):
         page = open_page(browser, port)
         page.wait_for_selector("#terms-mode:not(.hidden)")
         assert page.locator("#opt-term_bias").is_hidden()  # a bonus for annotated terms only
@@ -209,7 +210,7 @@ def test_an_image_model_captions_an_upload_and_shows_the_apis_errors(browser, im
     image = image_model / "img" / "1.png"
     expected = json.loads(CliRunner().invoke(cli, ["caption", str(image_model / "model"), str(image),
                                                    "--json"]).stdout)["text"]
-    model = load_model(image_model / "model", device="cpu")
+    model = load_engine(image_model / "model", device="cpu")
     with serving(create_app(model, Limits(max_pixels=32 * 32))) as (port, _):
         page = open_page(browser, port)
         decode_a_file_as_the_command_line_does(page, "Caption", image, "#preview", expected, "image")
@@ -246,7 +247,7 @@ def test_an_audio_model_transcribes_an_upload(browser, models, data):
     model_dir = models("audio")
     wav = data / "wav" / "2.wav"
     expected = json.loads(CliRunner().invoke(cli, ["transcribe", str(model_dir), str(wav), "--json"]).stdout)["text"]
-    with serving(create_app(load_model(model_dir, device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(model_dir, device="cpu"))) as (port, _):
         page = open_page(browser, port)
         decode_a_file_as_the_command_line_does(page, "Transcribe", wav, "#player", expected, "audio")
         page.click("#record")  # the microphone, recorded and sent as a WAV file the server reads
@@ -261,7 +262,7 @@ def test_an_audio_model_transcribes_an_upload(browser, models, data):
 
 
 def test_with_an_api_key_the_page_asks_for_it_and_keeps_it_in_the_tab(browser, tiny_model_dir):
-    model = load_model(tiny_model_dir, device="cpu")
+    model = load_engine(tiny_model_dir, device="cpu")
     with serving(create_app(model, api_key="s3cret")) as (port, _):
         assert call(port, "GET", "/info")[0] == 401  # the page itself is static; what it reads needs the key
         page = open_page(browser, port, width=390)  # phone width
@@ -280,7 +281,7 @@ def test_with_an_api_key_the_page_asks_for_it_and_keeps_it_in_the_tab(browser, t
 
 
 def test_the_demo_can_be_turned_off_and_adds_nothing_to_the_api(tiny_model_dir):
-    model = load_model(tiny_model_dir, device="cpu")
+    model = load_engine(tiny_model_dir, device="cpu")
     with serving(create_app(model, demo=False)) as (port, _):
         assert call(port, "GET", "/")[0] == 404
     with serving(create_app(model)) as (port, _):
@@ -303,7 +304,7 @@ def test_a_long_recording_shows_its_windows_with_their_times(browser, models, tm
     printed = CliRunner().invoke(cli, ["transcribe", str(model_dir), str(wav), "--json", "--timestamps"])
     expected = json.loads(printed.stdout)
     assert len(expected["segments"]) > 1
-    with serving(create_app(load_model(model_dir, device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(model_dir, device="cpu"))) as (port, _):
         page = open_page(browser, port)
         page.wait_for_selector("#form:not(.hidden)")
         page.set_input_files("#file", str(wav))
@@ -319,7 +320,7 @@ def test_a_long_recording_shows_its_windows_with_their_times(browser, models, tm
 
 
 def test_timestamps_are_for_recordings_only(image_model):
-    with serving(create_app(load_model(image_model / "model", device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(image_model / "model", device="cpu"))) as (port, _):
         image = (image_model / "img" / "1.png").read_bytes()
         status, body = call(port, "POST", "/generate?timestamps=true", image, {"Content-Type": "image/png"})
     assert (status, body["error"]) == (422, "timestamps: only for audio models, not an image model")

@@ -15,9 +15,10 @@ from seq2seq.documents.formats import DocumentError, format_of_path, get_format,
 from seq2seq.documents.formats.html import html_segments, html_tree, xml_segments, xml_tree
 from seq2seq.documents.formats.markdown import markdown_segments, markdown_tree
 from seq2seq.inference.results import Translation
+from conftest import FakeEngine
 
 
-class WordEngine:
+class WordEngine(FakeEngine):
     """Translates each text word by word with `word` (identity by default), with "▁" pieces and a
     diagonal attention (what the word alignment reads); records every call."""
 

@@ -21,6 +21,7 @@ from seq2seq.documents.loops import looped, output_loops
 from seq2seq.documents.sentences import Sentence, join, split
 from seq2seq.inference.controls import SteeringError
 from seq2seq.inference.results import Translation
+from conftest import FakeEngine
 
 # ---- sentences ----------------------------------------------------------------------------------------
 
@@ -121,7 +122,7 @@ def hyp(text: str, score: float = -1.0) -> Translation:
                        attention=[[0.5, 0.5]] * (len(words) + 1))
 
 
-class MarkerEngine:
+class MarkerEngine(FakeEngine):
     """Answers each text with "<text>" (or what `answers` says for it), and records every call."""
 
     def __init__(self, answers: dict[str, str] | None = None, guarded: dict[str, str] | None = None) -> None:

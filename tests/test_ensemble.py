@@ -156,10 +156,11 @@ def test_translate_and_test_take_several_model_directories(tiny_model_dir, tmp_p
 
 def test_the_server_serves_an_ensemble(tiny_model_dir):
     pytest.importorskip("fastapi", reason="the serve extra")
-    from seq2seq.serve.app import create_app, load_model
+    from seq2seq.inference.loading import load_engine
+    from seq2seq.serve.app import create_app
     from test_serve import call, serving
 
-    model = load_model([tiny_model_dir, tiny_model_dir], device="cpu", ensemble_weights=[1.0, 3.0])
+    model = load_engine([tiny_model_dir, tiny_model_dir], device="cpu", ensemble_weights=[1.0, 3.0])
     assert isinstance(model.model, EnsembleModel) and model.model.weights == [0.25, 0.75]
     with serving(create_app(model)) as (port, _):
         status, body = call(port, "POST", "/translate", {"texts": TEXTS[:1], "beam": 3})

@@ -360,7 +360,7 @@ def caption_model(backbones, image_data, tmp_path_factory) -> tuple[Path, Path]:
 
 def test_train_then_caption_offline_from_the_model_directory(caption_model, image_data):
     from seq2seq.inference.generator import Captioner
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
     model_dir, backbone = caption_model
     paths = files(image_data)
@@ -375,7 +375,7 @@ def test_train_then_caption_offline_from_the_model_directory(caption_model, imag
     assert sum(h == r for h, r in zip(after.output.splitlines(), refs)) >= 4, (after.output, refs)  # it learned
     captioner = Captioner.load(model_dir, device="cpu")
     assert captioner.caption(paths) == [captioner.caption([p])[0] for p in paths]  # batch invariance
-    assert load_model(model_dir, device="cpu").translate(paths) == after.output.splitlines()  # what serve runs
+    assert load_engine(model_dir, device="cpu").translate(paths) == after.output.splitlines()  # what serve runs
     assert not list(model_dir.glob("*.bin")) and not list(model_dir.glob("*.pt"))  # pickle-free (train_state aside)
     saved = yaml.safe_load((model_dir / "config.yaml").read_text())["model"]["encoder"]
     assert saved["backbone"]["model_type"] == "vit" and saved["preprocessor"]["size"] == {"height": 32, "width": 32}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from seq2seq.cli.steering import _json_lines
-from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments, translate_inputs
+from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs, steering_arguments
 from seq2seq.inference.steering import Steering, SteeringError
 from seq2seq.inference.steering_fields import FieldError
 from seq2seq.inference.translator import Translator
@@ -97,12 +97,26 @@ def test_a_server_item_and_a_command_line_line_give_the_same_steering():
 def test_translate_inputs_equals_translate_nbest_with_the_same_steering(tiny_model_dir):
     t = Translator.load(tiny_model_dir)
     inputs = ["A dog runs.", {"text": "A man.", "avoid": ["Mann"]}, SourceInput("Two cats.", prefix="Zwei")]
-    got = translate_inputs(t, inputs, beam=2)
+    got = t.translate_inputs(inputs, beam=2)
     want = t.translate_nbest(["A dog runs.", "A man.", "Two cats."], beam=2, prefix=[None, None, "Zwei"],
                              avoid=[None, ["Mann"], None])
     assert [[(h.text, h.score) for h in n] for n in got] == [[(h.text, h.score) for h in n] for n in want]
     assert got[2][0].text.startswith("Zwei")
     with pytest.raises(SteeringError, match="avoid belong"):
-        translate_inputs(t, ["A dog."], avoid=["Hund"])
+        t.translate_inputs(["A dog."], avoid=["Hund"])
     with pytest.raises(FieldError, match=r"inputs\[1\]\.avoid must be a list of strings"):
-        translate_inputs(t, ["A dog.", {"text": "A man.", "avoid": "Mann"}])
+        t.translate_inputs(["A dog.", {"text": "A man.", "avoid": "Mann"}])
+
+
+def test_one_call_with_its_inputs_decodes_as_the_keyword_api_and_checks_its_fields_where_made(tiny_model_dir):
+    t = Translator.load(tiny_model_dir, device="cpu")
+    inputs = [SourceInput("A dog runs.", avoid=["Hund"]), SourceInput("A man.", prefix="Ein"), SourceInput("")]
+    got = t.run(inputs, Call({"beam": 3, "nbest": 2}, batch_tokens=40))
+    want = t.translate_nbest(["A dog runs.", "A man.", ""], batch_tokens=40, beam=3, nbest=2,
+                             avoid=[["Hund"], None, None], prefix=[None, "Ein", None])
+    assert got == want and got[2] == [] and got[1][0].text.startswith("Ein")
+    assert call_of({"beam": 3, "tgt_lang": None, "batch_tokens": 40}) == Call({"beam": 3}, batch_tokens=40)
+    with pytest.raises(ValueError, match="^batch_tokens must be >= 1, got 0$"):
+        Call(batch_tokens=0)
+    with pytest.raises(SteeringError, match="^prefix has 1 entries for 2 inputs; give one per input$"):
+        source_inputs(["A.", "B."], prefix=["Ein"])

@@ -21,7 +21,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "seq2seq"
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
-LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "adapters", "inference", "documents", "training",
+LAYERS = ["config", "text", "model", "accel", "storage", "report", "data", "adapters", "inference", "corpora", "documents",
+          "training",
           "deploy", "serve", "cli"]
 
 

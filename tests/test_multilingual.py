@@ -517,10 +517,11 @@ def test_a_bilingual_model_refuses_tgt_lang(tiny_model_dir):
 def test_the_server_takes_tgt_lang(multilingual_model):
     pytest.importorskip("fastapi", reason="the serve extra")
     from seq2seq.inference.translator import Translator
-    from seq2seq.serve.app import create_app, load_model
+    from seq2seq.inference.loading import load_engine
+    from seq2seq.serve.app import create_app
     from test_serve import call, serving
 
-    with serving(create_app(load_model(multilingual_model, device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(multilingual_model, device="cpu"))) as (port, _):
         status, body = call(port, "POST", "/translate", {"texts": SENTENCES[:3], "tgt_lang": "fr", "beam": 2})
         assert status == 200
         assert [t["text"] for t in body["translations"]] == Translator.load(multilingual_model).translate(

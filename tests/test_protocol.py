@@ -1,6 +1,6 @@
-"""Every decoding engine (torch `Translator`, the `Generator`s, the CTranslate2 engine) is a
-`TranslationEngine` (seq2seq.inference.protocol): the methods the CLI and the server call exist on
-each, with parameters the protocol's callers can pass, and they resolve search options alike."""
+"""Every decoding engine (torch `Translator`, the `Generator`s, the CTranslate2 engine) is an `Engine`
+(seq2seq.inference.engine): one prepare -> search -> finish loop, each engine writing only its search
+step, and what it cannot do declared as `Capabilities`; they resolve search options alike."""
 
 from __future__ import annotations
 
@@ -11,45 +11,46 @@ import pytest
 
 from seq2seq.config import SearchConfig
 from seq2seq.deploy.engine import CTranslate2Translator
+from seq2seq.inference.engine import Capabilities, Engine
 from seq2seq.inference.generator import Captioner, Generator, Transcriber
-from seq2seq.inference.protocol import ServedModel, TranslationEngine
+from seq2seq.config.search import SearchOptions
+from seq2seq.inference.inputs import CALL_FIELDS, CallKeywords
+from seq2seq.inference.options import FIELD_TYPES, SWITCHES
 from seq2seq.inference.translator import Translator
 from conftest import translated
 
 ENGINES = [Translator, Generator, Captioner, Transcriber, CTranslate2Translator]
-METHODS = ("search_config", "translate_nbest", "translate")
-
-
-def accepts(impl: inspect.Signature, param: inspect.Parameter) -> bool:
-    """Can a call that passes `param` as the protocol declares it be made to `impl`?"""
-    if param.kind is inspect.Parameter.VAR_KEYWORD:
-        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in impl.parameters.values())
-    if param.name in impl.parameters:
-        mine = impl.parameters[param.name]
-        return mine.kind is param.kind and (param.default is inspect.Parameter.empty
-                                             or mine.default == param.default)
-    return param.kind is inspect.Parameter.KEYWORD_ONLY and any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in impl.parameters.values())
+LOOP = ("translate", "translate_nbest", "run", "prepare", "search_config")
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda c: c.__name__)
-def test_each_engine_has_the_protocols_methods_with_compatible_parameters(engine):
-    for name in METHODS:
-        method = getattr(engine, name, None)
-        assert callable(method), f"{engine.__name__}.{name} is missing"
-        protocol, impl = inspect.signature(getattr(TranslationEngine, name)), inspect.signature(method)
-        for param in protocol.parameters.values():
-            assert accepts(impl, param), f"{engine.__name__}.{name} does not take {param}"
-        extra = [p for p in impl.parameters.values() if p.name not in protocol.parameters
-                 and p.default is inspect.Parameter.empty
-                 and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
-        assert not extra, f"{engine.__name__}.{name} needs {extra}, which the protocol's callers do not pass"
+def test_each_engine_writes_only_its_search_step(engine):
+    assert issubclass(engine, Engine)
+    for name in LOOP:  # the loop and its checks are the base's, never an engine's own copy
+        assert getattr(engine, name) is getattr(Engine, name), f"{engine.__name__} overrides {name}"
+    assert not inspect.isabstract(engine)
+
+
+def test_the_typed_keywords_name_every_search_option_and_call_field():
+    assert set(SearchOptions.__annotations__) == set(FIELD_TYPES) | set(SWITCHES)
+    assert set(CALL_FIELDS) <= set(CallKeywords.__annotations__)
+    assert set(inspect.signature(Engine.translate_nbest).parameters) - {"self", "texts", "search"} == \
+        set(CallKeywords.__annotations__) - set(SearchOptions.__annotations__)
+
+
+def test_a_missing_capability_is_refused_in_one_line_naming_the_engine():
+    lacking = Capabilities("other", constraints=False, attention=False, term_bias=False, beam_without_min_len=False)
+    for what in ("constraints", "attention", "term_bias", "beam_without_min_len"):
+        message = lacking.refusal(what)
+        assert "\n" not in message and "the other engine" in message
+    assert CTranslate2Translator.capabilities.refusal("constraints") == \
+        "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
+    assert Translator.capabilities == Capabilities()
 
 
 def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate2_engine(tiny_model_dir, tmp_path):
     translator = Translator.load(tiny_model_dir, device="cpu")
-    assert isinstance(translator, TranslationEngine)
-    assert isinstance(translator, ServedModel)  # what the server reads of it, without reaching inside
+    assert isinstance(translator, Engine)
     assert translator.path == tiny_model_dir and translator.config.model == translator.loaded.config.model
     trained = json.loads((tiny_model_dir / "metadata.json").read_text())["parameters"]
     assert translator.parameters == trained  # a tied projection, packed for decoding, counts once
@@ -59,7 +60,7 @@ def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate
 
     export_ctranslate2(tiny_model_dir, tmp_path / "ct2")
     engine = CTranslate2Translator.load(tmp_path / "ct2")
-    assert isinstance(engine, TranslationEngine)
+    assert isinstance(engine, Engine)
     for options in ({}, {"beam": 1}, {"beam": 3, "nbest": 2, "lenpen": 0.0}, {"max_len_a": 0, "max_len_b": 7}):
         assert engine.search_config(**options) == translator.search_config(**options), options
     for bad in ({"beam": 0}, {"nbest": 3, "beam": 2}, {"lenpen": "x"}):
@@ -77,7 +78,7 @@ def test_one_loader_picks_the_engine_from_what_the_model_reads(tiny_model_dir, t
 
     assert (engine_class(TEXT), engine_class(IMAGE), engine_class(AUDIO)) == (Translator, Generator, Transcriber)
     engine = load_engine(tiny_model_dir, device="cpu")
-    assert type(engine) is Translator and isinstance(engine, ServedModel)
+    assert type(engine) is Translator and isinstance(engine, Engine)
     with pytest.raises(CheckpointError, match=f"^{tmp_path} is not a model directory"):
         load_engine(tmp_path, device="cpu")
 
@@ -92,7 +93,7 @@ def test_the_server_serves_a_ctranslate2_export_as_the_engine_translates(tiny_mo
 
     export_ctranslate2(tiny_model_dir, tmp_path / "ct2")
     engine = CTranslate2Translator.load(tmp_path / "ct2")
-    assert isinstance(engine, ServedModel)
+    assert isinstance(engine, Engine)
     assert engine.precision == "fp32" and engine.processor_for(None) is engine.processor
     assert engine.parameters == Translator.load(tiny_model_dir, device="cpu").parameters
     with pytest.raises(ValueError, match="tgt_lang 'de': the CTranslate2 engine has no language tags"):

@@ -13,7 +13,7 @@ from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.inference.search import SearchConfig, search, top_p_filter
 from seq2seq.inference.search_state import Hypothesis
-from seq2seq.inference.step_masks import block_repeated_ngrams
+from seq2seq.inference.search import block_repeated_ngrams
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 V = 8  # scripted vocabulary: specials 0-3, words 4-7

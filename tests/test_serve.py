@@ -99,7 +99,7 @@ def gate(translator: Translator):
     """Make the translator's first call wait until `release` is set; `entered` is set when it starts.
     Returns (entered, release, restore)."""
     entered, release = threading.Event(), threading.Event()
-    original = translator.translate_nbest
+    original = translator.run
     first = [True]
 
     def gated(*args, **kwargs):
@@ -109,8 +109,8 @@ def gate(translator: Translator):
             assert release.wait(TIMEOUT)
         return original(*args, **kwargs)
 
-    translator.translate_nbest = gated
-    return entered, release, lambda: vars(translator).pop("translate_nbest", None)
+    translator.run = gated
+    return entered, release, lambda: vars(translator).pop("run", None)
 
 
 def wait_for(condition, what: str) -> None:
@@ -254,18 +254,18 @@ def test_the_batcher_reruns_a_failed_batch_job_by_job_so_only_the_culprit_fails(
 
 
 def test_when_a_merged_model_call_fails_only_the_culprit_request_fails(translator):
-    original = translator.translate_nbest
+    original = translator.run
 
-    def picky(texts, **kwargs):  # a model that fails on one input, whichever batch holds it
-        if "POISON" in texts:
+    def picky(inputs, *args, **kwargs):  # a model that fails on one input, whichever batch holds it
+        if any(x.text == "POISON" for x in inputs):
             raise RuntimeError("cannot encode POISON\n  at some deep frame")
-        return original(texts, **kwargs)
+        return original(inputs, *args, **kwargs)
 
     good = [{"text": SENTENCES[i]} for i in (0, 1, 3)] + [{"texts": SENTENCES[4:6]}]
     expected = [translated(translator, [SENTENCES[i]])[0] for i in (0, 1, 3)] + [translated(translator, SENTENCES[4:6])]
     app = create_app(translator, Limits(batch_window_ms=20))
     batcher = app.state.batcher
-    translator.translate_nbest = picky  # gate() wraps it; its restore() removes both
+    translator.run = picky  # gate() wraps it; its restore() removes both
     bodies = good[:2] + [{"texts": ["A dog.", "POISON"]}] + good[2:]
     _, results = queued_behind_one(app, translator, bodies)
     statuses = [status for status, _ in results]
@@ -417,11 +417,11 @@ def test_a_model_failure_answers_500_with_one_line_and_the_server_goes_on(transl
         raise RuntimeError("out of memory\n  at some deep frame")
 
     with serving(create_app(translator)) as (port, _):
-        translator.translate_nbest = broken
+        translator.run = broken
         try:
             status, answer = call(port, "POST", "/translate", {"text": "A dog runs."})
         finally:
-            del translator.translate_nbest
+            del translator.run
         assert status == 500
         assert answer == {"error": "the model failed on this request: RuntimeError: out of memory"}
         assert call(port, "POST", "/translate", {"text": "A dog runs."})[0] == 200
@@ -521,11 +521,11 @@ def image_model(tmp_path_factory):
 
 def test_image_models_caption_uploaded_files(image_model):
     from seq2seq.inference.generator import Captioner
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
     image = image_model / "img" / "1.png"
     expected = Captioner.load(image_model / "model", device="cpu").generate([str(image)], beam=2, nbest=2)[0]
-    with serving(create_app(load_model(image_model / "model", device="cpu"))) as (port, _):
+    with serving(create_app(load_engine(image_model / "model", device="cpu"))) as (port, _):
         status, body = call(port, "POST", "/generate?beam=2&nbest=2", image.read_bytes(),
                             {"Content-Type": "image/png"})
         assert status == 200, body
@@ -536,7 +536,7 @@ def test_image_models_caption_uploaded_files(image_model):
         assert status == 403 and "--allow-paths" in body["error"]
         status, body = call(port, "POST", "/translate", {"text": "a red square"})
         assert status == 404 and "/generate" in body["error"]
-    with serving(create_app(load_model(image_model / "model", device="cpu"), allow_paths=True)) as (port, _):
+    with serving(create_app(load_engine(image_model / "model", device="cpu"), allow_paths=True)) as (port, _):
         paths = [str(image), str(image_model / "none.png")]
         status, body = call(port, "POST", "/generate", {"paths": paths, "beam": 2})
         assert status == 200
@@ -555,9 +555,9 @@ def png_header(width: int, height: int) -> bytes:
 
 
 def test_images_over_the_pixel_cap_get_413_from_their_header(image_model):
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
-    model = load_model(image_model / "model", device="cpu")
+    model = load_engine(image_model / "model", device="cpu")
     image = image_model / "img" / "1.png"  # 32x32
     with serving(create_app(model)) as (port, _):
         status, body = call(port, "POST", "/generate", png_header(12000, 12000), {"Content-Type": "image/png"})
@@ -829,9 +829,9 @@ def test_serve_refuses_a_bad_glossary_in_one_line_before_it_starts(tiny_model_di
 def test_image_uploads_take_steering_in_the_query_string(image_model):
     from urllib.parse import urlencode
 
-    from seq2seq.serve.app import load_model
+    from seq2seq.inference.loading import load_engine
 
-    model = load_model(image_model / "model", device="cpu")  # 2 training steps: it writes "square" over and over
+    model = load_engine(image_model / "model", device="cpu")  # 2 training steps: it writes "square" over and over
     image = image_model / "img" / "1.png"
 
     def generate(port, *query):

@@ -34,7 +34,8 @@ from seq2seq.inference.generator import Captioner, Generator, Transcriber  # noq
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.model.encoders.base import source_kind  # noqa: E402
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, TEXT, SourceError  # noqa: E402
-from seq2seq.serve.app import create_app, load_model  # noqa: E402
+from seq2seq.inference.loading import load_engine  # noqa: E402
+from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.requests import Limits, RequestError, check_source_size  # noqa: E402
 from test_hf_encoder import TONES, colour_image, save_backbone, tone_utterance  # noqa: E402
 from test_serve import call, png_header, serving  # noqa: E402
@@ -146,7 +147,7 @@ def test_the_kind_decides_the_command_and_the_others_refuse_naming_it(models, na
     model_dir = models(name)
     kind = kind_of(model_dir)
     assert kind in (TEXT, IMAGE, AUDIO)
-    served = load_model(model_dir, device="cpu")
+    served = load_engine(model_dir, device="cpu")
     assert served.processor.kind == kind
     assert isinstance(served, Generator) == kind.reads_files
     for cls in (Translator, Captioner, Transcriber):
@@ -165,7 +166,7 @@ def test_the_kind_decides_the_command_and_the_others_refuse_naming_it(models, na
 
 @pytest.mark.parametrize("name", FILE_EXAMPLES)
 def test_files_over_the_servers_limits_get_413_from_their_header(models, name, tmp_path):
-    model = load_model(models(name), device="cpu")
+    model = load_engine(models(name), device="cpu")
     kind = model.processor.kind
     if kind == IMAGE:
         big = tmp_path / "big.png"
@@ -187,7 +188,7 @@ def test_files_over_the_servers_limits_get_413_from_their_header(models, name, t
 
 @pytest.mark.parametrize("name", FILE_EXAMPLES)
 def test_an_unreadable_file_is_422_and_its_neighbour_is_answered(models, name, data, tmp_path):
-    model = load_model(models(name), device="cpu")
+    model = load_engine(models(name), device="cpu")
     good = str(data / ("img/0.png" if model.processor.kind == IMAGE else "wav/0.wav"))
     bad = tmp_path / "not-a-file-of-this-kind.bin"
     bad.write_bytes(b"\x00 nothing to read here " * 10)
@@ -280,7 +281,7 @@ def test_show_attention_draws_over_the_source_or_says_it_cannot(models, name, da
     source = str(data / ("wav/0.wav" if command == "transcribe" else "img/0.png"))
     png = tmp_path / "attention.png"
     result = CliRunner().invoke(cli, [command, str(model_dir), source, "--show-attention", str(png)])
-    processor = load_model(model_dir, device="cpu").processor
+    processor = load_engine(model_dir, device="cpu").processor
     if processor.attention_view(processor.load(source)) is None:  # e.g. a wav2vec2 backbone: nothing to draw on
         assert result.exit_code == 1 and not png.exists()
         assert result.output.strip() == f"Error: --show-attention: drawing attention is not supported for the " \

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from seq2seq.documents.alignment import piece_words, word_alignment
 from seq2seq.documents.spans import Role, mask, unmask
 from seq2seq.inference.results import Translation
+from conftest import FakeEngine
 
 
 def identity(text: str) -> list[tuple[int, int]]:
@@ -144,7 +145,7 @@ def test_word_alignment_from_attention() -> None:
     assert word_alignment(t) == [(0, 0), (1, 1), (2, 1)]
 
 
-class CopyEngine:
+class CopyEngine(FakeEngine):
     """Translates each text as itself, with "▁" pieces and a diagonal attention; records every call."""
 
     def __init__(self) -> None:

@@ -1,5 +1,5 @@
 """Back-translation and distillation corpora (`seq2seq back-translate`, `seq2seq distill`,
-seq2seq.inference.corpus_translation) and the word noise of noised back-translation, on the session's
+seq2seq.corpora.translation) and the word noise of noised back-translation, on the session's
 tiny model (`tiny_model_dir`, English -> German: here it plays the reverse model of English text)."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import yaml
 from click.testing import CliRunner
 
 from seq2seq.cli import cli
-from seq2seq.inference.corpus_translation import (
+from seq2seq.corpora.translation import (
     CORPUS_FILE, FILTERS, PARTIAL, SRC_FILE, STATE_FILE, SUMMARY_FILE, TGT_FILE, CorpusJob, CorpusTranslation,
     chunk_seed,
 )
-from seq2seq.inference.noise import WordNoise, bounded_permutation, noise_line, noise_words
+from seq2seq.corpora.noise import WordNoise, bounded_permutation, noise_line, noise_words
 from seq2seq.inference.results import Translation
 from seq2seq.inference.translator import Translator
 
@@ -188,7 +188,7 @@ def test_other_settings_or_another_input_are_refused_in_one_line(tiny_model_dir,
     base = ["back-translate", tiny_model_dir, "-i", mono, "-o", tmp_path / "out", "--chunk-lines", "8",
             "--device", "cpu", "--min-len", "2"]
     translator = Translator.load(tiny_model_dir, device="cpu")
-    from seq2seq.inference.fingerprint import model_fingerprint
+    from seq2seq.corpora.fingerprint import model_fingerprint
 
     job = CorpusJob(str(mono), str(tmp_path / "out"), chunk_lines=8, search={"min_len": 2}, seed=1)
     CorpusTranslation(translator, job, model_fingerprint([tiny_model_dir])).run(stop_after_chunks=2)

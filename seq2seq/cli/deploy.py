@@ -170,7 +170,7 @@ def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequenc
         raise click.UsageError("--tgt-lang runs with --engine torch (the CTranslate2 engine has no language tags)")
 
 
-def load_engine(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,
+def load_ctranslate2(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,
                 weights: str | None, search: dict[str, Any]) -> CTranslate2Translator:
     """`--engine ctranslate2`'s translator (`translate`, `serve`), its search options checked once;
     every problem as a one-line error."""

@@ -9,7 +9,7 @@ import click
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS
 from seq2seq.cli.common import ensemble_options, ensemble_settings, user_errors
-from seq2seq.cli.deploy import check_engine_choice, engine_options, load_engine
+from seq2seq.cli.deploy import check_engine_choice, engine_options, load_ctranslate2
 
 API_KEY_ENV = "SEQ2SEQ_API_KEY"
 EXTRA_MISSING = ("`seq2seq serve` needs the optional 'serve' dependencies, FastAPI and uvicorn ({name} is not "
@@ -107,8 +107,9 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
     import torch
 
     from seq2seq.inference.glossary import Glossary
-    from seq2seq.inference.protocol import ServedModel
-    from seq2seq.serve.app import check_glossary, create_app, load_model, run_server
+    from seq2seq.inference.engine import Engine
+    from seq2seq.inference.loading import load_engine
+    from seq2seq.serve.app import check_glossary, create_app, run_server
     from seq2seq.serve.requests import Limits, check_key_format
 
     try:
@@ -131,13 +132,13 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
     terms = Glossary.load(glossary) if glossary else None  # a bad file: one line (SteeringError), before loading
     if threads:
         torch.set_num_threads(threads)
-    model: ServedModel
+    model: Engine
     try:
         if engine == "ctranslate2":
-            model = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, {})
+            model = load_ctranslate2(engine, model_dir[0], engine_dir, device, precision, weights, {})
         else:
-            model = load_model(model_dir if len(model_dir) > 1 else model_dir[0], device=device,
-                               precision=precision, weights=weights, **ensemble)
+            model = load_engine(model_dir if len(model_dir) > 1 else model_dir[0], device=device,
+                                precision=precision, weights=weights, **ensemble)
     except ValueError as e:  # CheckpointError, TokenizerError, SourceError, bad device or precision
         raise click.ClickException(str(e)) from None
     except RuntimeError as e:

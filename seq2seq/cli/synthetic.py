@@ -1,5 +1,5 @@
 """`seq2seq back-translate` and `seq2seq distill`: a text file translated into a parallel corpus that
-training reads as a `data.corpora` entry (seq2seq.inference.corpus_translation; docs/back-translation.md)."""
+training reads as a `data.corpora` entry (seq2seq.corpora.translation; docs/back-translation.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from seq2seq.cli.common import (
     PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator,
     model_files, model_options, search_options, search_overrides, show_progress, user_errors,
 )
-from seq2seq.inference.corpus_translation import (
+from seq2seq.corpora.translation import (
     CORPUS_FILE, METHODS, PARTIAL, SRC_FILE, STATE_FILE, SUMMARY_FILE, TGT_FILE,
 )
 from seq2seq.text.lines import check_input_file, count_lines, is_regular_file
@@ -58,8 +58,8 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
     corpus_of(translator): what corpus.yaml says besides the files; it may refuse (LanguageError).
     inputs: the command's other input files, which no file written into output_dir may be."""
     from seq2seq.config.data_section import CorpusConfig
-    from seq2seq.inference.corpus_translation import CorpusJob, translate_corpus
-    from seq2seq.inference.fingerprint import model_fingerprint
+    from seq2seq.corpora.translation import CorpusJob, translate_corpus
+    from seq2seq.corpora.fingerprint import model_fingerprint
     from seq2seq.text.languages import LanguageError
     from seq2seq.text.lines import warn
 
@@ -152,7 +152,7 @@ def back_translate(model_dir: tuple[str, ...], input_path: str, output_dir: str,
     badly length-ratioed translations, and empty or overlong input lines, are dropped from both sides
     and counted. OUTPUT_DIR/corpus.yaml is the data.corpora entry to train the forward model with.
     """
-    from seq2seq.inference.noise import WordNoise
+    from seq2seq.corpora.noise import WordNoise
 
     try:
         delete, blank, shift = noise_rates.split(",")

@@ -11,12 +11,12 @@ from seq2seq.cli.common import (
     PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, pipeline_steps, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
-from seq2seq.cli.deploy import check_engine_choice, engine_options, load_engine
+from seq2seq.cli.deploy import check_engine_choice, engine_options, load_ctranslate2
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.documents.formats import FORMAT_NAMES, format_of_path, read_document, translate_documents
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
-from seq2seq.inference.protocol import TranslationEngine
+from seq2seq.inference.engine import Engine
 from seq2seq.text.lines import (
     check_input_file, count_lines, decoded_lines, is_regular_file, open_binary, std_binary, warn,
 )
@@ -101,10 +101,10 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
             )
     check_engine_choice(engine, engine_dir, model_dir, ensemble, language)
     if engine == "torch":
-        translator: TranslationEngine = load_translator(model_dir, device, precision, weights, search, ensemble,
+        translator: Engine = load_translator(model_dir, device, precision, weights, search, ensemble,
                                                         language)
     else:
-        translator = load_engine(engine, model_dir[0], engine_dir, device, precision, weights, search)
+        translator = load_ctranslate2(engine, model_dir[0], engine_dir, device, precision, weights, search)
     if document is not None:
         text = translate_documents(translator, [document], doc_format, names=[document_name], warn=warn,
                                    batch_tokens=batch_tokens, **pipeline_steps(translator, steps),

@@ -17,15 +17,53 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, overload
 
 from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.schema import ConfigError
 
 
-def _option(default: Any, help: str, **extra: Any) -> Any:
-    """A field that is also a per-call search option (`--flag-name` on the command line)."""
-    return field(default=default, metadata={"option": {"help": help, **extra}})
+def _option(default: Any, help: str, switches: dict[str, str] | None = None) -> Any:
+    """A field that is also a per-call search option (`--flag-name` on the command line); `switches`:
+    {name: help} of the boolean options that choose its value instead (`strategy`'s greedy and sample)."""
+    option: dict[str, object] = {"help": help}
+    if switches is not None:
+        option["switches"] = switches
+    return field(default=default, metadata={"option": option})
+
+
+class SearchFields(TypedDict, total=False):
+    """The fields of `SearchConfig` as keywords (`ModelDir.set_decoding`, a call's search options)."""
+
+    strategy: Literal["greedy", "beam", "sample"]
+    beam: int
+    nbest: int
+    lenpen: float
+    constraint_lenpen: float | None
+    term_bias: float
+    max_len_a: float
+    max_len_b: int
+    max_len: int | None
+    min_len: int
+    no_repeat_ngram: int
+    early_stopping: bool
+    topk: int
+    topp: float
+    temperature: float
+    seed: int | None
+    attention_layer: int | None
+    ctc_weight: float
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+
+class SearchOptions(SearchFields, total=False):
+    """A call's search options (`seq2seq.inference.options.resolve_search` checks their values): the
+    fields of `SearchConfig` and the switches that choose its strategy."""
+
+    greedy: bool
+    sample: bool
 
 
 @dataclass
@@ -39,7 +77,7 @@ class SearchConfig:
     constraint_lenpen: the lenpen of the sentences that have constraints (None: `lenpen`); the others
     are searched with `lenpen`, exactly as without it (`constrained`).
     term_bias: with terms only annotated (`--terms annotate`), a bonus in nats added to the next piece of
-    each term an output has not met yet (`seq2seq.inference.term_bias`): a push, not a guarantee; 0: off.
+    each term an output has not met yet (`seq2seq.inference.lexical_controls.TermBias`): a push, not a guarantee; 0: off.
     max_len_a, max_len_b, max_len: the per-sentence length limit (`max_length`); max_len (optional)
     is a hard cap. min_len: EOS is forbidden before this many tokens.
     no_repeat_ngram: if n > 0, no n-gram occurs twice in a hypothesis.

@@ -1,4 +1,4 @@
-"""Translating with an exported model on another engine, through the `Translator` interface.
+"""Translating with an exported model on another engine: an `Engine` whose search step is CTranslate2's.
 
     from seq2seq.deploy.engine import CTranslate2Translator
     t = CTranslate2Translator.load("runs/mine/ctranslate2")    # from `seq2seq export ... --to ctranslate2`
@@ -67,17 +67,14 @@ from seq2seq.data.batching import length_batches
 from seq2seq.deploy.staging import read_export_info, require
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import prefix_too_long
-from seq2seq.inference.options import resolve_search
-from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.pipeline import prepare_call
-from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, SteeringError, encode_steering
+from seq2seq.inference.engine import Call, Capabilities, Engine, PreparedCall
+from seq2seq.inference.steering import SteeringError
 from seq2seq.model.encoders.base import SourceProcessor, source_processor
 from seq2seq.text.languages import LanguageError
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
 
 log = logging.getLogger(__name__)
-NO_CONSTRAINTS = "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
 
 # CTranslate2's compute types for our precisions; fp32 keeps what was exported (an int8 export stays int8).
 COMPUTE_TYPES = {"fp32": "default", "bf16": "bfloat16", "int8": "int8"}
@@ -109,8 +106,12 @@ class _Job:
         return found if any(found) else None
 
 
-class CTranslate2Translator:
-    """`Translator`'s interface on a CTranslate2 export (see the module docstring)."""
+class CTranslate2Translator(Engine):
+    """An `Engine` on a CTranslate2 export (see the module docstring); it has no constrained beam search,
+    no attention, no term bias and no beam search without min_len (`capabilities`)."""
+
+    capabilities = Capabilities("ctranslate2", constraints=False, attention=False, term_bias=False,
+                                beam_without_min_len=False)
 
     def __init__(self, path: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0,
                  seed: int | None = None) -> None:
@@ -135,6 +136,8 @@ class CTranslate2Translator:
             raise ValueError(f"cannot load the CTranslate2 model {self.path}: {str(e).splitlines()[0]}") from None
         self.device = device
         self.compute_type = compute_type
+        # the precision it was loaded with (`load`'s: fp32, bf16 or int8)
+        self.precision = next((name for name, ct2 in COMPUTE_TYPES.items() if ct2 == compute_type), compute_type)
         tgt = self.tokenizers.tgt
         self._tgt_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
         self._blocked = [[tgt.id_to_piece(PAD_ID)], [tgt.id_to_piece(BOS_ID)]]
@@ -157,73 +160,27 @@ class CTranslate2Translator:
                         "export with `seq2seq export --quantize int8` (7-bit weights) instead")
         return cls(path, device=device, compute_type=COMPUTE_TYPES[precision], threads=threads, seed=seed)
 
-    def search_config(self, **options: Any) -> SearchConfig:
-        """The model's decoding defaults with `options` applied (`resolve_search`, as for `Translator`),
-        refusing what this engine cannot do."""
-        cfg = resolve_search(self.defaults, options, self.config.model)
-        cfg.check_ctc_head(self.config.training.ctc_weight, self.path)
-        if cfg.attention_layer is not None:
-            raise ValueError("the attention (--alignment, --show-attention) is not available with the "
-                             "ctranslate2 engine")
-        if options.get("term_bias"):
-            raise ValueError("term_bias is not available with the ctranslate2 engine; translate with the torch "
-                             "engine (--engine torch), or pass --term-bias 0")
-        if cfg.strategy == "beam" and cfg.min_len < 1:
-            raise ValueError("min_len 0 is not available with the ctranslate2 engine's beam search")
-        return cfg
-
-    def translate(self, texts: list[str], **options: Any) -> list[str]:
-        return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(texts, **options)]
-
-    # ---- what the server reads of the engine it serves (`seq2seq.inference.protocol.ServedModel`) ----
-
-    constraints_refused: str | None = NO_CONSTRAINTS  # its search cannot honour them (`prepare_call`)
-
-    @property
-    def precision(self) -> str:
-        """The precision it was loaded with (`load`'s: fp32, bf16 or int8)."""
-        return next((name for name, ct2 in COMPUTE_TYPES.items() if ct2 == self.compute_type), self.compute_type)
+    # ---- what the server reads of the engine it serves ----
 
     @property
     def parameters(self) -> int:
         """The exported model's number of parameters (0 for an export written before it was recorded)."""
         return int(self.info.get("parameters", 0))
 
-    def processor_for(self, tgt_lang: str | None) -> SourceProcessor:
-        """The source processor (a CTranslate2 export has no language tags: LanguageError for a `tgt_lang`)."""
+    def processor_for(self, tgt_lang: str | None, src_lang: str | None = None) -> SourceProcessor:
+        """The source processor (a CTranslate2 export has no language tags: LanguageError for a `tgt_lang`;
+        `src_lang` is not used)."""
         if tgt_lang is not None:
             raise LanguageError(f"tgt_lang {tgt_lang!r}: the CTranslate2 engine has no language tags; "
                                 "translate with the torch engine", field="tgt_lang", code="unknown_choice")
         return self.processor
 
-    @property
-    def annotates_terms(self) -> bool:
-        """Was the model trained with terms on its sources (`data.terminology`)? It then takes them so."""
-        return self.config.data.terminology.on
-
-    def translate_nbest(
-        self,
-        texts: list[str],
-        batch_tokens: int = 4000,
-        first_line: int = 1,
-        warn: Warn | None = None,
-        *,
-        prefix: Prefixes | None = None,
-        constraints: PhraseLists | None = None,
-        avoid: AvoidPhrases | None = None,
-        glossary: Glossary | str | Path | None = None,
-        terms: str | None = None,
-        term_forms: str = "exact",
-        **options: Any,
-    ) -> list[list[Translation]]:
-        """As `Translator.translate_nbest`: n-best hypotheses of each text, best first, in input order.
-        Steering as there, except lexical constraints (`constraints`, `glossary`): SteeringError
-        (see the module docstring), unless they are only annotated on the sources of a model trained with
-        terms (`terms` "annotate", the default for such a model here)."""
-        call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
-                            avoid=avoid, glossary=glossary, terms=terms, options=options)
-        texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
-        warn = warn or log.warning
+    def _decode(self, prepared: PreparedCall, call: Call, first_line: int, warn: Warn,
+                skipped: dict[int, str] | None) -> dict[int, list[Translation]]:
+        """CTranslate2's search of the prepared sources (see the module docstring); its prefix and banned
+        phrases from each input's controls, as pieces."""
+        texts, cfg, mode, steering = prepared.texts, prepared.cfg, prepared.mode, prepared.steering
+        self.processor_for(call.tgt_lang)  # LanguageError for any
         if cfg.term_bias > 0 and mode == "annotate" and any(s for s in steering or []) and \
                 "term_bias" not in self._warned:  # the model's own default: the terms go annotated, without it
             self._warned.add("term_bias")
@@ -239,12 +196,10 @@ class CTranslate2Translator:
         tgt = self.tokenizers.tgt
         prefixes: dict[int, list[str]] = {}
         banned: dict[int, tuple[tuple[str, ...], ...]] = {}
-        for i, s in enumerate(steering or []):
-            if s:  # checked before any text is read or translated, as `Translator` does
-                controls = encode_steering(s, tgt, first_line + i, mode, forms=term_forms, warn=warn)
-                if controls.prefix:
-                    prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
-                banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))
+        for i, controls in prepared.controls.items():
+            if controls.prefix:
+                prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
+            banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))
         examples = self.processor.prepare(texts, first_line, warn)  # ids + EOS of each non-empty text
         src_tok = self.tokenizers.src
         pieces = {i: [src_tok.id_to_piece(t) for t in ids[:-1]] for i, ids in examples.items()}
@@ -259,11 +214,11 @@ class CTranslate2Translator:
         for phrases, members in groups.items():
             job = _Job(cfg, results, pieces={i: pieces[i] for i in members}, max_len={i: max_len[i] for i in members},
                        prefix={i: prefixes[i] for i in members if i in prefixes}, avoid=[list(p) for p in phrases])
-            self._translate(job, {i: self.processor.length(examples[i]) for i in members}, batch_tokens)
+            self._translate(job, {i: self.processor.length(examples[i]) for i in members}, call.batch_tokens)
         hyps = [h for nbest in results for h in nbest]
         for h, text in zip(hyps, self.tokenizers.tgt.decode([h.token_ids for h in hyps])):  # one call: faster
             h.text = text
-        return results
+        return dict(enumerate(results))
 
     # ---- internals ----------------------------------------------------------------------
 

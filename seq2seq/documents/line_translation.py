@@ -50,14 +50,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from typing_extensions import Unpack
+
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError, Warn
 from seq2seq.documents import casing as casing_rules
 from seq2seq.documents import spans as span_rules
 from seq2seq.documents.alignment import word_alignment
 from seq2seq.documents.loops import output_loops
 from seq2seq.documents.sentences import Sentence, split
-from seq2seq.inference.protocol import TranslationEngine
+from seq2seq.inference.engine import Engine
+from seq2seq.inference.inputs import Call, CallOptions, SourceInput, call_of, source_inputs
 from seq2seq.inference.results import Translation
+from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes
 from seq2seq.text.languages import source_language
 
 log = logging.getLogger(__name__)
@@ -101,8 +105,23 @@ def engine_source_language(engine: Any) -> str | None:
     return source_language(config) if config is not None else None
 
 
+class LineOptions(CallOptions, total=False):
+    """`translate_lines`' keywords besides its lines, batch size, first line and warnings: its steps,
+    source_lang, the per-line steering lists and a `Call`'s fields (what `document_translations` passes on)."""
+
+    split_sentences: bool
+    casing: bool
+    loop_guard: bool
+    spans: bool
+    markup: bool
+    source_lang: str | None
+    prefix: Prefixes | None
+    constraints: PhraseLists | None
+    avoid: AvoidPhrases | None
+
+
 def translate_lines(
-    engine: TranslationEngine,
+    engine: Engine,
     lines: Sequence[str],
     batch_tokens: int = 4000,
     first_line: int = 1,
@@ -114,21 +133,33 @@ def translate_lines(
     spans: bool = True,
     markup: bool = False,
     source_lang: str | None = None,
-    prefix: Sequence[str | None] | None = None,
-    constraints: Sequence[Sequence[str] | None] | None = None,
-    avoid: Any = None,
-    **call: Any,
+    prefix: Prefixes | None = None,
+    constraints: PhraseLists | None = None,
+    avoid: AvoidPhrases | None = None,
+    **options: Unpack[CallOptions],
 ) -> list[list[Translation]]:
     """One n-best list per line of `lines`, in order ([] for an empty or blank line); see the module
     docstring. split_sentences / casing / loop_guard: the steps (`pipeline_defaults` says a model's defaults).
     source_lang: the rules sentences are split and cased by (default: the model's source language,
     `engine_source_language`; English where it does not say). prefix, constraints, avoid: as
-    `Translator.translate_nbest` takes them, per line. call: the rest of the engine call (search
-    options, glossary, terms, tgt_lang, ...), passed on as given."""
+    `Engine.translate_nbest` takes them, per line. options: the rest of the engine's `Call` (search
+    options, glossary, terms, tgt_lang, ...)."""
+    given = source_inputs(lines, prefix, constraints, avoid, first_line)
+    return translate_line_inputs(engine, given, call_of({**options, "batch_tokens": batch_tokens}), first_line, warn,
+                                 split_sentences=split_sentences, casing=casing, loop_guard=loop_guard, spans=spans,
+                                 markup=markup, source_lang=source_lang)
+
+
+def translate_line_inputs(engine: Engine, given: Sequence[SourceInput], call: Call, first_line: int = 1,
+                          warn: Warn | None = None, *, split_sentences: bool = True, casing: bool = True,
+                          loop_guard: bool = True, spans: bool = True, markup: bool = False,
+                          source_lang: str | None = None) -> list[list[Translation]]:
+    """`translate_lines` of the typed request: one input a line (its text and its own steering) and the
+    engine's `Call`; the steps as there."""
     warn = warn or log.warning
     lang = source_lang or engine_source_language(engine)
-    units = _units(lines, split_sentences, casing, lang, constraints, first_line, warn, spans, markup)
-    steering = _unit_steering(units, prefix, constraints, avoid)
+    lines = [x.text for x in given]
+    units = _units(lines, split_sentences, casing, lang, given, first_line, warn, spans, markup)
 
     # spans (seq2seq.documents.spans): each sentence masked before it is cased; the engine asked for the
     # last layer's attention only for the sentences with spans; unmasked after re-casing
@@ -141,21 +172,21 @@ def translate_lines(
     def remapped(d: Diagnostic) -> None:
         warn(d if d.line is None else dataclasses.replace(d, line=first_line + units[d.line - 1].line))
 
-    texts = [u.cased.text for u in units]
-    if masks is not None and any(m.spans for m in masks) and call.get("attention_layer") is None:
-        results = _spans_call(engine, texts, units, masks, first_line, batch_tokens, remapped, steering, call)
+    inputs = _unit_inputs(units, given)
+    attention_asked = call.search.get("attention_layer") is not None
+    if masks is not None and any(m.spans for m in masks) and not attention_asked:
+        results = _spans_call(engine, inputs, units, masks, first_line, remapped, call)
     else:
-        results = _engine_call(engine, texts, units, first_line, batch_tokens, remapped, steering, call)
+        results = _engine_call(engine, inputs, units, first_line, remapped, call)
     if loop_guard:
-        attended = {k for k, m in enumerate(masks) if m.spans} if masks is not None and \
-            call.get("attention_layer") is None else set()
-        _guard_loops(engine, units, results, batch_tokens, steering, call, attended)
+        attended = {k for k, m in enumerate(masks) if m.spans} if masks is not None and not attention_asked else set()
+        _guard_loops(engine, inputs, units, results, call, attended)
     per_line: list[list[tuple[Unit, list[Translation]]]] = [[] for _ in lines]
     for k, (unit, hyps) in enumerate(zip(units, results)):
         hyps = [h if unit.cased.case is casing_rules.Case.AS_WRITTEN else
                 dataclasses.replace(h, text=casing_rules.recase(unit.cased, h.text)) for h in hyps]
         if masks is not None and masks[k].spans:
-            hyps = _unmasked(masks[k], unit, hyps, first_line + unit.line, warn, call.get("attention_layer") is None)
+            hyps = _unmasked(masks[k], unit, hyps, first_line + unit.line, warn, not attention_asked)
         if unit.sentence.text and (not hyps or not hyps[0].text.strip()):
             warn(Diagnostic(f"the sentence {unit.sentence.text[:60]!r} got an empty translation",
                             first_line + unit.line, "text", "empty_sentence"))
@@ -163,9 +194,8 @@ def translate_lines(
     return [_joined(parts) for parts in per_line]
 
 
-def _spans_call(engine: TranslationEngine, texts: list[str], units: list[Unit], masks: list[span_rules.Masked],
-                first_line: int, batch_tokens: int, warn: Warn, steering: dict[str, Any],
-                call: dict[str, Any]) -> list[list[Translation]]:
+def _spans_call(engine: Engine, inputs: list[SourceInput], units: list[Unit], masks: list[span_rules.Masked],
+                first_line: int, warn: Warn, call: Call) -> list[list[Translation]]:
     """The engine call in two: the sentences with spans with the last decoder layer's attention (what
     `word_alignment` reads), the others as asked; results in the units' order."""
     results: list[list[Translation]] = [[] for _ in units]
@@ -173,13 +203,11 @@ def _spans_call(engine: TranslationEngine, texts: list[str], units: list[Unit], 
         ks = [k for k, m in enumerate(masks) if bool(m.spans) == with_spans]
         if not ks:
             continue
-        part = _steering_of(steering, ks, len(units))
 
         def numbered(d: Diagnostic, ks: list[int] = ks) -> None:
             warn(d if d.line is None else dataclasses.replace(d, line=ks[d.line - 1] + 1))
-        extra = {"attention_layer": -1} if with_spans else {}
-        got = _engine_call(engine, [texts[k] for k in ks], [units[k] for k in ks], first_line, batch_tokens,
-                           numbered, part, {**call, **extra})
+        got = _engine_call(engine, [inputs[k] for k in ks], [units[k] for k in ks], first_line, numbered,
+                           call.searching(attention_layer=-1) if with_spans else call)
         for k, hyps in zip(ks, got):
             results[k] = hyps
     return results
@@ -198,16 +226,16 @@ def _unmasked(masked: span_rules.Masked, unit: Unit, hyps: list[Translation], li
 
 
 def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str | None,
-           constraints: Sequence[Sequence[str] | None] | None, first_line: int, warn: Warn,
-           spans: bool = False, markup: bool = False) -> list[Unit]:
+           given: Sequence[SourceInput], first_line: int, warn: Warn, spans: bool = False, markup: bool = False) -> list[Unit]:
     """The sentences of every line, in order, each cased as the engine will translate it; with `spans`, no
-    sentence boundary falls inside a protected span or (with markup) between a tag and its partner."""
+    sentence boundary falls inside a protected span or (with markup) between a tag and its partner. A
+    line with constraints (`given`: each line's input) is one sentence."""
     units = []
     for i, line in enumerate(lines):
         keep = span_rules.unbroken(line, markup) if spans and split_sentences else ()
         sentences = [s for s in split(line, lang, keep) if s.text] if split_sentences else \
             ([Sentence(line.strip())] if line.strip() else [])
-        if len(sentences) > 1 and constraints is not None and constraints[i]:
+        if len(sentences) > 1 and given[i].constraints:
             warn(Diagnostic(f"a line of {len(sentences)} sentences with constraints is translated as one "
                             "sentence (which sentence a constraint belongs to is not known)",
                             first_line + i, "constraints", "unsplit_constraints"))
@@ -221,32 +249,24 @@ def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str 
     return units
 
 
-def _unit_steering(units: list[Unit], prefix: Sequence[str | None] | None,
-                   constraints: Sequence[Sequence[str] | None] | None, avoid: Any) -> dict[str, Any]:
-    """The engine call's steering arguments, one entry per unit (none where the call has none): the
-    line's prefix on its first sentence, its constraints on its one sentence, its avoid on each."""
-    out: dict[str, Any] = {}
+def _unit_inputs(units: list[Unit], given: Sequence[SourceInput]) -> list[SourceInput]:
+    """The engine's input of each unit (its cased text): the line's prefix on its first sentence, every
+    other field of the line's input (constraints: on its one sentence; avoid) on each."""
     first: dict[int, int] = {}  # line -> its first unit
     for k, u in enumerate(units):
         first.setdefault(u.line, k)
-    if prefix is not None:
-        out["prefix"] = [prefix[u.line] if first[u.line] == k else None for k, u in enumerate(units)]
-    if constraints is not None:
-        out["constraints"] = [constraints[u.line] for u in units]
-    if avoid is not None:
-        shared = all(isinstance(a, str) for a in avoid)
-        out["avoid"] = avoid if shared else [avoid[u.line] for u in units]
-    return out
+    return [dataclasses.replace(given[u.line], text=u.cased.text, prefix=given[u.line].prefix if first[u.line] == k
+                                else None) for k, u in enumerate(units)]
 
 
-def _engine_call(engine: TranslationEngine, texts: list[str], units: list[Unit], first_line: int,
-                 batch_tokens: int, warn: Warn, steering: dict[str, Any], call: dict[str, Any]) -> list[list[Translation]]:
-    """engine.translate_nbest on the units' texts, numbered from 1; an error naming a unit is raised
-    again naming its line."""
-    if not texts:
+def _engine_call(engine: Engine, inputs: list[SourceInput], units: list[Unit], first_line: int, warn: Warn,
+                 call: Call) -> list[list[Translation]]:
+    """The engine's call on the units' inputs, numbered from 1; an error naming a unit is raised again
+    naming its line."""
+    if not inputs:
         return []
     try:
-        return engine.translate_nbest(texts, batch_tokens=batch_tokens, first_line=1, warn=warn, **steering, **call)
+        return engine.run(inputs, call, 1, warn)
     except Seq2SeqError as e:
         d = e.diagnostic
         if d.line is None or not 1 <= d.line <= len(units):
@@ -258,12 +278,12 @@ def _engine_call(engine: TranslationEngine, texts: list[str], units: list[Unit],
         raise again from None
 
 
-def _guard_loops(engine: TranslationEngine, units: list[Unit], results: list[list[Translation]], batch_tokens: int,
-                 steering: dict[str, Any], call: dict[str, Any], attended: set[int]) -> None:
+def _guard_loops(engine: Engine, inputs: list[SourceInput], units: list[Unit], results: list[list[Translation]],
+                 call: Call, attended: set[int]) -> None:
     """Search again, with `no_repeat_ngram` = LOOP_GUARD, the units whose best output loops where their
     source does not (`output_loops`); their results are replaced in `results`. The `attended` units (those
     with spans) are searched with the last layer's attention, as the first time (their spans need it)."""
-    given = call.get("no_repeat_ngram") or 0
+    given = call.search.get("no_repeat_ngram") or 0
     if given and given <= LOOP_GUARD:
         return  # the call's own guard is as strict already
     looped = [k for k, (u, hyps) in enumerate(zip(units, results))
@@ -271,24 +291,15 @@ def _guard_loops(engine: TranslationEngine, units: list[Unit], results: list[lis
     if not looped:
         return
     log.info("%d output(s) looped; searched again with no_repeat_ngram %d", len(looped), LOOP_GUARD)
+    guarded = call.searching(no_repeat_ngram=LOOP_GUARD)
     for group in ([k for k in looped if k not in attended], [k for k in looped if k in attended]):
         if not group:
             continue
-        again_steering = _steering_of(steering, group, len(units))
-        extra = {"attention_layer": -1} if group[0] in attended else {}
-        again = engine.translate_nbest([units[k].cased.text for k in group], batch_tokens=batch_tokens, first_line=1,
-                                       warn=lambda d: None,  # the first search told its warnings already
-                                       **again_steering, **{**call, **extra, "no_repeat_ngram": LOOP_GUARD})
+        again = engine.run([inputs[k] for k in group],
+                           guarded.searching(attention_layer=-1) if group[0] in attended else guarded,
+                           1, lambda d: None)  # the first search told its warnings already
         for k, hyps in zip(group, again):
             results[k] = hyps
-
-
-def _steering_of(steering: dict[str, Any], ks: list[int], units: int) -> dict[str, Any]:
-    """The engine call's steering arguments for the units `ks` only (a per-unit list cut to them; a list
-    of phrases shared by every unit, `avoid`, as it is)."""
-    return {name: [values[k] for k in ks] if isinstance(values, list) and len(values) == units
-            and not (name == "avoid" and all(isinstance(a, str) for a in values)) else values
-            for name, values in steering.items()}
 
 
 def _joined(parts: list[tuple[Unit, list[Translation]]]) -> list[Translation]:

@@ -2,7 +2,6 @@
 
     search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
     search_state        the loop's state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
-    step_masks          the n-gram block and a batch's controls (`build_controls`), masking each step
     strategies          greedy, beam and sampling: which tokens continue
     stopping            `stop_when`: a search stopped between two steps for a caller that no longer wants it
     ctc                 rescoring finished hypotheses with a CTC head
@@ -10,27 +9,24 @@
     options             the per-call search options and `resolve_search` (defaults + options -> SearchConfig)
     memory              a search's memory estimated before it starts, and the memory it may take
     results             `Translation`: one hypothesis for one source
-    translator          `Translator`: the generation loop (sources in, prepared by the model's
-                        `SourceProcessor`; n-best `Translation`s out)
+    engine              `Engine`: the one prepare -> search -> finish loop every engine runs (`run`), steering
+                        checked and encoded once; what an engine's search cannot do (`Capabilities`)
+    translator          `Translator`: the torch engine (sources prepared by the model's `SourceProcessor`,
+                        searched in token-bounded batches; n-best `Translation`s out)
     generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
-    pipeline            `prepare_call`: the prepare step of prepare -> search -> finish, shared by every engine
     loading             `load_engine`: the engine class of a model directory, chosen from what it reads
-    protocol            `TranslationEngine`: what the CLI needs of an engine, `ServedModel` what the
-                        server does; `SearchableModel`: what the search needs of a model
+    protocol            `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
-    inputs              `SourceInput`: one input and its own steering, its JSON form read by one parser;
-                        `translate_inputs` (any engine)
+    inputs              the typed request: `SourceInput` (one input and its own steering, its JSON form read
+                        by one parser) and `Call` (what a call's inputs share); `translate_inputs` (any engine)
     steering_fields     the JSON form of one input's steering, one parser for every front-end
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)
     controls            `SourceControls`: one source's controls as token ids; the search's `Control`
-    prefix              `TargetPrefix`: the output starts with given tokens
     constraints         lexically constrained beam search (dynamic beam allocation)
-    avoid               `BannedPhrases`: phrases that must never appear in an output
-    term_bias           `TermBias`: a bonus on the next piece of each annotated term (decoding.term_bias)
+    lexical_controls    the other controls (`TargetPrefix`: the output starts with given tokens; `BannedPhrases`:
+                        phrases that never appear; `TermBias`: a bonus on each annotated term's next piece)
+                        and a batch's controls (`build_controls`)
     glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
-    corpus_translation  a text file translated into a parallel corpus (back-translation, distillation)
-    fingerprint         `model_fingerprint`: sha256 of the files that decide a model's translations
-    noise               word noise for noised back-translation
     scoring             forced decoding: the log-probability of given targets (`score_pairs` -> `PairScore`)
 """

@@ -2,16 +2,16 @@
 
 A `SourceControls` holds one source's controls (built from text by `seq2seq.inference.steering`):
 
-* `prefix`: the output starts with these tokens (`seq2seq.inference.prefix.TargetPrefix`);
+* `prefix`: the output starts with these tokens (`seq2seq.inference.lexical_controls.TargetPrefix`);
 * `constraints`: token sequences that must each appear, in any order, each as consecutive tokens
   (lexically constrained beam search with dynamic beam allocation, `seq2seq.inference.constraints`);
-* `avoid`: token sequences that must not appear (`seq2seq.inference.avoid.BannedPhrases`);
+* `avoid`: token sequences that must not appear (`seq2seq.inference.lexical_controls.BannedPhrases`);
 * `preferred`: annotated terms the search pushes toward without forcing them (`decoding.term_bias`,
-  `seq2seq.inference.term_bias.TermBias`).
+  `seq2seq.inference.lexical_controls.TermBias`).
 
 In the search loop (`seq2seq.inference.search`) each kind of control is a `Control` over the live
 units and rows: it masks the next-token log-probabilities of every step (`mask`) and follows the
-rows as the loop keeps, reorders and extends them (`follow`). The search (`seq2seq.inference.step_masks.build_controls`) makes the controls a batch
+rows as the loop keeps, reorders and extends them (`follow`). The search (`seq2seq.inference.lexical_controls.build_controls`) makes the controls a batch
 needs: none at all when no source of the batch has any, so an uncontrolled search runs no control
 code (no mask, no follow) and its outputs cannot depend on them.
 
@@ -84,7 +84,7 @@ class Control:
         row parents [B'] (indices before the step; None: each row its own), extended by new_tokens [B']."""
 
     def bonus(self, rows: Tensor) -> tuple[Tensor, Tensor] | None:
-        """For a control that adds to log-probabilities (`seq2seq.inference.term_bias`): of the rows [N], the
+        """For a control that adds to log-probabilities (`TermBias`): of the rows [N], the
         bonus each has taken so far and the most it can take at one step, ([N], [N]); a hypothesis's score
         adds its bonus after the length penalty. None (the default): this control gives none."""
         return None

@@ -10,7 +10,7 @@ import sys
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
-from seq2seq.inference.protocol import TranslationEngine
+from seq2seq.inference.engine import Engine
 from seq2seq.inference.results import Translation, with_diagnostics
 from seq2seq.text.lines import json_line, one_line, warn
 
@@ -95,7 +95,7 @@ def file_formatter(fmt: str, nbest: int, timestamps: bool = False) -> Callable[.
 
 
 def translate_stream(
-    translator: TranslationEngine,
+    translator: Engine,
     lines: Iterator[str],
     out: BinaryIO,
     emit: Callable[..., str],

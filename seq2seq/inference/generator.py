@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
+
+from typing_extensions import Unpack
 
 from torch import Tensor
 
@@ -25,8 +27,10 @@ from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
-from seq2seq.inference.pipeline import prepare_call
-from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, encode_steering
+from seq2seq.inference.engine import Call, PreparedCall
+from seq2seq.config.search import SearchOptions
+from seq2seq.inference.inputs import CallKeywords
+from seq2seq.inference.steering import Steering, SteeringError
 from seq2seq.inference.translator import Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind, WindowedSource
@@ -52,18 +56,19 @@ class Generator(Translator):
         return f"{cls.kind.name}" if cls.kind is not None else "files"
 
     def __init__(self, loaded: LoadedModel | Sequence[LoadedModel], precision: str = "fp32", _owns_model: bool = False,
-                 **ensemble: Any) -> None:
-        super().__init__(loaded, precision, _owns_model=_owns_model, **ensemble)
+                 *, ensemble_weights: Sequence[float] | None = None, ensemble_combine: str = "prob") -> None:
+        super().__init__(loaded, precision, _owns_model=_owns_model, ensemble_weights=ensemble_weights,
+                         ensemble_combine=ensemble_combine)
         self.tokenizer = self.tokenizers.tgt
 
     def generate(self, paths: list[str], batch_tokens: int = 4000, skip_bad: bool = False,
                  warn: Warn | None = None, first_line: int = 1,
-                 **options: Any) -> list[list[Translation]]:
+                 **options: Unpack[SearchOptions]) -> list[list[Translation]]:
         """n-best hypotheses (best first) for each file, in input order (`translate_nbest`; first_line:
         the input line of paths[0], for messages)."""
         return self.translate_nbest(paths, batch_tokens, first_line, warn=warn, skip_bad=skip_bad, **options)
 
-    def __call__(self, paths: list[str], **options: Any) -> list[str]:
+    def __call__(self, paths: list[str], **options: Unpack[CallKeywords]) -> list[str]:
         """Best text for each file, in input order ("" for a skipped file)."""
         return self.translate(paths, **options)
 
@@ -96,7 +101,7 @@ class Captioner(Generator):
 
     kind = IMAGE
 
-    def caption(self, paths: list[str], **options: Any) -> list[str]:
+    def caption(self, paths: list[str], **options: Unpack[CallKeywords]) -> list[str]:
         return self(paths, **options)
 
 
@@ -121,8 +126,9 @@ class Transcriber(Generator):
     GROUP_SECONDS = 3600.0  # audio held in memory at a time: files are read and decoded in groups of this
 
     def __init__(self, loaded: LoadedModel | Sequence[LoadedModel], precision: str = "fp32", _owns_model: bool = False,
-                 **ensemble: Any) -> None:
-        super().__init__(loaded, precision, _owns_model=_owns_model, **ensemble)
+                 *, ensemble_weights: Sequence[float] | None = None, ensemble_combine: str = "prob") -> None:
+        super().__init__(loaded, precision, _owns_model=_owns_model, ensemble_weights=ensemble_weights,
+                         ensemble_combine=ensemble_combine)
         self.longest_window = self.processor.encoder_seconds  # None: any
         self.max_window_seconds = float(self.processor.max_seconds or self.DEFAULT_WINDOW_SECONDS)
         self.processor = self.processor.without_length_limit()  # reads a whole recording, however long
@@ -132,15 +138,15 @@ class Transcriber(Generator):
         self.windows: WindowedSource = self.processor
         self.sample_rate: int = self.processor.sample_rate
 
-    def transcribe(self, paths: list[str], **options: Any) -> list[str]:
+    def transcribe(self, paths: list[str], **options: Unpack[CallKeywords]) -> list[str]:
         """Best text of each file, in input order; options: search options, max_window_seconds."""
         return self(paths, **options)
 
-    def segments(self, paths: list[str], **options: Any) -> list[list[Segment]]:
+    def segments(self, paths: list[str], **options: Unpack[CallKeywords]) -> list[list[Segment]]:
         """Each file's windows in order, with start/end seconds, text and approximate word times
         ([] for a file skipped with skip_bad=True); options as for `transcribe`."""
-        return [nbest[0].segments or [] if nbest else [] for nbest in
-                self.translate_nbest(paths, timestamps=True, **options)]
+        options["timestamps"] = True
+        return [nbest[0].segments or [] if nbest else [] for nbest in self.translate_nbest(paths, **options)]
 
     def window_seconds(self, requested: float | None) -> float:
         """The window a call uses: `requested` (default `max_window_seconds`), at most the processor's
@@ -155,74 +161,56 @@ class Transcriber(Generator):
             window = self.longest_window
         return window
 
-    def translate_nbest(
-        self,
-        texts: list[str],
-        batch_tokens: int = 4000,
-        first_line: int = 1,
-        warn: Warn | None = None,
-        *,
-        skip_bad: bool = False,
-        skipped: dict[int, str] | None = None,
-        max_window_seconds: float | None = None,
-        timestamps: bool = False,
-        progress: bool = False,
-        prefix: Prefixes | None = None,
-        constraints: PhraseLists | None = None,
-        avoid: AvoidPhrases | None = None,
-        tgt_lang: str | None = None,
-        **options: Any,
-    ) -> list[list[Translation]]:
-        """n-best hypotheses of each audio file (`texts`: paths), long ones in windows (see the class).
+    def _terms(self, call: Call) -> str | None:
+        """A recording model takes its constraints as constraints (it is never trained with terms)."""
+        return "constrain"
 
-        max_window_seconds: the longest window (default: `self.max_window_seconds`). timestamps:
-        each hypothesis carries `segments` (its windows' times and texts). progress: a bar on stderr
-        counting windows. Steering: avoid holds in every window, a prefix starts the first window,
-        and constraints need the recording to fit in one window. The rest as for
-        `Translator.translate_nbest`.
+    def _decode(self, prepared: PreparedCall, call: Call, first_line: int, warn: Warn,
+                skipped: dict[int, str] | None) -> dict[int, list[Translation]]:
+        """n-best hypotheses of each audio file (the sources: paths), long ones in windows (see the class).
+
+        call.max_window_seconds: the longest window (default: `self.max_window_seconds`).
+        call.timestamps: each hypothesis carries `segments` (its windows' times and texts).
+        call.progress: a bar on stderr counting windows. Steering: avoid holds in every window, a
+        prefix starts the first window, and constraints need the recording to fit in one window.
         """
-        call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
-                            avoid=avoid, terms="constrain", options=options)
-        cfg, steering = call.cfg, call.steering
-        self.processor_for(tgt_lang)  # a recording model translates into one language: refuses any
-        window = self.window_seconds(max_window_seconds)
+        texts, cfg, steering = prepared.texts, prepared.cfg, prepared.steering
+        self.processor_for(call.tgt_lang)  # a recording model translates into one language: refuses any
+        window = self.window_seconds(call.max_window_seconds)
         controls: dict[tuple[int, int], SourceControls] = {}
         from tqdm import tqdm
 
-        results: list[list[Translation]] = [[] for _ in texts]
+        results: dict[int, list[Translation]] = {}
         group: dict[int, tuple[Tensor, list[Window]]] = {}
         problems: dict[int, str] = {}
-        with tqdm(total=0, unit=" windows", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        with tqdm(total=0, unit=" windows", disable=not call.progress, file=sys.stderr, dynamic_ncols=True) as bar:
             for i, path in enumerate(texts):
-                wave = self.processor.prepare([path], first_line + i, warn or log.warning,
-                                               problems if skip_bad else None).get(0)
+                wave = self.processor.prepare([path], first_line + i, warn, problems if call.skip_bad else None).get(0)
                 if wave is None:
                     if skipped is not None and 0 in problems:
                         skipped[i] = problems.pop(0)
                     continue
                 windows = self.windows.split(wave, window)
                 group[i] = wave, windows
-                if steering is not None and steering[i]:
-                    controls.update(self._window_controls(i, steering[i], len(group[i][1]), first_line + i))
-                bar.total += len(group[i][1])
+                if steering is not None and i in prepared.controls:
+                    controls.update(self._window_controls(i, steering[i], prepared.controls[i], len(windows),
+                                                          first_line + i))
+                bar.total += len(windows)
                 bar.refresh()
                 if sum(_samples(w) for w, _ in group.values()) >= self.GROUP_SECONDS * self.sample_rate:
-                    self._transcribe_group(group, texts, cfg, batch_tokens, timestamps, bar.update, results,
-                                          controls, first_line)
+                    self._transcribe_group(group, texts, cfg, call, bar.update, results, controls, first_line)
                     group = {}
-            self._transcribe_group(group, texts, cfg, batch_tokens, timestamps, bar.update, results,
-                                          controls, first_line)
+            self._transcribe_group(group, texts, cfg, call, bar.update, results, controls, first_line)
         return results
 
     def _transcribe_group(self, group: dict[int, tuple[Tensor, list[Window]]], paths: list[str], cfg: SearchConfig,
-                          batch_tokens: int, timestamps: bool, on_batch: Callable[[int], Any],
-                          results: list[list[Translation]], controls: dict[tuple[int, int], SourceControls],
-                          first_line: int) -> None:
+                          call: Call, on_batch: Callable[[int], object], results: dict[int, list[Translation]],
+                          controls: dict[tuple[int, int], SourceControls], first_line: int) -> None:
         """Search every window of the files in `group` ({index: (wave [T], windows)}) in shared
         batches, with controls {(index, window): its controls}; results[index] = the file's n-best list."""
         crop = self.windows.crop
         examples = {(i, k): crop(wave, w) for i, (wave, windows) in group.items() for k, w in enumerate(windows)}
-        done = self._search(examples, cfg, batch_tokens, lambda key: {"source": str(paths[key[0]])}, on_batch,
+        done = self._search(examples, cfg, call.batch_tokens, lambda key: {"source": str(paths[key[0]])}, on_batch,
                             controls={key: controls[key] for key in examples if key in controls},
                             line=lambda key: first_line + key[0])
         rate = self.sample_rate
@@ -230,7 +218,7 @@ class Transcriber(Generator):
             nbests = [done[(i, k)] for k in range(len(windows))]
             whole = len(windows) == 1 and windows[0].start == 0 and windows[0].end == _samples(wave)
             hyps = nbests[0] if whole else [self._joined(str(paths[i]), windows, [n[0] for n in nbests])]
-            if timestamps:
+            if call.timestamps:
                 for h in hyps:
                     texts = [h.text] if whole else [n[0].text for n in nbests]
                     h.segments = [Segment(w.start / rate, w.end / rate, t,
@@ -238,15 +226,16 @@ class Transcriber(Generator):
                                   for w, t in zip(windows, texts)]
             results[i] = hyps
 
-    def _window_controls(self, index: int, steering: Steering, n_windows: int,
+    @staticmethod
+    def _window_controls(index: int, steering: Steering, controls: SourceControls, n_windows: int,
                          line: int) -> dict[tuple[int, int], SourceControls]:
-        """The controls of file `index`'s windows: avoid in each, the prefix in the first, the
-        constraints only where the whole recording is one window (SteeringError otherwise)."""
+        """The controls of file `index`'s windows from its own (`controls`, of its `steering`): avoid in
+        each, the prefix in the first, the constraints only where the whole recording is one window
+        (SteeringError otherwise)."""
         if steering.constraints and n_windows > 1:
             raise SteeringError(f"constraints hold for a recording decoded in one window, but this one is split "
                                 f"into {n_windows}; raise --max-window-seconds (if the model allows)", line=line,
                                 field="constraints", code="constraints_windowed")
-        controls = encode_steering(steering, self.tokenizer, line)
         return {(index, k): controls if k == 0 else SourceControls(avoid=controls.avoid) for k in range(n_windows)}
 
     @staticmethod

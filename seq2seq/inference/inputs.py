@@ -1,28 +1,42 @@
-"""One input as every front-end takes it: its source and its own steering, in one JSON form.
+"""The typed request every front-end builds: a list of inputs (`SourceInput`) and one `Call`.
+
+An input is its source and its own steering, in one JSON form:
 
     "A man slices noodles."                                            (a string: no steering)
     {"text": "A man slices noodles.", "prefix": "Ein Mann", "constraints": ["Nudeln"], "avoid": ["Spaghetti"]}
 
 A line of `translate --json-input`, an item of a server request's "texts" and an input of the Python
-API's `translate_inputs` are read by one parser, `read_input`: the same values pass and the same are
+API's `Engine.translate_inputs` are read by one parser, `read_input`: the same values pass and the same are
 refused, with the same message, naming the input as its front-end numbers it ("input line 3",
 "texts[2]"). The steering fields' shapes are `seq2seq.inference.steering_fields`'s. For an image or
 audio model, "text" is the file's path.
 
     inputs = [SourceInput("A man slices noodles.", constraints=["Nudeln"]), SourceInput("A dog.")]
-    translate_inputs(translator, inputs, beam=5)      # n-best lists, in input order
+    translator.translate_inputs(inputs, beam=5)      # n-best lists, in input order
+
+A `Call` holds what the call's inputs share: the search options (`SearchOptions`, resolved against the
+model's defaults by the engine, `seq2seq.inference.options.resolve_search`), the glossary, how terms
+reach the model, the target language, the batch size and a recording's windows. `call_of` splits the
+keywords of the Python API (`CallKeywords`) into one; `Engine.run(inputs, call)` decodes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from seq2seq.inference.controls import SteeringError
-from seq2seq.inference.protocol import TranslationEngine
-from seq2seq.inference.results import Translation
-from seq2seq.inference.steering import Steering
-from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, check_unicode, read_steering_fields, shown
+from typing_extensions import Unpack
+
+from seq2seq.config.diagnostics import Warn
+from seq2seq.config.search import SearchOptions
+from seq2seq.inference.glossary import Glossary
+from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, per_input
+from seq2seq.inference.steering_fields import (
+    STEERING_FIELDS, FieldError, check_unicode, read_phrases, read_prefix, read_steering_fields, shown,
+)
+
 
 INPUT_FIELDS = ("text", *STEERING_FIELDS)
 
@@ -90,15 +104,89 @@ def steering_arguments(inputs: Sequence[SourceInput]) -> dict[str, list[Any]]:
             if any(getattr(x, name) is not None for x in inputs)}
 
 
-def translate_inputs(engine: TranslationEngine, inputs: Sequence[SourceInput | str | Mapping[str, Any]],
-                     **options: Any) -> list[list[Translation]]:
-    """n-best hypotheses of each input (a `SourceInput`, or its JSON form: a string or a dict), in
-    input order, by any engine; `options`: `translate_nbest`'s other arguments (search options,
-    glossary, terms, tgt_lang ...). An input of another form is a FieldError naming it ("inputs[2]")."""
-    given = sorted(set(options) & set(STEERING_FIELDS))
-    if given:
-        raise SteeringError(f"{', '.join(given)} belong(s) to each input here (SourceInput.{given[0]}), "
-                            "not to the call", field=given[0], code="bad_field")
-    read = [x if isinstance(x, SourceInput) else read_input(x, f"inputs[{i}]") for i, x in enumerate(inputs)]
-    arguments: dict[str, Any] = {**steering_arguments(read), **options}
-    return engine.translate_nbest([x.text for x in read], **arguments)
+def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constraints: PhraseLists | None = None,
+                  avoid: AvoidPhrases | None = None, first_line: int = 1) -> list[SourceInput]:
+    """The inputs of the Python API's per-input lists (`translate_nbest`'s prefix=, constraints=, avoid=:
+    one entry per text; avoid may also be one list of phrases for every text). SteeringError for a list
+    that is not one per input, FieldError naming the line for an entry of the wrong shape."""
+    prefixes = per_input("prefix", prefix, len(texts))
+    wanted = per_input("constraints", constraints, len(texts))
+    if avoid is not None and not isinstance(avoid, str) and all(isinstance(a, str) for a in avoid):
+        banned: list[Any] = [list(avoid)] * len(texts)  # one list for every input
+    else:
+        banned = per_input("avoid", avoid, len(texts))
+    out = []
+    for i, text in enumerate(texts):
+        where = f"line {first_line + i}: "
+        out.append(SourceInput(text, read_prefix(prefixes[i], where), read_phrases("constraints", wanted[i], where),
+                               read_phrases("avoid", banned[i], where)))
+    return out
+
+
+class CallOptions(SearchOptions, total=False):
+    """A `Call`'s fields as keywords, besides batch_tokens (which its callers take as their own argument)."""
+
+    glossary: Glossary | str | Path | None
+    terms: str | None
+    term_forms: str
+    tgt_lang: str | None
+    src_lang: str | None
+    skip_bad: bool
+    max_window_seconds: float | None
+    timestamps: bool
+    progress: bool
+
+
+class CallKeywords(CallOptions, total=False):
+    """The keywords of the Python API's calls (`Engine.translate`, `Engine.translate_inputs`): a `Call`'s
+    fields, the per-input steering lists, the line number of the first input and where warnings go."""
+
+    batch_tokens: int
+    first_line: int
+    warn: Warn | None
+    skipped: dict[int, str] | None
+    prefix: Prefixes | None
+    constraints: PhraseLists | None
+    avoid: AvoidPhrases | None
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a call's inputs share. search: its search options; glossary (a `Glossary` or its TSV file):
+    its target terms become constraints of the inputs whose text holds their source terms; terms:
+    "annotate", "constrain" or "both" (None: the model's default, `seq2seq.inference.steering.term_mode`);
+    term_forms: "exact" or "inflected"; tgt_lang / src_lang: a multilingual model's languages;
+    batch_tokens: padded source positions per batch (>= 1); skip_bad: a file that cannot be read gives
+    [] and a warning; max_window_seconds, timestamps, progress: a `Transcriber`'s windows, their times
+    and a progress bar."""
+
+    search: SearchOptions = field(default_factory=lambda: SearchOptions())
+    glossary: Glossary | str | Path | None = None
+    terms: str | None = None
+    term_forms: str = "exact"
+    tgt_lang: str | None = None
+    src_lang: str | None = None
+    batch_tokens: int = 4000
+    skip_bad: bool = False
+    max_window_seconds: float | None = None
+    timestamps: bool = False
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be >= 1, got {self.batch_tokens}")
+
+    def searching(self, **search: Unpack[SearchOptions]) -> Call:
+        """This call with the search options `search` set over its own."""
+        return dataclasses.replace(self, search={**self.search, **search})
+
+
+CALL_FIELDS = tuple(f.name for f in dataclasses.fields(Call) if f.name != "search")
+
+
+def call_of(options: Mapping[str, Any]) -> Call:
+    """The `Call` of a call's keywords (`CallKeywords` without the steering lists and `warn`): the
+    `Call` fields by name, every other keyword a search option (`resolve_search` refuses an unknown one)."""
+    fields = {k: v for k, v in options.items() if k in CALL_FIELDS}
+    search: Any = {k: v for k, v in options.items() if k not in CALL_FIELDS}
+    return Call(search, **fields)

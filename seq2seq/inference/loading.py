@@ -4,7 +4,7 @@
     engine = load_engine("runs/speech")        # a Transcriber (recordings of any length, in windows)
     engine = load_engine("runs/captions")      # a Generator (other files: images)
 
-`engine_class(kind)` is the choice itself; the server loads its model with `load_engine`, and the
+`engine_class(kind)` is the choice itself; the server (and `seq2seq serve`) loads its model with `load_engine`, and the
 commands that decode one kind of source (`translate`, `caption`, `transcribe`) load their own class,
 which refuses a model of another kind naming the command that decodes it.
 """
@@ -12,10 +12,12 @@ which refuses a model of another kind naming the command that decodes it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
+
+from typing_extensions import Unpack
 
 from seq2seq.inference.generator import Generator, Transcriber
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator import EnsembleKeywords, Translator
 from seq2seq.model.encoders.base import source_kind
 from seq2seq.model.encoders.sources import SourceKind
 from seq2seq.storage import CheckpointError
@@ -31,7 +33,7 @@ def engine_class(kind: SourceKind) -> type[Translator]:
 
 
 def load_engine(model_dir: str | Path | Sequence[str | Path], device: str = "auto", precision: str = "fp32",
-                weights: str | Path | None = None, **ensemble: Any) -> Translator:
+                weights: str | Path | None = None, **ensemble: Unpack[EnsembleKeywords]) -> Translator:
     """The engine of `model_dir` (`engine_class` of what it reads); several directories (or
     ensemble["last_checkpoints"]) are one ensemble (`Translator.load`'s keywords). CheckpointError for
     a path that is not a model directory."""

@@ -1,94 +1,18 @@
-"""What the command line and the server need of a decoding engine (`TranslationEngine`), and what the
-search needs of a model (`SearchableModel`).
-
-The torch `Translator`, the `Generator`s built on it (`Captioner`, `Transcriber`) and the CTranslate2
-engine (`seq2seq.deploy.engine.CTranslate2Translator`) all satisfy `TranslationEngine`;
-tests/test_protocol.py checks each, by `isinstance` and by the signatures of the methods. The server
-needs a `ServedModel`: a `TranslationEngine` that also says what it is.
-`seq2seq.model.transformer.Seq2SeqTransformer` is a `SearchableModel`.
+"""What the search needs of a model (`SearchableModel`; `seq2seq.model.transformer.Seq2SeqTransformer`
+is one) and of its parts. What the command line and the server need of an engine is the `Engine` base
+class (`seq2seq.inference.engine`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from seq2seq.config.diagnostics import Warn
-from seq2seq.config.search import SearchConfig
-from seq2seq.inference.results import Translation
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pathlib import Path
 
-    import torch
     from torch import Tensor
 
     from seq2seq.config.model_section import ModelConfig
-    from seq2seq.config.root import Config
-    from seq2seq.model.encoders.base import SourceProcessor
-    from seq2seq.text.tokenizer import TokenizerPair
-
-
-@runtime_checkable
-class TranslationEngine(Protocol):
-    """Sources in (texts, or files for an image or audio model), n-best `Translation`s out.
-
-    defaults: the model's `decoding` config; search_config(**options) applies a call's search
-    options to it (`seq2seq.inference.options.resolve_search`, plus what the engine cannot do),
-    ValueError for a bad one; translate_nbest gives each source's n-best list in input order
-    ([] for an empty or skipped source), translate each source's best text ("" for none). Steering
-    (prefix, constraints, avoid, glossary: docs/decoding-controls.md) as `Translator.translate_nbest`
-    takes it; what an engine cannot honour is refused with `SteeringError`, never dropped.
-    """
-
-    @property
-    def defaults(self) -> SearchConfig: ...
-
-    @property
-    def device(self) -> torch.device | str: ...
-
-    def search_config(self, **options: Any) -> SearchConfig: ...
-
-    def translate_nbest(self, texts: list[str], batch_tokens: int = 4000, first_line: int = 1,
-                        warn: Warn | None = None, *, prefix: Any = None, constraints: Any = None,
-                        avoid: Any = None, glossary: Any = None, **options: Any) -> list[list[Translation]]: ...
-
-    def translate(self, texts: list[str], **options: Any) -> list[str]: ...
-
-
-@runtime_checkable
-class ServedModel(TranslationEngine, Protocol):
-    """What the server and its demo page read of the engine they serve, besides decoding: the model
-    directory (`path`), its config, its source processor (what the model reads: `processor.kind`),
-    tokenizers, precision, size, whether it takes terms on its sources, and the processor of a call
-    into a target language (LanguageError for one the model does not know). `Translator` and the
-    `Generator`s have it all; nothing else of an engine is reached into.
-    """
-
-    @property
-    def path(self) -> Path: ...
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def processor(self) -> SourceProcessor: ...
-
-    @property
-    def tokenizers(self) -> TokenizerPair: ...
-
-    @property
-    def precision(self) -> str: ...
-
-    @property
-    def parameters(self) -> int: ...
-
-    @property
-    def annotates_terms(self) -> bool: ...
-
-    @property
-    def constraints_refused(self) -> str | None: ...  # None: its search honours constraints
-
-    def processor_for(self, tgt_lang: str | None) -> SourceProcessor: ...
 
 
 class SourceLengths(Protocol):

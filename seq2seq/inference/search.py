@@ -50,8 +50,8 @@ Shapes: N sources, U active units, g rows per unit, B = U * g decoder rows, V vo
 S padded source length, t tokens generated so far.
 
 Beside the loop: its state and result (`Units`, `Rows`, `EndedHypotheses`, `Hypothesis`) in
-`seq2seq.inference.search_state`, the n-gram block and the making of a batch's controls in
-`seq2seq.inference.step_masks`.
+`seq2seq.inference.search_state`; the making of a batch's controls in
+`seq2seq.inference.lexical_controls`; the n-gram block here (`block_repeated_ngrams`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from seq2seq.inference.controls import Control, SourceControls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
 from seq2seq.inference.protocol import SearchableModel, reorder_memory
 from seq2seq.inference.search_state import EndedHypotheses, Hypothesis, Rows, Units
-from seq2seq.inference.step_masks import block_repeated_ngrams, build_controls
+from seq2seq.inference.lexical_controls import build_controls
 from seq2seq.inference.stopping import SearchStopped, stop_check
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
 
@@ -440,3 +440,15 @@ class _Search:
             if len(out) == self.cfg.nbest:
                 break
         return out
+
+
+def block_repeated_ngrams(lprobs: Tensor, generated: Tensor, n: int) -> None:
+    """Set to -inf (in place) every token that would complete an n-gram already in the row.
+
+    lprobs [B, V]; generated [B, t] tokens so far (t >= n).
+    """
+    windows = generated.unfold(1, n, 1)  # [B, t - n + 1, n]: every n-gram so far
+    suffix = generated[:, generated.size(1) - n + 1 :]  # [B, n - 1]: what a new n-gram starts with
+    match = (windows[:, :, :-1] == suffix[:, None, :]).all(dim=-1)  # [B, t - n + 1]
+    hits = torch.zeros_like(lprobs).scatter_add_(1, windows[:, :, -1], match.to(lprobs.dtype))
+    lprobs.masked_fill_(hits > 0, NEG_INF)

@@ -1,9 +1,8 @@
 """Steering a translation: each input's target prefix, constraints and banned phrases, as text.
 
-`Steering` is what a user asks for one input; `steer_inputs` turns a call's arguments (the Python
-API's `prefix=`, `constraints=`, `avoid=`, `glossary=`; the command line's files and options; a
-server request's fields) into one `Steering` per input, and `encode_steering` into the target token
-ids the search works with (`seq2seq.inference.controls.SourceControls`), refusing what cannot be
+`Steering` is what a user asks for one input (its `SourceInput`'s fields, `seq2seq.inference.inputs`,
+plus the glossary terms its text holds; `Engine.prepare` builds it), and `encode_steering` turns it into
+the target token ids the search works with (`seq2seq.inference.controls.SourceControls`), refusing what cannot be
 honoured with one line that names the input line.
 
 How text becomes tokens. A constraint or banned phrase is tokenized as the target tokenizer
@@ -26,12 +25,10 @@ from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
 from seq2seq.inference.memory import constraints_problem
-from seq2seq.inference.steering_fields import read_phrases, read_prefix
 from seq2seq.text.terminology import annotate, forms_of
 from seq2seq.text.tokenizer import unwritable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seq2seq.inference.glossary import Glossary
     from seq2seq.text.tokenizer import Tokenizer
 
 
@@ -50,7 +47,7 @@ class Steering:
         return bool(self.prefix or self.constraints or self.avoid or self.terms)
 
 
-# A call's per-input steering arguments, as `translate_nbest` takes them (one entry per input; `avoid` may
+# The Python API's per-input steering arguments, as `translate_nbest` takes them (one entry per input; `avoid` may
 # also be one list of phrases for every input); None: not given.
 Prefixes = Sequence[str | None]
 PhraseLists = Sequence[Sequence[str] | None]
@@ -60,7 +57,8 @@ AvoidPhrases = Sequence[str] | Sequence[Sequence[str] | None]
 FIELD_OF = {"prefix": "prefix", "constraint": "constraints", "glossary term": "glossary", "banned phrase": "avoid"}
 
 
-def _per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
+def per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
+    """`values` as one entry per input (None: n Nones); SteeringError for a string or another length."""
     if values is None:
         return [None] * n
     if isinstance(values, str):
@@ -71,46 +69,6 @@ def _per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
         raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input", field=name,
                             code="not_per_input")
     return values
-
-
-def _phrases(name: str, value: Any, line: int) -> list[str]:
-    return read_phrases(name, value, f"line {line}: ") or []
-
-
-def steering_asked(prefix: Any, constraints: Any, avoid: Any, glossary: Any) -> bool:
-    """Does a call ask for any steering?"""
-    return not (prefix is None and constraints is None and avoid is None and glossary is None)
-
-
-def steer_inputs(n: int, *, prefix: Prefixes | None = None, constraints: PhraseLists | None = None,
-                 avoid: AvoidPhrases | None = None,
-                 glossary: Glossary | None = None, sources: Sequence[str] | None = None,
-                 first_line: int = 1) -> list[Steering] | None:
-    """One `Steering` per input (None when the call asks for none).
-
-    prefix: one string per input ("" or None: none). constraints: one list of phrases per input.
-    avoid: a list of phrases banned for every input, or one list per input. glossary: its target
-    terms become constraints of the inputs (`sources`, the input texts) whose text holds their
-    source terms. SteeringError for arguments of the wrong shape.
-    """
-    if not steering_asked(prefix, constraints, avoid, glossary):
-        return None
-    prefixes = _per_input("prefix", prefix, n)
-    wanted = _per_input("constraints", constraints, n)
-    if avoid is not None and not isinstance(avoid, str) and all(isinstance(a, str) for a in avoid):
-        banned = [list(avoid)] * n  # one list for every input
-    else:
-        banned = _per_input("avoid", avoid, n)
-    out = []
-    for i in range(n):
-        line = first_line + i
-        p = read_prefix(prefixes[i], f"line {line}: ") or ""
-        given = _phrases("constraints", wanted[i], line)
-        terms = []
-        if glossary is not None and sources is not None:
-            terms = [t for t in glossary.constraints_for(sources[i]) if t not in given]
-        out.append(Steering(p, given, _phrases("avoid", banned[i], line), terms))
-    return out
 
 
 TERM_MODES = ("annotate", "constrain", "both")

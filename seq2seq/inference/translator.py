@@ -10,7 +10,8 @@ max_len, min_len, no_repeat_ngram, topk, topp, temperature, seed, attention_laye
 switches, `greedy=True` and `sample=True`; unset options keep the model's `decoding` config
 (`seq2seq.inference.options.resolve_search`). `beam=1` means greedy search, `beam>1` beam search.
 
-`translate_nbest` is the one loop for every kind of source: the sources are prepared by the model's
+A `Translator` is an `Engine` (seq2seq.inference.engine: the one prepare -> search -> finish loop);
+its search step serves every kind of source: the sources are prepared by the model's
 `SourceProcessor` (texts tokenized, image and audio files loaded), sorted by length and grouped
 into token-bounded batches, searched, and the hypotheses returned as `Translation`s in input order.
 Every input gives exactly one result: an empty line gives an empty n-best list (no decoding), an
@@ -25,7 +26,7 @@ import dataclasses
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -34,21 +35,19 @@ from torch import nn
 from seq2seq.accel.device import INFERENCE_PRECISIONS, autocast_context, native_bf16, slow_precision_warning
 from seq2seq.accel.packed import ModuleT, pack_decoder
 from seq2seq.config.diagnostics import Diagnostic, Warn
+from seq2seq.config.model_section import ModelConfig
 from seq2seq.config.root import Config
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.batching import length_batches, to_device
 from seq2seq.inference.controls import ControlError, SourceControls
 from seq2seq.inference.ensemble import EnsembleModel, EnsembleProcessor, check_members
-from seq2seq.inference.glossary import Glossary
 from seq2seq.inference import memory
-from seq2seq.inference.options import MAX_STEP_LOGITS, resolve_search
-from seq2seq.inference.pipeline import prepare_call
+from seq2seq.inference.options import MAX_STEP_LOGITS
+from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import search
 from seq2seq.inference.search_state import Hypothesis
-from seq2seq.inference.steering import (
-    AvoidPhrases, PhraseLists, Prefixes, SteeringError, continuation_pieces, encode_steering, sentence_end_pieces,
-)
+from seq2seq.inference.steering import SteeringError, continuation_pieces, sentence_end_pieces
 from seq2seq.model.encoders.base import Encoder, source_kind, source_processor
 from seq2seq.model.encoders.sources import PrefixedSource, SourceError, SourceKind, SourceProcessor
 from seq2seq.model.transformer import Seq2SeqTransformer
@@ -70,7 +69,17 @@ def checkpoint_members(model_dir: str | Path, last: int) -> list[Path]:
     return ModelDir(model_dir).last_checkpoints(last)
 
 
-class Translator:
+class EnsembleKeywords(TypedDict, total=False):
+    """`Translator.load`'s keywords beyond the model directory, device, precision and weights."""
+
+    encoder: Encoder | None
+    ensemble_weights: Sequence[float] | None
+    ensemble_combine: str
+    last_checkpoints: int | None
+    adapter: str | Path | None
+
+
+class Translator(Engine):
     """Decodes a loaded model's sources; search options default to the model's `decoding` config.
 
     precision: "fp32" (on CPU the decoder's weights are pre-packed once for MKL's sgemm, see
@@ -95,7 +104,7 @@ class Translator:
             raise ValueError(f"{len(ensemble_weights)} ensemble weights for 1 model; give one per model")
         self.loaded = members[0]
         self.members = members
-        self.device = next(self.loaded.model.parameters()).device
+        self.device: torch.device = next(self.loaded.model.parameters()).device
         self.precision = precision
         models = [self._converted(m.model.eval(), precision, _owns_model) for m in members]
         self.model: Seq2SeqTransformer | EnsembleModel = models[0] if len(models) == 1 else \
@@ -184,89 +193,37 @@ class Translator:
         return cls(members if len(members) > 1 else members[0], precision, _owns_model=True,
                    ensemble_weights=ensemble_weights, ensemble_combine=ensemble_combine)
 
-    def search_config(self, **options: Any) -> SearchConfig:
-        """The model's decoding defaults with `options` applied (e.g. beam=5, lenpen=0.6), by
-        `resolve_search`; max_len is capped at model.max_positions - 1. ValueError with a readable
-        message for unknown, mistyped or conflicting options."""
-        cfg = resolve_search(self.defaults, options, self.model.cfg)
-        for member in self.members:  # an ensemble mixes its members' CTC heads: each needs one
-            cfg.check_ctc_head(member.config.training.ctc_weight, member.path)
-        return cfg
+    @property
+    def search_model(self) -> ModelConfig:
+        """The decoded model's config (an ensemble's: the members' shortest positions)."""
+        return self.model.cfg
 
-    def translate(self, texts: list[str], **options: Any) -> list[str]:
-        """Best translation of each text, in input order ("" for an empty or blank text)."""
-        return [nbest[0].text if nbest else "" for nbest in self.translate_nbest(texts, **options)]
+    def ctc_heads(self) -> list[tuple[float, Path]]:
+        return [(m.config.training.ctc_weight, m.path) for m in self.members]
 
-    def translate_nbest(
-        self,
-        texts: list[str],
-        batch_tokens: int = 4000,
-        first_line: int = 1,
-        warn: Warn | None = None,
-        *,
-        skip_bad: bool = False,
-        skipped: dict[int, str] | None = None,
-        prefix: Prefixes | None = None,
-        constraints: PhraseLists | None = None,
-        avoid: AvoidPhrases | None = None,
-        glossary: Glossary | str | Path | None = None,
-        terms: str | None = None,
-        term_forms: str = "exact",
-        tgt_lang: str | None = None,
-        src_lang: str | None = None,
-        **options: Any,
-    ) -> list[list[Translation]]:
-        """n-best hypotheses (best first) of each source, in input order; [] for an empty text.
-
-        texts: the sources (texts, or file paths for an image or audio model). batch_tokens: padded
-        source positions per batch. first_line: the line number of texts[0], used in warnings (a
-        caller streaming a file in chunks passes its position). warn: where warnings go (default:
-        this module's logger). skip_bad: a file that cannot be read gets [] and a warning instead of
-        raising `SourceError`; `skipped`, if given, receives {index: reason} of each such file.
-        Steering (docs/decoding-controls.md): prefix, one target prefix per source; constraints,
-        one list of words or phrases per source that must appear (beam search); avoid, phrases that
-        must not appear (one list for all sources, or one per source); glossary (a `Glossary` or its
-        TSV file; text sources): its target terms become constraints where its source terms occur.
-        terms: how constraints and glossary terms reach the model: "annotate", "constrain" or "both"
-        (`seq2seq.inference.steering.term_mode`; default: "both" for a model trained with terms on its
-        sources, docs/terminology.md, else "constrain"); with "annotate", the option term_bias > 0 gives each
-        term's pieces a bonus (`seq2seq.inference.term_bias`); term_forms "inflected": the beam takes any
-        inflected form of a term given as a lemma ("exact": only the term as written).
-        tgt_lang: the target language of a multilingual model (`languages`), which needs one; a
-        bilingual model refuses it (LanguageError, a ValueError). src_lang: the source language, for a model
-        whose sources start with their own language's tag (`data.language_tag: both`: M2M100, NLLB,
-        mBART-50), which needs one; other models ignore it. options: see `search_config`.
-        """
-        call = prepare_call(self, texts, batch_tokens, first_line, warn, prefix=prefix, constraints=constraints,
-                            avoid=avoid, glossary=glossary, terms=terms, options=options)
-        texts, cfg, mode, steering = call.texts, call.cfg, call.mode, call.steering
-        processor = self.processor_for(tgt_lang, src_lang)
-        forced = self.decoder_prefix_ids(tgt_lang)
-        examples = self._prepare(texts, first_line, warn, skip_bad, skipped, processor)
+    def _decode(self, prepared: PreparedCall, call: Call, first_line: int, warn: Warn,
+                skipped: dict[int, str] | None) -> dict[int, list[Translation]]:
+        """The sources read by the processor of the call's languages (a decoder language tag forced
+        before each output and left out of it), searched in token-bounded batches (`_search`)."""
+        texts, cfg = prepared.texts, prepared.cfg
+        processor = self.processor_for(call.tgt_lang, call.src_lang)
+        forced = self.decoder_prefix_ids(call.tgt_lang)
+        examples = self._prepare(texts, first_line, warn, call.skip_bad, skipped, processor)
         if not processor.kind.reads_files:  # a limit of 0 tokens, or below min_len, is said
             for d in cfg.length_warnings({i: processor.length(x) for i, x in examples.items()},
                                          self.config.model.max_positions, first_line):
-                (warn or log.warning)(d)
-        for i, s in enumerate(steering or []):
-            if s and i not in examples and not texts[i].strip():
-                (warn or log.warning)(Diagnostic("an empty input: its prefix, constraints and terms are not used "
-                                                 "(its output is empty)", first_line + i, "text", "empty_input"))
+                warn(d)
         about = processor.describe
         controls = None
-        if steering is not None or forced:
+        if prepared.steering is not None or forced:
             controls = {}
             for i in examples:
-                steer = steering[i] if steering is not None else None
-                c = encode_steering(steer, self.tokenizers.tgt, first_line + i, mode, texts[i], term_forms,
-                                    warn or log.warning, prefer=cfg.term_bias > 0) if steer else SourceControls()
+                c = prepared.controls.get(i, SourceControls())
                 if c or forced:
                     controls[i] = dataclasses.replace(c, prefix=[*forced, *c.prefix])
-        done = self._search(examples, cfg, batch_tokens, lambda i: about(texts[i], examples[i]), controls=controls,
-                            line=lambda i: first_line + i, warn=warn or log.warning, processor=processor,
+        return self._search(examples, cfg, call.batch_tokens, lambda i: about(texts[i], examples[i]),
+                            controls=controls, line=lambda i: first_line + i, warn=warn, processor=processor,
                             given=len(forced))
-        return [done.get(i, []) for i in range(len(texts))]
-
-    constraints_refused: str | None = None  # its search honours constraints (`prepare_call`)
 
     @property
     def parameters(self) -> int:

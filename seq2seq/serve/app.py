@@ -46,7 +46,8 @@ requests in flight finish or reach their time budget, then stops the worker and 
 within the budget and a few seconds. Connections that send nothing, or their head too slowly, are
 closed (`seq2seq.serve.connections`).
 
-This module loads the model, builds the app and runs it (`load_model`, `create_app`, `run_server`);
+This module builds the app and runs it (`create_app`, `run_server`; the model is loaded by
+`seq2seq.inference.loading.load_engine`);
 the routes are `seq2seq.serve.routes`, the model calls on the worker `seq2seq.serve.model_calls`, the
 error answers `seq2seq.serve.errors`.
 """
@@ -59,13 +60,12 @@ import math
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fastapi import FastAPI
 
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.loading import load_engine
-from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.engine import Engine
 from seq2seq.inference.steering import SteeringError
 from seq2seq.serve.errors import RequireApiKey, add_error_handlers
 from seq2seq.serve.requests import Limits, check_key_format
@@ -73,19 +73,10 @@ from seq2seq.serve.routes import ModelServer
 
 log = logging.getLogger("seq2seq.serve.app")
 
-__all__ = ["create_app", "load_model", "run_server"]
+__all__ = ["create_app", "run_server"]
 
 
-def load_model(model_dir: str | Path | Sequence[str | Path], device: str = "auto", precision: str = "fp32",
-               weights: str | Path | None = None, **ensemble: Any) -> ServedModel:
-    """A `Translator` for a model that reads sentences, a `Transcriber` for one that reads recordings
-    (long ones in windows, as `seq2seq transcribe`), a `Generator` for other files
-    (`seq2seq.inference.loading.load_engine`). Several model directories (or ensemble["last_checkpoints"])
-    are one ensemble (`Translator.load`'s keywords)."""
-    return load_engine(model_dir, device=device, precision=precision, weights=weights, **ensemble)
-
-
-def create_app(model: ServedModel, limits: Limits | None = None, allow_paths: bool = False,
+def create_app(model: Engine, limits: Limits | None = None, allow_paths: bool = False,
                api_key: str | None = None, demo: bool = True, glossary: Glossary | str | Path | None = None) -> FastAPI:
     """The FastAPI app serving `model` (a `Translator`, or a `Generator` for image/audio models).
 
@@ -123,7 +114,7 @@ def create_app(model: ServedModel, limits: Limits | None = None, allow_paths: bo
     return app
 
 
-def check_glossary(model: ServedModel, glossary: Glossary | None) -> None:
+def check_glossary(model: Engine, glossary: Glossary | None) -> None:
     """SteeringError (one line) for a glossary on a model that reads files (it matches source text), or
     with a target term the model's target vocabulary cannot write (naming its line of the file)."""
     if glossary is not None and model.processor.kind.reads_files:

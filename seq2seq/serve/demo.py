@@ -17,7 +17,7 @@ from typing import Any
 
 from seq2seq.inference.generator import Generator
 from seq2seq.inference.options import SEARCH_OPTIONS
-from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.engine import Engine
 from seq2seq.inference.results import Translation
 from seq2seq.model.encoders.sources import AttentionView
 from seq2seq.serve.requests import Limits
@@ -30,13 +30,13 @@ def demo_page() -> str:
     return resources.files("seq2seq.serve").joinpath("demo.html").read_text(encoding="utf-8")
 
 
-def languages(model: ServedModel) -> list[str] | None:
+def languages(model: Engine) -> list[str] | None:
     """[source, target] language codes read from the training files' names (train.en.gz,
     train.de.gz), or None where they do not say."""
     return file_languages(model.config)
 
 
-def model_info(model: ServedModel, limits: Limits) -> dict[str, Any]:
+def model_info(model: Engine, limits: Limits) -> dict[str, Any]:
     """What the page shows and builds its form from: the model, its kind, the search options
     (`SEARCH_OPTIONS`, the same definitions requests are checked with) with the model's defaults, and
     whether it takes terms on its sources (the page then offers how they reach it: `terms`)."""
@@ -66,7 +66,7 @@ def model_info(model: ServedModel, limits: Limits) -> dict[str, Any]:
     }
 
 
-def attention_png(model: ServedModel, hypothesis: Translation, view: AttentionView | None = None) -> bytes:
+def attention_png(model: Engine, hypothesis: Translation, view: AttentionView | None = None) -> bytes:
     """The PNG `--show-attention` draws for one result (`hypothesis`, generated with attention_layer
     set): a text's heatmap over its source pieces, or a file's attention over its `view`
     (`Generator.attention_view`)."""

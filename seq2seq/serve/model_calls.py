@@ -1,6 +1,6 @@
 """The model calls of the server, made on the batching worker (`seq2seq.serve.batcher`), the only
-thread that touches the model: a batch of texts or files, each with its steering, as one
-`translate_nbest` call (`ModelCalls`), and what it gave each source (`Output`: its n-best list, or
+thread that touches the model: a batch of texts (through the text pipeline, `translate_lines`) or
+files (`Engine.run`), each with its steering, as one model call (`ModelCalls`), and what it gave each source (`Output`: its n-best list, or
 `Unreadable` for a file that could not be read, and the warnings it drew).
 """
 
@@ -13,9 +13,10 @@ from typing import Any
 from seq2seq.adapters.serving import using
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.documents.formats import document_translations
-from seq2seq.documents.line_translation import pipeline_defaults, translate_lines
+from seq2seq.documents.line_translation import pipeline_defaults, translate_line_inputs
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.inputs import SourceInput, call_of
+from seq2seq.inference.engine import Engine
 from seq2seq.inference.steering import Steering
 from seq2seq.serve.requests import Limits
 
@@ -41,7 +42,7 @@ class ModelCalls:
     """The batching worker's `run` for one model: `run_texts` for a model that reads sentences (the
     server's glossary applied to them), `run_files` for one that reads files."""
 
-    def __init__(self, model: ServedModel, limits: Limits, glossary: Glossary | None = None) -> None:
+    def __init__(self, model: Engine, limits: Limits, glossary: Glossary | None = None) -> None:
         self.model, self.limits, self.glossary = model, limits, glossary
         self.steps = pipeline_defaults(model)  # split_sentences, casing, loop_guard, spans, markup
 
@@ -59,30 +60,27 @@ class ModelCalls:
 
     def _run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
         """Each text's n-best list; items: (text, its steering or None). The texts go through the text
-        pipeline as `seq2seq translate` sends its lines (`translate_lines`: sentences split and cased as
+        pipeline as `seq2seq translate` sends its lines (`translate_line_inputs`: sentences split and cased as
         the model directory says, unless the request's `split_sentences` / `casing` / `loop_guard` say otherwise)."""
         warn, notes = self._warnings(log.warning)
-        steering = self._steering_arguments(items)
-        if self.glossary is not None:
-            steering["glossary"] = self.glossary
         options = dict(options)
         steps = {name: options.pop(name, default) for name, default in self.steps.items()}
         fmt = options.pop("format", "text")
         if fmt != "text":  # each text a whole document (the route refuses per-text steering with it)
             docs = document_translations(self.model, [text for text, _ in items], fmt, warn=warn,
-                                         batch_tokens=self.limits.batch_tokens, **steps, **steering, **options)
+                                         batch_tokens=self.limits.batch_tokens, glossary=self.glossary, **steps,
+                                         **options)
             return [Output([t], notes.get(i, [])) for i, t in enumerate(docs)]
-        results = translate_lines(self.model, [text for text, _ in items], batch_tokens=self.limits.batch_tokens,
-                                  warn=warn, **steps, **steering, **options)
+        call = call_of({**options, "glossary": self.glossary, "batch_tokens": self.limits.batch_tokens})
+        results = translate_line_inputs(self.model, _inputs(items), call, 1, warn, **steps)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
 
     def _run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
         """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
         skipped: dict[int, str] = {}
         warn, notes = self._warnings(log.info)
-        results = self.model.translate_nbest([path for path, _ in items], batch_tokens=self.limits.batch_tokens,
-                                             warn=warn, skip_bad=True, skipped=skipped,
-                                             **self._steering_arguments(items), **options)
+        call = call_of({**options, "batch_tokens": self.limits.batch_tokens, "skip_bad": True})
+        results = self.model.run(_inputs(items), call, 1, warn, skipped)
         return [Output(Unreadable(skipped[i]) if i in skipped else hyps, notes.get(i, []))
                 for i, hyps in enumerate(results)]
 
@@ -93,12 +91,7 @@ class ModelCalls:
         warn = ByInput(lambda diagnostic: log_it("%s", diagnostic))
         return warn, warn.notes
 
-    @staticmethod
-    def _steering_arguments(items: list[tuple[str, Steering | None]]) -> dict[str, Any]:
-        """translate_nbest's steering arguments for the items (none when no item has any steering:
-        the unsteered search, exactly)."""
-        steering = [s or Steering() for _, s in items]
-        if not any(steering):
-            return {}
-        return {"prefix": [s.prefix for s in steering], "constraints": [list(s.constraints) for s in steering],
-                "avoid": [list(s.avoid) for s in steering]}
+
+def _inputs(items: list[tuple[str, Steering | None]]) -> list[SourceInput]:
+    """The engine's input of each (text or path, its steering or None)."""
+    return [SourceInput(text, s.prefix, s.constraints, s.avoid) if s else SourceInput(text) for text, s in items]

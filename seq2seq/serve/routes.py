@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -27,10 +27,10 @@ from seq2seq.inference.formats import formatter
 from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.memory import SearchMemoryError
-from seq2seq.inference.pipeline import prepare_call
-from seq2seq.inference.protocol import ServedModel
+from seq2seq.inference.engine import Engine
+from seq2seq.inference.inputs import SourceInput, call_of
 from seq2seq.inference.results import with_diagnostics
-from seq2seq.inference.steering import Steering, SteeringError, encode_steering
+from seq2seq.inference.steering import Steering, SteeringError
 from seq2seq.model.encoders.sources import SourceError
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.budget import check_work, wait_for_result
@@ -62,7 +62,7 @@ class ModelServer:
     """The routes of one model: what its processor reads decides which of /translate (sentences) and
     /generate (files) it answers, and the limits its files are checked against."""
 
-    def __init__(self, model: ServedModel, limits: Limits, allow_paths: bool, glossary: Glossary | None = None) -> None:
+    def __init__(self, model: Engine, limits: Limits, allow_paths: bool, glossary: Glossary | None = None) -> None:
         self.model, self.limits, self.allow_paths, self.glossary = model, limits, allow_paths, glossary
         self.processor = model.processor
         self.kind = self.processor.kind
@@ -75,7 +75,7 @@ class ModelServer:
         self.stopping = False
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, app: FastAPI):
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         self.batcher.start()
         log.info("serving %s (%s model) with batches of up to %d texts gathered for %g ms",
                  self.model_path, self.encoder_type, self.limits.max_batch, self.limits.batch_window_ms)
@@ -93,22 +93,17 @@ class ModelServer:
     def _steering(self, items: list[str], steering: list[Steering] | None, search: dict[str, Any],
                   options: dict[str, Any], name: Callable[[int], str]) -> list[Steering | None]:
         """Each item's steering (None for none), checked before it is queued by the step the model call
-        starts with (`seq2seq.inference.pipeline.prepare_call`, the glossary's terms included) and encoded
-        as the search will encode it: 422 naming the item (name(index)) where it cannot be honoured. The
-        terms themselves are found again by the model call (`translate_nbest(glossary=...)`), which warns
-        about any the beam cannot hold."""
+        starts with (`Engine.prepare`: the glossary's terms included, each input encoded as the search will
+        encode it): 422 naming the item (name(index)) where it cannot be honoured. The terms themselves
+        are found again by the model call, which warns about any the beam cannot hold."""
         if steering is None and self.glossary is None:
             return [None] * len(items)
         steering = steering or [Steering() for _ in items]
+        inputs = [SourceInput(text, s.prefix, s.constraints, s.avoid) for text, s in zip(items, steering)]
+        call = call_of({**search, "glossary": self.glossary, "terms": options.get("terms"),
+                        "term_forms": options.get("term_forms", "exact"), "batch_tokens": self.limits.batch_tokens})
         try:
-            call = prepare_call(self.model, items, self.limits.batch_tokens, 1, lambda diagnostic: None,
-                                prefix=[s.prefix for s in steering], constraints=[s.constraints for s in steering],
-                                avoid=[s.avoid for s in steering], glossary=self.glossary,
-                                terms=options.get("terms"), options=search)
-            for i, s in enumerate(call.steering or []):
-                if s:
-                    encode_steering(s, self.model.tokenizers.tgt, i + 1, call.mode,
-                                    forms=options.get("term_forms", "exact"))
+            self.model.prepare(inputs, call, 1, lambda diagnostic: None)
         except SteeringError as e:
             raise refused(e, name) from None
         return [s if s else None for s in steering]
@@ -264,7 +259,7 @@ class ModelServer:
         try:
             check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
             try:
-                assert isinstance(self.model, Generator)  # (what reads files: `load_model`)
+                assert isinstance(self.model, Generator)  # (what reads files: `load_engine`)
                 view = self.model.attention_view(str(upload))
             except SourceError as e:
                 raise RequestError(422, str(e).replace(str(upload), "upload")) from None

@@ -35,12 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
 import torch
 import yaml
 
 from seq2seq.accel.device import choose_device, use_fast_attention_kernels
 from seq2seq.config.root import Config, config_yaml
 from seq2seq.config import ConfigError, SearchConfig, from_dict, load_dict
+from seq2seq.config.search import SearchFields
 from seq2seq.model.encoders.base import Encoder
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage import CheckpointError
@@ -267,7 +270,7 @@ class ModelDir:
         save_weights(state, self.weights_path)
 
     def set_decoding(self, chosen_by: str, chosen_on: str = "val", weights: str | None = None,
-                     **values: Any) -> SearchConfig:
+                     **values: Unpack[SearchFields]) -> SearchConfig:
         """Make `values` (fields of the `decoding` section, e.g. beam=5, lenpen=1.4) the defaults every
         decoding command and class takes from this directory, and record who chose them on what.
 

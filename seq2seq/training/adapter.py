@@ -40,8 +40,8 @@ class AdaptedTransformer(Seq2SeqTransformer):
     """A Seq2SeqTransformer with LoRA updates whose state_dict and load_state_dict are the updates only
     (NAME.lora_A, NAME.lora_B): what a LoRA run saves and resumes. Its class is set on a built model."""
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        full = super().state_dict(*args, **kwargs)
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        full = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
         for key in [k for k in full if not is_lora_key(k)]:
             del full[key]
         return full

@@ -25,12 +25,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from typing_extensions import Unpack
 
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.documents.formats import html, markdown, plain
 from seq2seq.documents.formats.document import DocumentError, DocumentFormat, Segment
 from seq2seq.inference.results import Translation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.documents.line_translation import LineOptions
+    from seq2seq.inference.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +84,16 @@ def read_document(path: str, name: str, fmt: str) -> str:
     return text
 
 
-def translate_documents(engine: Any, documents: Sequence[str], fmt: str, names: Sequence[str] | None = None,
+def translate_documents(engine: Engine, documents: Sequence[str], fmt: str, names: Sequence[str] | None = None,
                         warn: Warn | None = None, first_line: int = 1, batch_tokens: int = 4000,
-                        **call: Any) -> list[str]:
+                        **call: Unpack[LineOptions]) -> list[str]:
     """Each document of `documents`, in format `fmt`, with its text translated (`document_translations`)."""
     return [t.text for t in document_translations(engine, documents, fmt, names, warn, first_line, batch_tokens, **call)]
 
 
-def document_translations(engine: Any, documents: Sequence[str], fmt: str, names: Sequence[str] | None = None,
+def document_translations(engine: Engine, documents: Sequence[str], fmt: str, names: Sequence[str] | None = None,
                           warn: Warn | None = None, first_line: int = 1, batch_tokens: int = 4000,
-                          **call: Any) -> list[Translation]:
+                          **call: Unpack[LineOptions]) -> list[Translation]:
     """Each document of `documents`, in format `fmt`, with its text translated (see the module docstring), as a
     `Translation` whose text is the document and whose score and logprob are its segments' summed (no tokens).
 
@@ -97,6 +103,7 @@ def document_translations(engine: Any, documents: Sequence[str], fmt: str, names
     steering shared by the whole call, glossary, tgt_lang, the pipeline steps); spans and markup are on."""
     from seq2seq.documents.line_translation import translate_lines
 
+    options: LineOptions = {**call, "spans": True, "markup": True}
     form = get_format(fmt)
     warn = warn or log.warning
     out = list(documents)
@@ -121,7 +128,7 @@ def document_translations(engine: Any, documents: Sequence[str], fmt: str, names
                 warn(dataclasses.replace(d, message=f"document line {where}: {d.message}", line=first_line + i))
 
         results = translate_lines(engine, [seg.text for _, seg in owners], batch_tokens=batch_tokens,
-                                  warn=located, **{**call, "spans": True, "markup": True})
+                                  warn=located, **options)
         translations: list[list[str]] = [[] for _ in out]
         for (i, seg), hyps in zip(owners, results):
             translations[i].append(hyps[0].text if hyps else seg.text)

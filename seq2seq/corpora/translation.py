@@ -11,7 +11,7 @@ ensemble), drop the degenerate pairs, write the rest as two line-aligned files:
 
 Methods (Edunov et al. 2018): "beam" (beam search, beam 5 unless the search options say), "sample"
 (unrestricted sampling, or top-k / top-p / temperature as given), "noised-beam" (beam output, then
-`seq2seq.inference.noise.noise_line`: deletions, fillers, bounded swaps). Distillation is "beam".
+`seq2seq.corpora.noise.noise_line`: deletions, fillers, bounded swaps). Distillation is "beam".
 
 The output directory, when finished:
 
@@ -55,7 +55,7 @@ import numpy as np
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.diagnostics import Diagnostic, Warn
-from seq2seq.inference.noise import WordNoise, noise_line
+from seq2seq.corpora.noise import WordNoise, noise_line
 from seq2seq.storage.atomic import read_json, write_json_atomic, write_text_atomic
 from seq2seq.text.languages import source_prefix
 from seq2seq.text.lines import InputError, decoded_lines, one_line, open_binary
@@ -187,7 +187,7 @@ class _Outputs:
 class CorpusTranslation:
     """Runs one `CorpusJob` with a loaded `Translator` (see the module docstring).
 
-    models: the fingerprint of the model files (`seq2seq.inference.fingerprint.model_fingerprint`), part of the
+    models: the fingerprint of the model files (`seq2seq.corpora.fingerprint.model_fingerprint`), part of the
     settings.
     """
 
@@ -422,6 +422,7 @@ def corpus_yaml(entry: dict[str, Any]) -> str:
     return head + yaml.safe_dump({"data": {"corpora": [entry]}}, sort_keys=False, allow_unicode=True)
 
 
-def translate_corpus(translator: Translator, job: CorpusJob, models: str, **run: Any) -> dict[str, Any]:
-    """Run `job` with `translator` (see `CorpusTranslation.run` for the keywords); returns the summary."""
-    return CorpusTranslation(translator, job, models).run(**run)
+def translate_corpus(translator: Translator, job: CorpusJob, models: str, progress: bool = False,
+                     total: int | None = None, warn: Warn | None = None) -> dict[str, Any]:
+    """Run `job` with `translator` (see `CorpusTranslation.run`); returns the summary."""
+    return CorpusTranslation(translator, job, models).run(progress=progress, total=total, warn=warn)

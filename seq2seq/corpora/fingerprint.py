@@ -1,6 +1,6 @@
 """A fingerprint of a model: sha256 over the files that decide its translations (weights, config.yaml,
 tokenizers), so that a resumed `seq2seq back-translate` or `distill` run can tell it is given the
-model it started with (`seq2seq.inference.corpus_translation`)."""
+model it started with (`seq2seq.corpora.translation`)."""
 
 from __future__ import annotations
 
