@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import http.client
 import json
+import re
 import shutil
 import socket
 import threading
@@ -343,3 +344,19 @@ def test_the_lora_benchmark_runs_at_its_smallest():
     out = run_benchmark("lora.py", "--preset", "tiny", "--steps", 1, "--batch", 2, "--length", 4, "--modes", "ours",
                         "--threads", 1).stdout
     assert "ours" in out and "10/10" in out and "NLLB-200-600M-sized model: 615,073,792 parameters" in out
+
+
+def test_the_lora_domain_benchmark_runs_at_its_smallest(tmp_path):
+    argv = ["--work", tmp_path, "--base-steps", 2, "--steps", 2, "--limit", 8, "--tokens", 300, "--vocab", 200]
+    out = run_benchmark("lora_domain.py", *argv, "--lora", "4:1e-3", "2:1e-3:w1+w2", "--test").stdout
+    table = out.split("recovered\n", 1)[1].split("\n\n")[0].splitlines()
+    rows = [re.match(r"(\S+)( \(chosen on val\))?\s+([\d.]+) ", line) for line in table]
+    assert [m.group(1) for m in rows] == ["base", "full", "lora-r4-lr1e-3", "lora-r2-lr1e-3-w1-w2"]
+    assert all(0.0 <= float(m.group(3)) <= 100.0 for m in rows)
+    chosen = [m.group(1) for m in rows if m.group(2)]
+    assert len(chosen) == 1 and chosen[0].startswith("lora-")
+    assert chosen[0] in out.split("test_2016_flickr (scored once")[1]
+    assert (tmp_path / "lora-r2-lr1e-3-w1-w2" / "adapter.json").is_file()
+    # a second call reuses every finished run: nothing trained again
+    again = run_benchmark("lora_domain.py", *argv, "--lora", "4:1e-3", "2:1e-3:w1+w2").stdout
+    assert again.split("recovered\n", 1)[1].strip() == "\n".join(table)
