@@ -32,7 +32,7 @@ from seq2seq.config.search import SearchConfig
 from seq2seq.data.synthetic import make_splits, write_splits
 from seq2seq.inference.translator import Translator
 from seq2seq.text.metrics import score
-from seq2seq.text.tokenizer import train_tokenizer
+from seq2seq.text.tokenizer import Tokenizer, train_tokenizer
 
 SEARCH = SearchConfig(strategy="beam", beam=4, lenpen=1.0, max_len_a=1.5, max_len_b=10)
 
@@ -111,7 +111,7 @@ def main() -> None:
     for text in args.lora:
         name, adapter, lr = lora_setting(text)
         runs[name] = (work / name, adapter, lr)
-    val = read_gz_text(m30k["val"]["en"]), read_gz_text(m30k["val"]["de"])
+    val = read_lines(m30k["val"]["en"]), read_lines(m30k["val"]["de"])
     scores = {"base": cached_bleu(base, val)}
     for name, (out, adapter, lr) in runs.items():
         finished = (out / ("adapter.safetensors" if adapter else "model.safetensors")).exists()
@@ -124,6 +124,10 @@ def main() -> None:
         scores[name] = cached_bleu(out, val, base if adapter else None)
     lora_names = [name for name in runs if name != "full"]
     best = max(lora_names, key=lambda name: scores[name])
+    print(f"\nMulti30K val: {unseen_share(spm, synthetic['train'], m30k['val']['de']):.1f}% of the target pieces, "
+          f"{unseen_share(spm, synthetic['train'], m30k['val']['en']):.1f}% of the source pieces never occur in the "
+          f"synthetic corpus: their embedding rows (the output projection's too, tied) were not trained by the base, "
+          f"and LoRA does not train them")
     print(f"\nMulti30K en-de, {args.steps} fine-tuning steps of {args.tokens} tokens from a base trained "
           f"{args.base_steps} steps on the synthetic corpus; BLEU beam {SEARCH.beam}")
     print(f"{'run':<34} {'val BLEU':>9} {'gain':>7} {'recovered':>10}")
@@ -133,7 +137,7 @@ def main() -> None:
         share = f"{100 * gain / gain_full:.1f}%" if name != "base" and gain_full else "-"
         print(f"{name + (' (chosen on val)' if name == best else ''):<34} {scores[name]:>9.2f} {gain:>7.2f} {share:>10}")
     if args.test:
-        test = read_gz_text(m30k["test_2016_flickr"]["en"]), read_gz_text(m30k["test_2016_flickr"]["de"])
+        test = read_lines(m30k["test_2016_flickr"]["en"]), read_lines(m30k["test_2016_flickr"]["de"])
         figures = {"base": bleu(base, *test), "full": bleu(runs["full"][0], *test),
                    best: bleu(runs[best][0], *test, base=base)}
         gain_full = figures["full"] - figures["base"]
@@ -143,7 +147,15 @@ def main() -> None:
             print(f"{'':<49} {name:<20} {value:>6.2f} {share:>10}")
 
 
-def read_gz_text(path: Path) -> list[str]:
+def unseen_share(spm: Path, corpus: tuple[Path, Path], text: Path) -> float:
+    """The percentage of `text`'s pieces that never occur in `corpus` (both sides)."""
+    tok = Tokenizer.load(spm)
+    seen = {i for path in corpus for ids in tok.encode(read_lines(path)) for i in ids}
+    ids = [i for row in tok.encode(read_lines(text)) for i in row]
+    return 100.0 * sum(i not in seen for i in ids) / max(1, len(ids))
+
+
+def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
