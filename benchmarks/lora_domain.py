@@ -8,7 +8,8 @@ recovers (issue 73's target: >= 80% on a small model).
    train (en, de), so the base's vocabulary already writes the new domain;
 2. a base model trained on the synthetic corpus only (another domain: a small grammar's sentences);
 3. from that base, for the same number of steps on Multi30K train: full fine-tuning, and one LoRA run per
-   --lora setting (RANK:LR[:TARGETS], TARGETS a +-joined list of target modules, default all four);
+   --lora setting (RANK:LR[:TARGETS][:emb], TARGETS a +-joined list of target modules, default all four;
+   emb: training.adapter.train_embeddings, the embedding tables train too);
 4. BLEU (beam 4, sacreBLEU) of the base and of every run on Multi30K val; the LoRA setting with the best val
    BLEU is chosen, and only then are the base, full fine-tuning and that LoRA run scored on the test set.
 
@@ -38,12 +39,17 @@ SEARCH = SearchConfig(strategy="beam", beam=4, lenpen=1.0, max_len_a=1.5, max_le
 
 
 def lora_setting(text: str) -> tuple[str, AdapterConfig, float]:
-    """"16:3e-3[:in_proj+w1]" -> (run name, adapter section (alpha = 2 rank), learning rate)."""
+    """"16:3e-3[:in_proj+w1][:emb]" -> (run name, adapter section (alpha = 2 rank), learning rate); a part
+    "emb" sets train_embeddings (the embedding tables train too)."""
     parts = text.split(":")
     rank, lr = int(parts[0]), float(parts[1])
-    targets = parts[2].split("+") if len(parts) > 2 else list(DEFAULT_TARGETS)
-    name = f"lora-r{rank}-lr{parts[1]}" + (f"-{parts[2].replace('+', '-')}" if len(parts) > 2 else "")
-    return name, AdapterConfig(type="lora", rank=rank, alpha=2.0 * rank, target_modules=targets), lr
+    embeddings = "emb" in parts[2:]
+    rest = [part for part in parts[2:] if part != "emb"]
+    targets = rest[0].split("+") if rest else list(DEFAULT_TARGETS)
+    name = (f"lora-r{rank}-lr{parts[1]}" + (f"-{rest[0].replace('+', '-')}" if rest else "")
+            + ("-emb" if embeddings else ""))
+    return name, AdapterConfig(type="lora", rank=rank, alpha=2.0 * rank, target_modules=targets,
+                               train_embeddings=embeddings), lr
 
 
 def training(args: argparse.Namespace, out: Path, steps: int, lr: float, warmup: int,
@@ -69,7 +75,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=600, help="fine-tuning steps, each run")
     p.add_argument("--tokens", type=int, default=2000, help="training.max_tokens")
     p.add_argument("--full-lr", type=float, default=1e-3)
-    p.add_argument("--lora", nargs="+", default=["16:3e-3"], help="RANK:LR[:TARGETS] of each LoRA run")
+    p.add_argument("--lora", nargs="+", default=["16:3e-3"], help="RANK:LR[:TARGETS][:emb] of each LoRA run")
     p.add_argument("--limit", type=int, default=None, help="only the first N training pairs and val/test sentences")
     p.add_argument("--test", action="store_true", help="also score the chosen runs on the test set")
     p.add_argument("--lora-only", action="store_true",
