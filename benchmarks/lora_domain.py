@@ -37,6 +37,8 @@ from seq2seq.text.tokenizer import Tokenizer, train_tokenizer
 
 SEARCH = SearchConfig(strategy="beam", beam=4, lenpen=1.0, max_len_a=1.5, max_len_b=10)
 
+FULL_LR = 1e-3
+
 
 def lora_setting(text: str) -> tuple[str, AdapterConfig, float]:
     """"16:3e-3[:in_proj+w1][:emb]" -> (run name, adapter section (alpha = 2 rank), learning rate); a part
@@ -74,7 +76,8 @@ def main() -> None:
     p.add_argument("--base-steps", type=int, default=1000)
     p.add_argument("--steps", type=int, default=600, help="fine-tuning steps, each run")
     p.add_argument("--tokens", type=int, default=2000, help="training.max_tokens")
-    p.add_argument("--full-lr", type=float, default=1e-3)
+    p.add_argument("--full-lr", type=float, default=FULL_LR, help="full fine-tuning's lr (its run: WORK/full-lrLR "
+                   "unless the default)")
     p.add_argument("--lora", nargs="+", default=["16:3e-3"], help="RANK:LR[:TARGETS][:emb] of each LoRA run")
     p.add_argument("--limit", type=int, default=None, help="only the first N training pairs and val/test sentences")
     p.add_argument("--test", action="store_true", help="also score the chosen runs on the test set")
@@ -113,7 +116,8 @@ def main() -> None:
             decoding=SEARCH), config_source="benchmarks/lora_domain.py")
     domain = DataConfig(train_src=str(m30k["train"]["en"]), train_tgt=str(m30k["train"]["de"]),
                         valid_src=str(m30k["val"]["en"]), valid_tgt=str(m30k["val"]["de"]), max_len=64)
-    runs: dict[str, tuple[Path, AdapterConfig | None, float]] = {"full": (work / "full", None, args.full_lr)}
+    full_dir = work / ("full" if args.full_lr == FULL_LR else f"full-lr{args.full_lr:g}")  # one run per lr
+    runs: dict[str, tuple[Path, AdapterConfig | None, float]] = {"full": (full_dir, None, args.full_lr)}
     for text in args.lora:
         name, adapter, lr = lora_setting(text)
         runs[name] = (work / name, adapter, lr)
