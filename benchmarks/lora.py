@@ -3,8 +3,10 @@
     python benchmarks/lora.py                      # the benchmarks' model (d_model 256, 3+3 layers, 8000 words)
     python benchmarks/lora.py --preset nllb600m --device cuda --steps 10   # NLLB-200-600M's sizes, random weights
     python benchmarks/lora.py --steps 3 --batch 4 --length 8 --preset tiny   # the smoke test
+    python benchmarks/lora.py --modes full,full+ckpt,ours,ours+ckpt          # with gradient checkpointing
 
-Each of full fine-tuning, our LoRA and peft's LoRA (`pip install peft`; skipped without it) trains in a
+Each of full fine-tuning, our LoRA and peft's LoRA (a mode with "+ckpt": with gradient checkpointing,
+`training.gradient_checkpointing`) (`pip install peft`; skipped without it) trains in a
 process of its own on the same random batches (AdamW, fp32), and prints:
 
   trainable     parameters that train, and their share of the model
@@ -100,9 +102,11 @@ def child(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = Seq2SeqTransformer(model_config(args.preset)).to(device)
-    if args.mode == "ours":
+    mode, _, extra = args.mode.partition("+")  # "ours+ckpt": with gradient checkpointing
+    model.checkpoint_layers(extra == "ckpt")
+    if mode == "ours":
         add_lora(model, AdapterConfig(type="lora", rank=args.rank, alpha=2.0 * args.rank, target_modules=TARGETS))
-    elif args.mode == "peft":
+    elif mode == "peft":
         model = peft_lora(model, args.rank, 2.0 * args.rank)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -140,7 +144,7 @@ def child(args: argparse.Namespace) -> dict:
               "peak_heap_mb": peak_heap, "heap_growth_mb": peak_heap - built_heap}
     if device.type == "cuda":
         result["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-    if args.mode != "full":
+    if mode != "full":
         b_names = [n for n, _ in model.named_parameters() if n.endswith(("lora_B", "lora_B.default.weight"))]
         result["layers_adapted"] = len(b_names)
         result["layers_trained"] = sum(n in graded for n in b_names)  # B's gradient is the first to be nonzero
@@ -148,7 +152,7 @@ def child(args: argparse.Namespace) -> dict:
         src, tgt = (t.to(device) for t in batches[0])
         with torch.no_grad():
             unmerged = model(src, tgt[:, :-1]).float()
-            if args.mode == "ours":
+            if mode == "ours":
                 tensors = {k: v.detach() for k, v in lora_tensors(model).items()}
                 merged_model = Seq2SeqTransformer(model.cfg).to(device).eval()
                 own = {k: v for k, v in model.state_dict().items() if "lora_" not in k}
@@ -288,7 +292,7 @@ def main() -> None:
     rows = [r for r in rows if r["mode"] != "serve"]
     full = next((r for r in rows if r["mode"] == "full"), None)
     mem = "cuda_peak_mb" if args.device.startswith("cuda") else "peak_heap_mb"
-    print(f"{'':6} {'trainable':>22} {'steps/s':>8} {'peak MB':>9} {'vs full':>8} {'training MB':>12} {'vs full':>8} "
+    print(f"{'':10} {'trainable':>22} {'steps/s':>8} {'peak MB':>9} {'vs full':>8} {'training MB':>12} {'vs full':>8} "
           f"{'peak RSS MB':>12} {'layers trained':>15} {'merged max diff':>16}")
     for r in rows:
         share = f"{r['trainable']:,} ({100 * r['trainable'] / r['total']:.2f}%)"
@@ -297,7 +301,7 @@ def main() -> None:
         rel_grown = f"{100 * r[grown] / full[grown]:.0f}%" if full else "-"
         layers = f"{r['layers_trained']}/{r['layers_adapted']}" if "layers_adapted" in r else "all"
         diff = f"{r['merged_max_diff']:.2e}" if "merged_max_diff" in r else "-"
-        print(f"{r['mode']:6} {share:>22} {r['steps_per_s']:8.2f} {r[mem]:9.1f} {rel:>8} {r[grown]:12.1f} {rel_grown:>8} "
+        print(f"{r['mode']:10} {share:>22} {r['steps_per_s']:8.2f} {r[mem]:9.1f} {rel:>8} {r[grown]:12.1f} {rel_grown:>8} "
               f"{r['peak_rss_mb']:12.0f} "
               f"{layers:>15} {diff:>16}")
     if served:

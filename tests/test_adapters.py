@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import http.client
 import json
+import re
 import shutil
 import socket
 import threading
@@ -22,7 +23,8 @@ from click.testing import CliRunner
 
 from conftest import run_benchmark, translated
 from seq2seq.adapters.files import ADAPTER_JSON, ADAPTER_WEIGHTS, AdapterError, read_adapter, write_adapter
-from seq2seq.adapters.lora import LoRAAttention, LoRALinear, add_lora, is_lora_key, lora_tensors, merge_lora
+from seq2seq.adapters.lora import (LoRAAttention, LoRALinear, add_lora, embedding_keys, is_lora_key, lora_tensors,
+                                   merge_lora)
 from seq2seq.adapters.serving import attach_adapters, parse_adapter_option, using
 from seq2seq.cli import cli
 from seq2seq.config import ConfigError, ModelConfig
@@ -57,6 +59,18 @@ def randomize_updates(model: torch.nn.Module, seed: int = 1) -> None:
                 t.copy_(torch.randn(t.shape, generator=g) * 0.3)
 
 
+def train_steps(model: torch.nn.Module, steps: int = 3) -> None:
+    """AdamW steps on what requires grad, towards a loss every weight affects."""
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    src, tgt = batch()
+    for _ in range(steps):
+        loss = model(src, tgt).logsumexp(-1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -72,14 +86,7 @@ def test_only_the_updates_require_grad_and_training_leaves_the_base_unchanged():
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == {f"{n}.{part}" for n in names for part in ("lora_A", "lora_B")}
     assert set(model.state_dict()) == set(before) | trainable  # the base's keys are kept
-    model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    src, tgt = batch()
-    for _ in range(3):
-        loss = model(src, tgt).logsumexp(-1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    train_steps(model)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert all(after[f"{n}.lora_B"].abs().sum() > 0 for n in names)  # every adapted layer trained, cross-attention too
@@ -343,3 +350,87 @@ def test_the_lora_benchmark_runs_at_its_smallest():
     out = run_benchmark("lora.py", "--preset", "tiny", "--steps", 1, "--batch", 2, "--length", 4, "--modes", "ours",
                         "--threads", 1).stdout
     assert "ours" in out and "10/10" in out and "NLLB-200-600M-sized model: 615,073,792 parameters" in out
+
+
+def test_the_lora_domain_benchmark_runs_at_its_smallest(tmp_path):
+    argv = ["--work", tmp_path, "--base-steps", 2, "--steps", 2, "--limit", 8, "--tokens", 300, "--vocab", 200]
+    out = run_benchmark("lora_domain.py", *argv, "--lora", "4:1e-3", "2:1e-3:w1+w2", "--test").stdout
+    table = out.split("recovered\n", 1)[1].split("\n\n")[0].splitlines()
+    rows = [re.match(r"(\S+)( \(chosen on val\))?\s+([\d.]+) ", line) for line in table]
+    assert [m.group(1) for m in rows] == ["base", "full", "lora-r4-lr1e-3", "lora-r2-lr1e-3-w1-w2"]
+    assert all(0.0 <= float(m.group(3)) <= 100.0 for m in rows)
+    chosen = [m.group(1) for m in rows if m.group(2)]
+    assert len(chosen) == 1 and chosen[0].startswith("lora-")
+    assert chosen[0] in out.split("test_2016_flickr (scored once")[1]
+    assert (tmp_path / "lora-r2-lr1e-3-w1-w2" / "adapter.json").is_file()
+    # a second call reuses every finished run: nothing trained again
+    again = run_benchmark("lora_domain.py", *argv, "--lora", "4:1e-3", "2:1e-3:w1+w2").stdout
+    assert again.split("recovered\n", 1)[1].strip() == "\n".join(table)
+
+
+# ---- train_embeddings: the embedding tables train with the updates ----------------------------------
+
+
+def test_train_embeddings_trains_the_tables_and_the_updates_only():
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    names = add_lora(model, AdapterConfig(type="lora", rank=4, alpha=8.0, train_embeddings=True))
+    tables = embedding_keys(model)
+    assert tables and all(model.get_parameter(k).dim() == 2 and model.get_parameter(k).size(0) == 50 for k in tables)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == set(tables) | {f"{n}.{part}" for n in names for part in ("lora_A", "lora_B")}
+    train_steps(model)
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    tied = {k for k in before if any(after[k].data_ptr() == model.get_parameter(t).data_ptr() for t in tables)}
+    assert changed == tied and set(tables) <= tied  # the tables (and a tied output) moved; all else bit-identical
+
+
+def test_a_train_embeddings_run_saves_loads_merges_and_is_refused_by_serve(tiny_model_dir, multi30k_small, tmp_path,
+                                                                          monkeypatch):
+    run = tmp_path / "run"
+    result = train(lora_config(multi30k_small, run, train_embeddings=True), tmp_path, "--init-from",
+                   str(tiny_model_dir))
+    assert result.exit_code == 0, result.output
+    adapter = read_adapter(run)
+    base_state = load_weights(ModelDir(tiny_model_dir).weights_path)
+    tables = json.loads((run / ADAPTER_JSON).read_text())["embeddings"]
+    assert tables and set(adapter.tensors) == set(tables) | {f"{m}.{p}" for m in adapter.modules
+                                                             for p in ("lora_A", "lora_B")}
+    assert all(not torch.equal(adapter.tensors[k], base_state[k]) for k in tables)  # the tables trained
+    with_adapter = Translator.load(tiny_model_dir, device="cpu", adapter=run)
+    out = tmp_path / "merged"
+    result = CliRunner().invoke(cli, ["merge-adapter", str(tiny_model_dir), str(run), str(out)])
+    assert result.exit_code == 0, result.output
+    merged_state = load_weights(out / "model.safetensors")
+    assert all(torch.equal(merged_state[k], adapter.tensors[k]) for k in tables)
+    want = with_adapter.translate(SENTENCES, beam=2)
+    assert Translator.load(run, device="cpu").translate(SENTENCES, beam=2) == want
+    assert Translator.load(out, device="cpu").translate(SENTENCES, beam=2) == want
+    # base + LoRA layers + the adapter's tables, unmerged, computes what the merged model computes
+    unmerged = ModelDir(tiny_model_dir).load("cpu").model
+    add_lora(unmerged, adapter.config)
+    unmerged.load_state_dict({**unmerged.state_dict(), **adapter.tensors})
+    src, tgt = torch.randint(4, 300, (2, 9)), torch.randint(4, 300, (2, 6))
+    with torch.no_grad():
+        assert (unmerged.eval()(src, tgt) - ModelDir(out).load("cpu").model(src, tgt)).abs().max() < 1e-5
+    engine = Translator.load(tiny_model_dir, device="cpu")
+    with pytest.raises(AdapterError, match="trains its own embedding tables") as e:
+        attach_adapters(engine, {"emb": str(run)})
+    assert "\n" not in str(e.value)
+    pytest.importorskip("fastapi")
+    import seq2seq.serve.app as app_module
+
+    monkeypatch.setattr(app_module, "run_server", lambda *args, **kwargs: None)
+    result = CliRunner().invoke(cli, ["serve", str(tiny_model_dir), "--adapter", f"emb={run}"])
+    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert result.exit_code == 1 and len(errors) == 1 and "merge-adapter" in errors[0], result.output
+
+
+def test_a_bad_train_embeddings_value_is_refused_in_one_line(tiny_model_dir, multi30k_small, tmp_path):
+    with pytest.raises(ConfigError, match="training.adapter.train_embeddings must be true or false"):
+        AdapterConfig(type="lora", train_embeddings="yes")  # type: ignore[arg-type]
+    result = train(lora_config(multi30k_small, tmp_path / "run", train_embeddings="yes"), tmp_path, "--init-from",
+                   str(tiny_model_dir))
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "train_embeddings" in result.output and not (tmp_path / "run").exists()

@@ -378,6 +378,7 @@ SMOKE_TESTED = {
     "benchmarks/hf_import_nllb.py": "tests/test_hf_import_m2m100.py::test_the_nllb_benchmark_runs_at_its_smallest",
     "benchmarks/kill_soak.py": "tests/test_benchmarks.py::test_the_kill_soak_benchmark_runs_at_its_smallest",
     "benchmarks/lora.py": "tests/test_adapters.py::test_the_lora_benchmark_runs_at_its_smallest",
+    "benchmarks/lora_domain.py": "tests/test_adapters.py::test_the_lora_domain_benchmark_runs_at_its_smallest",
     "benchmarks/probe.py": "tests/test_benchmarks.py::test_the_probe_benchmark_runs_at_its_smallest",
     "benchmarks/real_text.py": "tests/test_benchmarks.py::test_the_real_text_benchmark_runs_at_its_smallest",
     "benchmarks/real_text_spans.py":

@@ -101,11 +101,14 @@ class Adapter:
                                    f"the adapter's update {tuple(b.shape)} x {tuple(a.shape)}")
 
 
-def write_adapter_json(out_dir: str | Path, cfg: AdapterConfig, modules: list[str], base_dir: str | Path) -> None:
-    """adapter.json for an adapter of `base_dir`'s model.safetensors (its fingerprint taken now)."""
+def write_adapter_json(out_dir: str | Path, cfg: AdapterConfig, modules: list[str], base_dir: str | Path,
+                       embeddings: list[str] | None = None) -> None:
+    """adapter.json for an adapter of `base_dir`'s model.safetensors (its fingerprint taken now); `embeddings`:
+    the keys of the embedding tables it holds (train_embeddings)."""
     base = ModelDir(Path(base_dir).resolve())
     write_json_atomic(Path(out_dir) / ADAPTER_JSON, {
         "format": FORMAT, "version": VERSION, "adapter": to_dict(cfg), "modules": list(modules),
+        "embeddings": list(embeddings or []),
         "base": {"path": str(base.path), "weights": base.WEIGHTS, "fingerprint": base_fingerprint(base.weights_path)},
     })
 
@@ -115,7 +118,7 @@ def write_adapter(out_dir: str | Path, cfg: AdapterConfig, tensors: dict[str, to
     """An adapter directory: adapter.safetensors (`tensors`, adapter tensors only) and adapter.json."""
     modules = sorted({k.rsplit(".", 1)[0] for k in tensors if is_lora_key(k)})
     save_weights({k: v.detach() for k, v in tensors.items()}, Path(out_dir) / ADAPTER_WEIGHTS)
-    write_adapter_json(out_dir, cfg, modules, base_dir)
+    write_adapter_json(out_dir, cfg, modules, base_dir, sorted(k for k in tensors if not is_lora_key(k)))
 
 
 def is_adapter_dir(path: str | Path) -> bool:
@@ -146,7 +149,11 @@ def read_adapter(path: str | Path) -> Adapter:
         for part in (LORA_A, LORA_B):
             if f"{name}.{part}" not in tensors:
                 raise AdapterError(f"{weights_path}: tensor {name}.{part} is missing")
-    extra = sorted(k for k in tensors if not is_lora_key(k) or k.rsplit(".", 1)[0] not in modules)
+    tables = set(meta.get("embeddings") or []) if cfg.train_embeddings else set()
+    missing = sorted(tables - set(tensors))
+    if missing:
+        raise AdapterError(f"{weights_path}: embedding table {missing[0]} is missing")
+    extra = sorted(k for k in tensors if k not in tables and (not is_lora_key(k) or k.rsplit(".", 1)[0] not in modules))
     if extra:
         raise AdapterError(f"{weights_path}: tensors that are not the adapter's: {extra[:5]}")
     base = meta["base"]

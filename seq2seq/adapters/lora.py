@@ -7,7 +7,9 @@ A targeted layer y = x W^T + b becomes y = x W^T + b + s * drop(x) A^T B^T, A [r
                                       weight and bias, state_dict keys kept, plus NAME.lora_A / NAME.lora_B),
                                       everything else frozen
     lora_tensors(model)               {NAME.lora_A, NAME.lora_B: tensor} of a model `add_lora` changed
-    merge_lora(model, tensors, scale) W += s * B A for every adapted layer: the plain model it computes
+    embedding_keys(model)             the state_dict keys of the embedding tables that train_embeddings trains
+    merge_lora(model, tensors, scale) W += s * B A for every adapted layer, and an embedding table the
+                                      tensors hold copied in: the plain model it computes
     add_shared(model, names)          serving: the targeted layers wrapped in `SharedLoRA`, which holds
                                       several adapters over one copy of the base weights and applies the
                                       one its `active` names (`seq2seq.adapters.serving`)
@@ -136,7 +138,22 @@ def add_lora(model: nn.Module, cfg: AdapterConfig, seed: int = 1) -> list[str]:
         owner = model.get_submodule(parent) if parent else model
         if leaf == "in_proj" and type(owner) is not LoRAAttention and isinstance(owner, MultiHeadAttention):
             owner.__class__ = LoRAAttention
+    if cfg.train_embeddings:
+        for key in embedding_keys(model):
+            model.get_parameter(key).requires_grad_(True)
     return names
+
+
+def embedding_keys(model: nn.Module) -> list[str]:
+    """The state_dict keys NAME.weight of `model`'s embedding tables (every nn.Embedding, [rows, d_model]),
+    each tensor once: a tied output projection is the same tensor, trained and saved with its table."""
+    keys: list[str] = []
+    seen: set[int] = set()
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Embedding) and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            keys.append(f"{name}.weight")
+    return keys
 
 
 def lora_tensors(model: nn.Module) -> dict[str, Tensor]:
@@ -154,9 +171,14 @@ def is_lora_key(key: str) -> bool:
 
 def merge_lora(model: nn.Module, tensors: dict[str, Tensor], scale: float) -> list[str]:
     """W += scale * B A (computed in fp32) in each layer NAME that `tensors` holds NAME.lora_A and
-    NAME.lora_B of; returns the names. The model then computes what base + adapter computed."""
+    NAME.lora_B of, and each other tensor (a trained embedding table, `embedding_keys`) copied into the
+    parameter of its key; returns the adapted layers' names. The model then computes what base + adapter
+    computed."""
     names = sorted({k.rsplit(".", 1)[0] for k in tensors if is_lora_key(k)})
     with torch.no_grad():
+        for key in [k for k in tensors if not is_lora_key(k)]:
+            table = model.get_parameter(key)
+            table.copy_(tensors[key].to(device=table.device, dtype=table.dtype))
         for name in names:
             layer = model.get_submodule(name)
             a, b = tensors[f"{name}.{LORA_A}"], tensors[f"{name}.{LORA_B}"]
@@ -222,5 +244,5 @@ def add_shared(model: nn.Module, names: Iterable[str]) -> dict[str, SharedLoRA]:
     return shared
 
 
-__all__ = ["LoRAAttention", "LoRALinear", "SharedLoRA", "add_lora", "add_shared", "is_lora_key", "lora_tensors",
+__all__ = ["LoRAAttention", "LoRALinear", "SharedLoRA", "add_lora", "add_shared", "embedding_keys", "is_lora_key", "lora_tensors",
            "merge_lora", "targeted"]

@@ -64,6 +64,10 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
         if name in served.paths:
             raise AdapterError(f"--adapter {name}: given twice")
         adapter = read_adapter(path)
+        if adapter.config.train_embeddings:  # (one embedding table serves every request of a batch)
+            raise AdapterError(f"--adapter {name}: {adapter.path} trains its own embedding tables "
+                               f"(train_embeddings), which per-request serving does not support; serve its merged "
+                               f"model (seq2seq merge-adapter) instead")
         adapter.check_base(engine.path, weights)
         for layer_name in adapter.modules:
             try:

@@ -21,6 +21,7 @@ from seq2seq.cli.serve import serve
 from seq2seq.cli.synthetic import back_translate, distill
 from seq2seq.cli.train import config_command, quickstart, train
 from seq2seq.cli.translate import translate
+from seq2seq.cli.vocabulary import add_vocab
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,7 +34,8 @@ def cli(verbose: bool) -> None:
 
 
 for command in (train, config_command, quickstart, translate, evaluate, test_command, average, caption, transcribe,
-                serve, export_command, import_hf_command, back_translate, distill, score, clean, merge_adapter):
+                serve, export_command, import_hf_command, back_translate, distill, score, clean, merge_adapter,
+                add_vocab):
     cli.add_command(command)
 
 

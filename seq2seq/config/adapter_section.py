@@ -6,6 +6,11 @@
 With `type: lora` the base model's weights are frozen and each targeted linear layer y = x W^T + b
 learns a low-rank update: y = x W^T + b + (alpha / rank) * x A^T B^T, A [rank, in], B [out, rank]
 (`seq2seq.adapters.lora`). Only A and B are trained and saved (`seq2seq.adapters.files`).
+
+`train_embeddings: true` also trains the model's embedding tables (every nn.Embedding's weight, and with
+it a tied output projection), as peft's modules_to_save does for the embeddings: the way to adapt to a
+domain whose pieces the base never trained. Those tables are saved in the adapter too (the adapter then
+holds vocab x d_model values per table) and merged by copying; `serve --adapter` refuses such adapters.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ class AdapterConfig:
     """The `training.adapter` section. type: "lora", or None (full fine-tuning, the default). rank: the
     rank r of each update; alpha: its scale is alpha / rank; dropout: on a targeted layer's input, in its
     update only; target_modules: linear layers to adapt, each named by its module path or its last parts
-    (as peft's target_modules: "w1" is every layer's ffn.w1, "decoder.layers.0.cross_attn.in_proj" one)."""
+    (as peft's target_modules: "w1" is every layer's ffn.w1, "decoder.layers.0.cross_attn.in_proj" one);
+    train_embeddings: also train (and save) the embedding tables, as the module docstring says."""
 
     type: Literal["lora"] | None = None
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    train_embeddings: bool = False
 
     def __post_init__(self) -> None:
         if self.rank < 1:
@@ -43,6 +50,8 @@ class AdapterConfig:
         if not self.target_modules or any(not isinstance(t, str) or not t.strip(".") for t in self.target_modules):
             raise ConfigError("training.adapter.target_modules must list module names, such as "
                               f"{list(DEFAULT_TARGETS)}, got {self.target_modules}")
+        if not isinstance(self.train_embeddings, bool):
+            raise ConfigError(f"training.adapter.train_embeddings must be true or false, got {self.train_embeddings!r}")
 
     @property
     def on(self) -> bool:

@@ -47,6 +47,10 @@ class TrainingConfig:
     ctc_weight: float = 0.0
     clip_norm: float | None = 1.0
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"  # auto: bf16 where the hardware has it
+    # Each encoder and decoder layer recomputes its activations in the backward pass instead of keeping them
+    # (torch.utils.checkpoint, non-reentrant): less memory for another forward pass of the layers; the same
+    # gradients (Seq2SeqTransformer.checkpoint_layers)
+    gradient_checkpointing: bool = False
     device: str = "auto"  # auto: cuda > mps > cpu
     threads: int | None = None  # torch intra-op threads on CPU (default: torch's choice)
     valid_every: int = 500

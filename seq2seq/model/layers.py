@@ -12,11 +12,12 @@ as in the original paper.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from seq2seq.model.attention import KVCache, MultiHeadAttention
 from seq2seq.config.model_section import ModelConfig
@@ -131,8 +132,21 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(fn(x)))
 
 
+def recomputed(layer: EncoderLayer | DecoderLayer, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), the forward pass of `layer`: under gradient checkpointing (`layer.checkpointed`, set by
+    `Seq2SeqTransformer.checkpoint_layers`) while training, its activations are not kept but recomputed in
+    the backward pass (torch.utils.checkpoint, non-reentrant: frozen inputs and LoRA's few trainable
+    weights work; the RNG state is replayed, so dropout draws the same masks and the gradients are those
+    of the plain pass)."""
+    if layer.checkpointed and layer.training and torch.is_grad_enabled():
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention over the source, then the feed-forward network. [B, S, D] -> [B, S, D]."""
+
+    checkpointed = False  # gradient checkpointing (`recomputed`)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -142,12 +156,17 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, pad_mask: Tensor | None) -> Tensor:
         """x [B, S, D], pad_mask [B, S] True at padding."""
+        return recomputed(self, self._forward, x, pad_mask)
+
+    def _forward(self, x: Tensor, pad_mask: Tensor | None) -> Tensor:
         x = self.attn_block(x, lambda h: self.self_attn.self_attention(h, key_padding_mask=pad_mask)[0])
         return self.ffn_block(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the memory, feed-forward. [B, T, D] -> [B, T, D]."""
+
+    checkpointed = False  # gradient checkpointing (`recomputed`)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -168,6 +187,10 @@ class DecoderLayer(nn.Module):
 
         Returns (x [B, T, D], cross-attention weights [B, H, T, S] if need_weights else None).
         """
+        return recomputed(self, self._forward, x, memory, memory_pad_mask, cache, need_weights)
+
+    def _forward(self, x: Tensor, memory: Tensor | None, memory_pad_mask: Tensor | None, cache: KVCache | None,
+                 need_weights: bool) -> tuple[Tensor, Tensor | None]:
         x = self.self_block(x, lambda h: self.self_attn.self_attention(h, causal=True, cache=cache)[0])
         weights = None
 

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from seq2seq.model.attention import KVCache, MultiHeadAttention
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.encoders import Encoder, get_modality
-from seq2seq.model.layers import DecoderLayer, Embedding
+from seq2seq.model.layers import DecoderLayer, Embedding, EncoderLayer
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID
 
 
@@ -222,6 +222,15 @@ class Seq2SeqTransformer(nn.Module):
         """Teacher forcing: src batch, tgt_in [B, T] (BOS + target) -> logits [B, T, V]."""
         memory, memory_pad_mask = self.encode(src)
         return self.decode(tgt_in, memory, memory_pad_mask)[0]
+
+    def checkpoint_layers(self, on: bool = True) -> None:
+        """Gradient checkpointing (`training.gradient_checkpointing`): each encoder and decoder layer of ours
+        keeps only its input while training and recomputes its activations in the backward pass
+        (`seq2seq.model.layers.recomputed`); an injected encoder (e.g. a transformers backbone) is not
+        changed. Evaluation and decoding are unaffected."""
+        for module in self.modules():
+            if isinstance(module, (EncoderLayer, DecoderLayer)):
+                module.checkpointed = on
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -12,5 +12,6 @@
     distributed  torchrun process groups
     finetune     `train --init-from`: starting from another model directory
     adapter      a LoRA run: the base frozen, only the adapter trained and saved
+    new_vocabulary  `seq2seq add-vocab`: new language codes and pieces for a model directory
     quickstart   the built-in corpus job behind `seq2seq quickstart`
 """

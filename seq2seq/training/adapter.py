@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from torch import nn
 
 from seq2seq.adapters.files import ADAPTER_JSON, ADAPTER_WEIGHTS, read_adapter, write_adapter_json
-from seq2seq.adapters.lora import add_lora, is_lora_key
+from seq2seq.adapters.lora import add_lora, embedding_keys, is_lora_key
 from seq2seq.config import ConfigError
 from seq2seq.config.root import Config
 from seq2seq.model.transformer import Seq2SeqTransformer
@@ -38,11 +38,14 @@ NO_BASE = ("training.adapter: LoRA fine-tunes a trained model; give it with --in
 
 class AdaptedTransformer(Seq2SeqTransformer):
     """A Seq2SeqTransformer with LoRA updates whose state_dict and load_state_dict are the updates only
-    (NAME.lora_A, NAME.lora_B): what a LoRA run saves and resumes. Its class is set on a built model."""
+    (NAME.lora_A, NAME.lora_B), plus the embedding tables named in `adapter_saved` (train_embeddings): what
+    a LoRA run saves and resumes. Its class is set on a built model."""
+
+    adapter_saved: tuple[str, ...] = ()
 
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         full = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
-        for key in [k for k in full if not is_lora_key(k)]:
+        for key in [k for k in full if not is_lora_key(k) and k not in self.adapter_saved]:
             del full[key]
         return full
 
@@ -100,12 +103,15 @@ def attach(cfg: Config, model: nn.Module, parent: finetune.Parent | None, out_di
         base_dir.load_weights_into(model)
     names = add_lora(model, adapter, seed=cfg.training.seed)
     model.__class__ = AdaptedTransformer
+    tables = embedding_keys(model) if adapter.train_embeddings else []
+    cast(AdaptedTransformer, model).adapter_saved = tuple(tables)
     if distributed.is_main():
-        write_adapter_json(out_dir, adapter, names, base)
+        write_adapter_json(out_dir, adapter, names, base, tables)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
-    log.info("LoRA: rank %d, alpha %g on %d layers of %s: %s trainable parameters (%.2f%% of %s)", adapter.rank,
-             adapter.alpha, len(names), base, f"{trained:,}", 100 * trained / total, f"{total:,}")
+    log.info("LoRA: rank %d, alpha %g on %d layers of %s%s: %s trainable parameters (%.2f%% of %s)", adapter.rank,
+             adapter.alpha, len(names), base, " and its embedding tables" if adapter.train_embeddings else "",
+             f"{trained:,}", 100 * trained / total, f"{total:,}")
     return names
 
 

@@ -318,6 +318,7 @@ def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[Mo
         encoder = encoder(cfg.model)
     # a module passed in is the encoder (a function making one is told from it by not being a module)
     model = Seq2SeqTransformer(cfg.model, cast("Encoder | None", encoder))
+    model.checkpoint_layers(cfg.training.gradient_checkpointing)
     fit = getattr(model.encoder, "fit_statistics", None)
     if fit is not None and data.examples:
         fit(data.examples)  # e.g. normalize: corpus; a parent's or resumed weights replace it
