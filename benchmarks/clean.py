@@ -6,6 +6,12 @@ speed (pairs/s, extrapolated to 1M pairs) and the peak memory.
     python benchmarks/clean.py --limit 2000 --workers 1
     python benchmarks/clean.py --speed-pairs 300000  # then the speed on 300k pairs, for 1M's extrapolation
     python benchmarks/clean.py --compare-langid      # py3langid vs lingua on short val sentences, then exit
+    python benchmarks/clean.py --rate 0.05 --train-steps 2000   # then BLEU of clean, noisy and cleaned data
+
+With --train-steps N, the same model (configs/multi30k_en_de.yaml: d_model 256, 3+3 layers, its own
+8k tokenizer per corpus) is trained for N steps of the same batch size on 1 thread on each of the clean
+corpus, the noisy one and the cleaned output, one after another, and each is scored with sacreBLEU on
+Multi30K val and test_2016_flickr (`seq2seq test`, the config's beam), side by side.
 
 The noise, each kind on its own pairs of the clean corpus (a pair gets one kind at most):
     misaligned       the target of another pair (targets shuffled among these pairs)
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -31,12 +38,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import read_gz  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
+TRAIN_CONFIG = ROOT / "configs" / "multi30k_en_de.yaml"
+EVAL_SPLITS = ("val", "test_2016_flickr")
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 KINDS = ("misaligned", "wrong_language", "copy", "truncation", "html", "number", "duplicate")
 BOILERPLATE = ("Click here to read more.", "This website uses cookies.", "All rights reserved.",
                "Hier klicken", "Alle Rechte vorbehalten.")
@@ -158,6 +170,83 @@ def clean_command(d: Path, args: argparse.Namespace, report: bool = True) -> lis
     return command
 
 
+def run_seq2seq(command: list, what: str, timeout: float | None = None) -> str:
+    """`python -m seq2seq COMMAND` on one thread; its stdout, or exit naming `what` with its stderr's end."""
+    env = {**os.environ, **ONE_THREAD}
+    done = subprocess.run([sys.executable, "-m", "seq2seq", *map(str, command)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+    if done.returncode:
+        sys.exit(f"{what} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def train_config(src: Path, tgt: Path, out: Path, args: argparse.Namespace) -> Path:
+    """The YAML of one training run: --train-config on (src, tgt), validated on Multi30K val at the end
+    only (loss: no decoding inside the run), --train-steps steps on one thread, no time budget, then
+    the --train-set overrides (SECTION.KEY=VALUE, the value read as YAML)."""
+    cfg = yaml.safe_load(Path(args.train_config).read_text(encoding="utf-8"))
+    cfg["data"].update(train_src=str(src), train_tgt=str(tgt),
+                       valid_src=str(args.data_dir / f"val.{args.src}.gz"),
+                       valid_tgt=str(args.data_dir / f"val.{args.tgt}.gz"))
+    cfg["training"].update(output_dir=str(out / "model"), max_steps=args.train_steps, max_time_minutes=None,
+                           threads=1, valid_every=args.train_steps, checkpoint_every=None, valid_bleu=False,
+                           best_metric="loss", cooldown_patience=None, device="cpu")
+    for item in args.train_set:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        if not name or not _:
+            sys.exit(f"--train-set {item!r}: expected SECTION.KEY=VALUE")
+        cfg.setdefault(section, {})[name] = yaml.safe_load(value)
+    path = out / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def train_and_score(name: str, src: Path, tgt: Path, work: Path, args: argparse.Namespace) -> dict:
+    """Train on (src, tgt) as `train_config` says, then score the model on EVAL_SPLITS: {"minutes":
+    training wall minutes, split: {"score", "signature"}} (BLEU)."""
+    out = work / name
+    out.mkdir()
+    start = time.perf_counter()
+    run_seq2seq(["train", train_config(src, tgt, out, args)], f"training on the {name} corpus")
+    result: dict = {"minutes": (time.perf_counter() - start) / 60}
+    for split in EVAL_SPLITS:
+        sources, refs = (args.data_dir / f"{split}.{lang}.gz" for lang in (args.src, args.tgt))
+        if args.eval_limit:
+            sources, refs = (write_lines(out / f"{split}.{lang}", read_gz(path, args.eval_limit))
+                             for lang, path in ((args.src, sources), (args.tgt, refs)))
+        scores = run_seq2seq(["test", out / "model", "--src", sources, "--ref", refs, "--metrics", "bleu", "--json",
+                              "--no-progress", "-o", out / f"{split}.hyp"], f"scoring the {name} model on {split}")
+        result[split] = json.loads(scores)["bleu"]
+    print(f"  {name}: {result['minutes']:.1f} training minutes, BLEU " +
+          ", ".join(f"{split} {result[split]['score']:.2f}" for split in EVAL_SPLITS), flush=True)
+    return result
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def compare_training(src: list[str], tgt: list[str], d: Path, args: argparse.Namespace) -> None:
+    """BLEU of the same model trained the same steps on the clean corpus (src, tgt: before the noise), the
+    noisy one (in.src/in.tgt of `d`) and the cleaned one (out.src/out.tgt)."""
+    corpora = {"clean": (write_lines(d / "clean.src", src), write_lines(d / "clean.tgt", tgt)),
+               "noisy": (d / "in.src", d / "in.tgt"), "cleaned": (d / "out.src", d / "out.tgt")}
+    pairs = {name: sum(1 for _ in open(s, encoding="utf-8")) for name, (s, _) in corpora.items()}
+    print(f"\ntraining {args.train_config} for {args.train_steps} steps on each corpus, 1 thread, one after another:", flush=True)
+    results = {name: train_and_score(name, s, t, d, args) for name, (s, t) in corpora.items()}
+    signature = results["clean"][EVAL_SPLITS[0]]["signature"]
+    print(f"\n{'corpus':<9} {'pairs':>8} {'minutes':>8} " + " ".join(f"{split:>17}" for split in EVAL_SPLITS))
+    for name, r in results.items():
+        print(f"{name:<9} {pairs[name]:>8,} {r['minutes']:>8.1f} " +
+              " ".join(f"{r[split]['score']:>17.2f}" for split in EVAL_SPLITS))
+    for a, b in (("cleaned", "clean"), ("cleaned", "noisy"), ("noisy", "clean")):
+        print(f"{a + ' - ' + b:<18} {'':>8} " +
+              " ".join(f"{results[a][split]['score'] - results[b][split]['score']:>+17.2f}" for split in EVAL_SPLITS))
+    print(f"BLEU: sacreBLEU {signature}")
+
+
 def compare_langid(data_dir: Path) -> None:
     """Accuracy and speed of py3langid and lingua-language-detector (where installed) on Multi30K val,
     all sentences and the short ones (<= 6 words)."""
@@ -206,6 +295,12 @@ def main() -> None:
     p.add_argument("--speed-pairs", type=int, default=0,
                    help="then time a run on the noisy corpus repeated to this many pairs (e.g. 300000)")
     p.add_argument("--compare-langid", action="store_true")
+    p.add_argument("--train-steps", type=int, default=0,
+                   help="then train the same model N steps on the clean, noisy and cleaned corpora and print BLEU")
+    p.add_argument("--train-config", type=Path, default=TRAIN_CONFIG, help="the training config of --train-steps")
+    p.add_argument("--train-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a value of --train-config (repeatable), e.g. model.layers=1")
+    p.add_argument("--eval-limit", type=int, default=None, help="score only the first N pairs of each split")
     args = p.parse_args()
     if args.compare_langid:
         compare_langid(args.data_dir)
@@ -220,6 +315,16 @@ def main() -> None:
         seconds, cpu, peak_mb = run_clean(clean_command(d, args))
         removed = [json.loads(line) for line in (d / "removed.jsonl").read_text(encoding="utf-8").splitlines()]
         report = json.loads((d / "report.json").read_text(encoding="utf-8"))
+        print_tables(rows, removed, report, len(src), seconds, cpu, peak_mb, args)
+        if args.speed_pairs:
+            speed_run(rows, args.speed_pairs, args, (len(rows), seconds, cpu))
+        if args.train_steps:
+            compare_training(src, tgt, d, args)
+
+
+def print_tables(rows: list[tuple[str, str, str]], removed: list[dict], report: dict, n_clean: int, seconds: float,
+                 cpu: float, peak_mb: float, args: argparse.Namespace) -> None:
+    """Each noise kind's recall, each filter's precision, and the speed of the run."""
     kind_of = [kind for _, _, kind in rows]
     injected = Counter(kind_of)
     caught: Counter[str] = Counter()
@@ -228,7 +333,7 @@ def main() -> None:
         kind = kind_of[r["line"] - 1]
         caught[kind] += 1
         by_filter.setdefault(r["filter"], Counter())[kind] += 1
-    print(f"Multi30K train {args.src}-{args.tgt}: {len(src):,} clean pairs, {args.rate:.0%} of each noise kind, "
+    print(f"Multi30K train {args.src}-{args.tgt}: {n_clean:,} clean pairs, {args.rate:.0%} of each noise kind, "
           f"{len(rows):,} pairs in all; seq2seq clean --workers {args.workers}")
     print(f"\n{'noise kind':<16} {'injected':>9} {'removed':>9} {'recall':>8}   removed by")
     for kind in (*KINDS, "clean"):
@@ -247,9 +352,7 @@ def main() -> None:
         precision = f"{100 * (total - c['clean']) / total:9.2f}%" if total else f"{'-':>10}"
         print(f"{f['name']:<12} {total:>9,} {precision}")
     print(f"\n{len(rows):,} pairs in {seconds:.1f} s wall, start-up included ({len(rows) / seconds:,.0f} pairs/s), "
-          f"{cpu:.1f} CPU s; largest process's peak RSS {peak_mb:,.0f} MB")
-    if args.speed_pairs:
-        speed_run(rows, args.speed_pairs, args, (len(rows), seconds, cpu))
+          f"{cpu:.1f} CPU s; largest process's peak RSS {peak_mb:,.0f} MB", flush=True)
 
 
 if __name__ == "__main__":
