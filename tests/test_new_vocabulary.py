@@ -57,6 +57,13 @@ def _base(path: Path, joint: bool) -> Path:
     return path
 
 
+def _as_base(outputs: list[str]) -> list[str]:
+    """Outputs with the copied tag written as the tag it copies. The untrained models emit language tags, and
+    <2xho_Latn>'s output row equals <2zul_Latn>'s: their logits tie, and which one the argmax takes depends on
+    the matmul kernel (CI's AVX2 run takes the other), while the decoder state after either is the same."""
+    return [line.replace("<2xho_Latn>", "<2zul_Latn>") for line in outputs]
+
+
 @pytest.fixture(params=["joint", "separate"])
 def base(request, tmp_path) -> Path:
     return _base(tmp_path / "base", request.param == "joint")
@@ -132,14 +139,15 @@ def test_translating_with_the_new_code_and_old_codes_unchanged(base, tmp_path):
     old, new = Translator.load(base, device="cpu"), Translator.load(out, device="cpu")
     options = dict(strategy="greedy", max_len=12, src_lang="eng_Latn")
     for lang in LANGS:
-        assert new.translate(EN, tgt_lang=lang, **options) == old.translate(EN, tgt_lang=lang, **options)
+        assert _as_base(new.translate(EN, tgt_lang=lang, **options)) == old.translate(EN, tgt_lang=lang, **options)
     # the new code's rows are zul_Latn's: it translates as zul_Latn does
     for strategy in ("greedy", "beam"):
         xho = new.translate(EN, tgt_lang="xho_Latn", **{**options, "strategy": strategy})
-        assert xho == new.translate(EN, tgt_lang="zul_Latn", **{**options, "strategy": strategy})
+        assert _as_base(xho) == _as_base(new.translate(EN, tgt_lang="zul_Latn", **{**options, "strategy": strategy}))
         assert all(xho)
     from_xho = new.translate(EN, tgt_lang="deu_Latn", **{**options, "src_lang": "xho_Latn"})  # joint: a source tag
-    assert from_xho == new.translate(EN, tgt_lang="deu_Latn", **{**options, "src_lang": "zul_Latn"})
+    assert _as_base(from_xho) == _as_base(new.translate(EN, tgt_lang="deu_Latn",
+                                                        **{**options, "src_lang": "zul_Latn"}))
     with pytest.raises(ValueError, match="unknown target language 'tsn_Latn'"):
         new.translate(EN, tgt_lang="tsn_Latn", **options)
 
