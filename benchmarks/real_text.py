@@ -12,6 +12,8 @@ Rows (each one function of `ROWS`: `row(case) -> [Figure]`; a new row is one mor
   upper         the sentences in UPPER CASE: case-insensitive BLEU as a % of the sentences as written
   title         the sentences in Title Case: the same, and BLEU with case against the references as
                 written, for the output as the model writes it and title-cased
+  typos         each sentence with a typo in 1-2 of its words (`seq2seq.data.modifiers.typos`, the
+                training modifier's edits, seeded by the sentence's index): BLEU as a % of as written
   loops         outputs that repeat themselves where their source does not (`output_loops`), over every
                 output of the rows above
   time          the seconds every row's translation took
@@ -31,10 +33,12 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.common import machine_info  # noqa: E402
+from seq2seq.data.modifiers import typos as misspelt  # noqa: E402
 from seq2seq.documents.line_translation import translate_lines  # noqa: E402
 from seq2seq.documents.loops import output_loops  # noqa: E402
 from seq2seq.documents.sentences import split  # noqa: E402
@@ -132,6 +136,14 @@ def title(case: Case) -> list[Figure]:
             Figure("Title Case: BLEU with case, output title-cased", f"{titled['off']:.2f}", f"{titled['on']:.2f}")]
 
 
+def typos(case: Case) -> list[Figure]:
+    base = bleu(case.plain, case.references)
+    noisy = [misspelt(s, "", np.random.default_rng(i))[0] for i, s in enumerate(case.sources)]
+    got = {m: bleu(case.translate(noisy, m), case.references) for m in MODES}
+    return [Figure(f"typos in 1-2 words: BLEU, % of as written ({base:.2f})",
+                   f"{100 * got['off'] / base:.1f}%", f"{100 * got['on'] / base:.1f}%")]
+
+
 def loops(case: Case) -> list[Figure]:
     counts = {m: sum(output_loops(src, out) for src, out in case.outputs[m]) for m in MODES}
     total = len(case.outputs["off"])
@@ -145,7 +157,7 @@ def timing(case: Case) -> list[Figure]:
                    f"{case.seconds['off']:.1f}", f"{case.seconds['on']:.1f}")]
 
 
-ROWS: list[Callable[[Case], list[Figure]]] = [paragraphs, upper, title, loops, timing]
+ROWS: list[Callable[[Case], list[Figure]]] = [paragraphs, upper, title, typos, loops, timing]
 
 
 def read(data_dir: Path, split_name: str, lang: str, limit: int | None) -> list[str]:
