@@ -700,6 +700,27 @@ def test_steering_fields_give_what_the_python_api_gives(translator):
         assert body["translations"][1]["text"].startswith("Zwei")
 
 
+def test_a_request_resolves_its_search_options_once(translator, monkeypatch):
+    """The route resolves a request's search options once (`Engine.search_config`): the steering check
+    before queueing and the model call take that resolution (`Call.resolved`), and give what they gave."""
+    resolved = []
+    search_config = Translator.search_config
+
+    def counted(self, **options):
+        resolved.append(options)
+        return search_config(self, **options)
+
+    with serving(create_app(translator)) as (port, _):
+        monkeypatch.setattr(Translator, "search_config", counted)
+        body = {"texts": ["A dog runs.", "A man."], "constraints": ["Hund"], "beam": 4, "loop_guard": False}
+        status, answer = call(port, "POST", "/translate", body)
+        assert status == 200, answer
+        assert resolved == [{"beam": 4}]
+        monkeypatch.undo()
+        want = translate_lines(translator, body["texts"], constraints=[["Hund"]] * 2, beam=4, loop_guard=False)
+        assert texts_of(answer) == [h[0].text for h in want]
+
+
 def test_constraints_that_cannot_be_met_give_the_plain_output_with_a_warning(translator):
     with serving(create_app(translator)) as (port, _):
         body = {"text": "A dog runs.", "constraints": ["Hund Hund Hund Hund"], "max_len_a": 0, "max_len_b": 3}

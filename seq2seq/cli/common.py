@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypedDict, TypeVar, cast
 
 import click
 
@@ -17,7 +17,63 @@ from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.accel.device import INFERENCE_PRECISIONS
 from seq2seq.storage import outputs
 
+if TYPE_CHECKING:
+    from seq2seq.config.search import SearchOptions
+    from seq2seq.inference.engine import Engine
+    from seq2seq.inference.results import Translation
+    from seq2seq.inference.translator import EnsembleKeywords, Translator
+    from seq2seq.serve.requests import PipelineSteps
+
 log = logging.getLogger("seq2seq")
+
+T = TypeVar("T")
+Options = dict[str, object]
+"""A command's keyword options as click gives them (`**kw`): each read with its type (`pop_option`), or
+passed on as a whole to a reader of its own (`search_overrides`, `ensemble_settings`, `Steerer`)."""
+
+
+class Languages(TypedDict, total=False):
+    """--tgt-lang and --src-lang, where given: a multilingual model's languages."""
+
+    tgt_lang: str | None
+    src_lang: str | None
+
+
+def languages(kw: Options) -> Languages:
+    """--tgt-lang and --src-lang popped from kw: those given."""
+    given: Languages = {}
+    tgt_lang, src_lang = pop_option(kw, "tgt_lang", str), pop_option(kw, "src_lang", str)
+    if tgt_lang:
+        given["tgt_lang"] = tgt_lang
+    if src_lang:
+        given["src_lang"] = src_lang
+    return given
+
+
+def pop_option(kw: Options, name: str, kind: type[T]) -> T | None:
+    """The option `name` popped from `kw`: None when absent or unset, else its value, of the type `kind`
+    click parsed it as (TypeError for another: a mistake in the command's options)."""
+    value = kw.pop(name, None)
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"option {name}: {kind.__name__} expected, got {value!r}")
+    return value
+
+
+def pop_required(kw: Options, name: str, kind: type[T]) -> T:
+    """An option that click always gives (it has a default) popped from `kw`, of the type `kind`."""
+    value = pop_option(kw, name, kind)
+    if value is None:
+        raise TypeError(f"option {name}: missing")
+    return value
+
+
+def pop_strings(kw: Options, name: str) -> tuple[str, ...]:
+    """A repeatable option (`multiple=True`) popped from `kw`: its values, () when absent."""
+    values = pop_option(kw, name, tuple) or ()
+    strings = tuple(v for v in values if isinstance(v, str))
+    if len(strings) != len(values):
+        raise TypeError(f"option {name}: strings expected, got {values!r}")
+    return strings
 
 
 def setup_logging(verbose: bool) -> None:
@@ -132,11 +188,14 @@ def search_options(nbest: str | None = None) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def search_overrides(kw: dict[str, Any]) -> dict[str, Any]:
+def search_overrides(kw: Mapping[str, object]) -> SearchOptions:
     """The search options given on the command line (a switch only when set; 0 is a value)."""
     from seq2seq.inference.options import SEARCH_OPTIONS
 
-    return {k: kw[k] for k in SEARCH_OPTIONS if kw.get(k) is not None and kw[k] is not False}
+    given = {k: kw[k] for k in SEARCH_OPTIONS if kw.get(k) is not None and kw[k] is not False}
+    # the `SEARCH_OPTIONS` names, each value of the type its click option parses (`search_options`);
+    # `resolve_search` checks them again where they are used
+    return cast("SearchOptions", given)
 
 
 def ensemble_options(fn: Callable) -> Callable:
@@ -153,11 +212,12 @@ def ensemble_options(fn: Callable) -> Callable:
     return fn
 
 
-def ensemble_settings(kw: dict[str, Any]) -> dict[str, Any]:
+def ensemble_settings(kw: Options) -> EnsembleKeywords:
     """The `Translator.load` keywords of `ensemble_options` (popped from kw); a malformed weight list is
     a one-line error."""
-    weights = kw.pop("ensemble_weights", None)
-    settings = {"ensemble_combine": kw.pop("ensemble_combine", "prob"), "last_checkpoints": kw.pop("last_checkpoints", None)}
+    weights = pop_option(kw, "ensemble_weights", str)
+    settings: EnsembleKeywords = {"ensemble_combine": pop_option(kw, "ensemble_combine", str) or "prob",
+                                  "last_checkpoints": pop_option(kw, "last_checkpoints", int)}
     if weights is not None:
         try:
             settings["ensemble_weights"] = [float(w) for w in weights.split(",")]
@@ -168,10 +228,10 @@ def ensemble_settings(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_translator(model_dir: str | tuple[str, ...], device: str, precision: str, weights: str | None,
-                    search: dict[str, Any], ensemble: dict[str, Any] | None = None,
-                    language: dict[str, Any] | None = None, cls: Any = None) -> Any:
-    """Load MODEL_DIR (several: an ensemble) and check the search options and the target language
-    ({"tgt_lang": ...} or none) once, as one-line errors."""
+                    search: SearchOptions, ensemble: EnsembleKeywords | None = None,
+                    language: Languages | None = None, cls: type[Translator] | None = None) -> Translator:
+    """Load MODEL_DIR (several: an ensemble; `cls`: `Translator` or a subclass) and check the search
+    options and the target language ({"tgt_lang": ...} or none) once, as one-line errors."""
     from seq2seq.inference.translator import Translator
 
     cls = cls or Translator
@@ -224,20 +284,22 @@ def text_pipeline_options(fn: Callable) -> Callable:
     return fn
 
 
-def pipeline_steps(translator: Any, kw: dict[str, Any]) -> dict[str, Any]:
+def pipeline_steps(translator: Engine, kw: Options) -> PipelineSteps:
     """The text pipeline's steps: the `text_pipeline_options` given (popped from kw), else the model's
     defaults (`pipeline_defaults`)."""
-    from seq2seq.documents.line_translation import PIPELINE_STEPS, pipeline_defaults
+    from seq2seq.documents.line_translation import pipeline_defaults
 
-    steps = pipeline_defaults(translator)
-    for name in PIPELINE_STEPS:
-        given = kw.pop(name, None)
-        if given is not None:
-            steps[name] = given
-    return steps
+    default = pipeline_defaults(translator)
+
+    def step(name: str) -> bool:
+        given = pop_option(kw, name, bool)
+        return default[name] if given is None else given
+
+    return {"split_sentences": step("split_sentences"), "casing": step("casing"), "loop_guard": step("loop_guard"),
+            "spans": step("spans"), "markup": step("markup")}
 
 
-def text_pipeline(translator: Any, kw: dict[str, Any]) -> Callable[..., Any]:
+def text_pipeline(translator: Engine, kw: Options) -> Callable[..., list[list[Translation]]]:
     """`translate_lines` bound to the translator with its `pipeline_steps`: what `translate_stream` calls
     (its `pipeline`)."""
     from seq2seq.documents.line_translation import translate_lines

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import click
 
@@ -23,7 +23,11 @@ from seq2seq.cli.common import user_errors
 from seq2seq.text.lines import warn
 
 if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.cli.common import Languages
+    from seq2seq.config.model_section import ModelConfig
+    from seq2seq.config.search import SearchOptions
     from seq2seq.deploy.engine import CTranslate2Translator
+    from seq2seq.inference.translator import EnsembleKeywords
 
 TARGETS = ("ctranslate2", "hf")
 DEFAULT_SUBDIR = {"ctranslate2": "ctranslate2", "hf": "hf"}
@@ -102,7 +106,7 @@ def export_command(model_dir: str, out_dir: str | None, target: str, quantize: s
     click.echo(f"exported {model_dir} -> {path} ({target}{', ' + quantize if quantize else ''})")
 
 
-def _model_config(model_dir: str) -> Any:
+def _model_config(model_dir: str) -> ModelConfig | None:
     """MODEL_DIR's model config, None where there is no config.yaml (the exporter says so)."""
     from seq2seq.storage.model_dir import ModelDir
 
@@ -156,8 +160,8 @@ def engine_options(fn: Callable) -> Callable:
                              "docs/deployment.md).")(fn)
 
 
-def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequence[str], ensemble: dict[str, Any],
-                        language: dict[str, Any] | None = None) -> None:
+def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequence[str], ensemble: EnsembleKeywords,
+                        language: Languages | None = None) -> None:
     """UsageError for what the chosen engine cannot run: --engine-dir without ctranslate2, and with it an
     ensemble or a target language."""
     if engine == "torch":
@@ -171,7 +175,7 @@ def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequenc
 
 
 def load_ctranslate2(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,
-                weights: str | None, search: dict[str, Any]) -> CTranslate2Translator:
+                weights: str | None, search: SearchOptions) -> CTranslate2Translator:
     """`--engine ctranslate2`'s translator (`translate`, `serve`), its search options checked once;
     every problem as a one-line error."""
     from seq2seq.deploy.engine import CTranslate2Translator

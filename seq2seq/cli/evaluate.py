@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Mapping, Sequence
 
 import click
 
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_path, ensemble_options, ensemble_settings, languages, load_translator, model_files, model_options, output_file, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.steering import Steerer, steering_options
@@ -60,7 +60,7 @@ def _read_references(ref_paths: tuple[str, ...], n: int, other: str, what: str) 
 
 
 def _print_scores(hyps: list[str], refs: list[list[str]], names: list[str], as_json: bool,
-                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                  extra: Mapping[str, object] | None = None) -> None:
     """Score with the metrics `names` (`_metric_names`) and print (as text, or as JSON: one {"score",
     "signature"} per metric, and `extra`'s keys)."""
     from seq2seq.text.metrics import format_scores, score
@@ -71,7 +71,6 @@ def _print_scores(hyps: list[str], refs: list[list[str]], names: list[str], as_j
         click.echo(json.dumps({**scores, **(extra or {})}, indent=2))
     else:
         click.echo(format_scores(result))
-    return result
 
 
 @click.command("test")
@@ -93,16 +92,16 @@ def _print_scores(hyps: list[str], refs: list[list[str]], names: list[str], as_j
 @user_errors
 def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str, ...], output_path: str | None, metrics: str,
                  as_json: bool, progress: bool | None, device: str, precision: str, weights: str | None,
-                 batch_tokens: int, chunk_lines: int, **kw: Any) -> None:
+                 batch_tokens: int, chunk_lines: int, **kw: object) -> None:
     """Translate --src with MODEL_DIR (several: an ensemble), write the hypotheses, and score them against --ref.
 
     Each line is translated as `seq2seq translate` translates it (sentences split and cased as the model
     directory says: --split-sentences, --casing, --loop-guard)."""
-    steps = {name: kw.pop(name) for name in PIPELINE_STEPS}
+    steps: Options = {name: kw.pop(name) for name in PIPELINE_STEPS}
     names = _metric_names(metrics)
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
-    language = {"tgt_lang": kw.pop("tgt_lang")} if kw.get("tgt_lang") else {}
+    language = languages(kw)
     search = search_overrides(kw)
     output = output_path or Path(src_path).name.removesuffix(".gz") + ".hyp"
     check_output_path(output, [src_path, *ref_paths, *(steer.paths if steer else []), *model_files(model_dir, weights)])

@@ -10,7 +10,7 @@ one path per line from `-i FILE` or stdin. Exactly one output line per source, i
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
 
 import click
 
@@ -22,6 +22,8 @@ from seq2seq.cli.common import (
     load_translator,
     model_files,
     model_options,
+    pop_option,
+    pop_strings,
     output_file,
     search_options,
     search_overrides,
@@ -30,6 +32,9 @@ from seq2seq.cli.common import (
 )
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.text.lines import check_input_file, open_binary, warn
+
+if TYPE_CHECKING:
+    from seq2seq.inference.results import Translation
 
 
 def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
@@ -52,10 +57,18 @@ def _sources(files: tuple[str, ...], input_path: str | None) -> Iterator[str]:
                 yield line
 
 
+class Windows(TypedDict, total=False):
+    """How `transcribe` cuts recordings: the windows' times shown, a progress bar, the longest window."""
+
+    timestamps: bool
+    progress: bool
+    max_window_seconds: float
+
+
 def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str,
          as_json: bool, with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool,
          device: str, precision: str, weights: str | None, batch_tokens: int, chunk_lines: int,
-         **kw: Any) -> None:
+         **kw: object) -> None:
     from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
     from seq2seq.config.diagnostics import ByInput
@@ -63,25 +76,28 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
 
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
-    members = kw.pop("ensemble", ())
+    members = pop_strings(kw, "ensemble")
+    timestamps = bool(pop_option(kw, "timestamps", bool))
+    progress, max_window_seconds = pop_option(kw, "progress", bool), pop_option(kw, "max_window_seconds", float)
     search = search_overrides(kw)
     if show_attention:
         search["attention_layer"] = attention_layer
-    windows: dict[str, Any] = {}  # transcribe: how long recordings are cut
-    cls = getattr(generators, api)  # Captioner, Transcriber
+    windows: Windows = {}  # transcribe: how long recordings are cut
+    cls = {"Captioner": generators.Captioner, "Transcriber": generators.Transcriber}[api]
     if issubclass(cls, generators.Transcriber):
-        windows = {"timestamps": kw["timestamps"], "progress": show_progress(kw["progress"], output_path)}
+        windows = {"timestamps": timestamps, "progress": show_progress(progress, output_path)}
         if show_attention:  # one plot over the whole recording: one window, never cut
             windows["max_window_seconds"] = math.inf
-        elif kw["max_window_seconds"] is not None:
-            windows["max_window_seconds"] = kw["max_window_seconds"]
+        elif max_window_seconds is not None:
+            windows["max_window_seconds"] = max_window_seconds
     check_output_paths({"-o": output_path, "--show-attention": show_attention},
                        [*files, *([input_path] if input_path else []), *(steer.paths if steer else []),
                         *model_files((model_dir, *members), weights)])
     # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options: one line
     generator = load_translator((model_dir, *members), device, precision, weights, search, ensemble, cls=cls)
+    assert isinstance(generator, generators.Generator)  # (`load_translator` loads `cls`)
     nbest = generator.search_config(**search).nbest
-    emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest, kw.get("timestamps", False))
+    emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest, timestamps)
     sources = _sources(files, input_path)
     try:
         with output_file(output_path) as out:
@@ -94,7 +110,7 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                 except SourceError as e:
                     raise click.ClickException(f"--show-attention: {e}") from None
                 paths, steering = steer(paths) if steer is not None else (paths, {})
-                results = generator.generate(paths, batch_tokens=batch_tokens, **windows, **steering, **search)
+                results = generator.translate_nbest(paths, batch_tokens=batch_tokens, **windows, **steering, **search)
                 out.write(emit(paths[0], results[0]).encode("utf-8"))
                 generator.plot_attention(results[0][0], show_attention, view)
                 click.echo(f"attention plot: {show_attention}", err=True)
@@ -102,9 +118,10 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
 
             by_line = ByInput(warn)  # the warnings about one file go in its --json object too
 
-            def decode(paths: list[str], first_line: int, steering: dict[str, Any]) -> list:
-                return generator.generate(paths, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=by_line,
-                                          first_line=first_line, **windows, **steering, **search)
+            # (steering: a chunk's steering arguments as `decode_stream` hands them over from `Steerer`)
+            def decode(paths: list[str], first_line: int, steering: dict[str, Any]) -> list[list[Translation]]:
+                return generator.translate_nbest(paths, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=by_line,
+                                                 first_line=first_line, **windows, **steering, **search)
 
             decode_stream(sources, out, decode, lambda i, path, r: emit(path, r, by_line.pop(i)), chunk_lines,
                           steer=steer)
@@ -124,7 +141,7 @@ AUDIO_HELP = """
     decodes its recording whole."""
 
 
-def _audio_options(fn: Any) -> Any:
+def _audio_options(fn: Callable[..., None]) -> Callable[..., None]:
     for option in reversed([
         click.option("--max-window-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Longest window a recording is decoded in [default: the model's encoder.max_seconds if "
@@ -163,7 +180,7 @@ def _command(name: str, api: str, noun: str, summary: str, audio: bool = False) 
     @model_options
     @(_audio_options if audio else lambda fn: fn)
     @user_errors
-    def command(**kwargs: Any) -> None:
+    def command(**kwargs: Any) -> None:  # (click's keyword arguments: `_run`'s parameters)
         _run(api, **kwargs)
 
     return command

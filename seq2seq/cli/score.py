@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import sys
-from typing import Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 import click
 
@@ -22,6 +22,9 @@ from seq2seq.inference.scoring import ScoringError
 from seq2seq.text.lines import (
     check_input_file, count_lines, decoded_lines, is_regular_file, json_line, open_binary, warn,
 )
+
+if TYPE_CHECKING:
+    from seq2seq.inference.translator import Translator
 
 Pair = tuple[str, str]
 
@@ -139,8 +142,8 @@ def _backward_note(d: Diagnostic) -> Diagnostic:
     return dataclasses.replace(d, message=f"backward model (target -> source): {d.message}")
 
 
-def _score_stream(pairs: Iterator[Pair], out: BinaryIO, forward: Any, backward: Any, batch_tokens: int,
-                  chunk_lines: int, as_json: bool, normalize: bool, tgt_lang: str | None, src_lang: str | None,
+def _score_stream(pairs: Iterator[Pair], out: BinaryIO, forward: Translator, backward: Translator | None,
+                  batch_tokens: int, chunk_lines: int, as_json: bool, normalize: bool, tgt_lang: str | None, src_lang: str | None,
                   progress: bool, total: int | None) -> int:
     """Score `pairs` chunk by chunk, writing and flushing each chunk's lines before reading on; the number of
     pairs. Warnings go to stderr, and with --json those about a pair into its object too."""

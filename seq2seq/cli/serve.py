@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import click
 
@@ -89,7 +88,7 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
           max_chars: int, max_beam: int, max_phrases: int, max_len: int, max_queue: int, max_work: int,
           request_timeout: float, read_timeout: float, max_pixels: int, max_audio_seconds: float,
           api_key: str | None, allow_paths: bool, glossary: str | None, engine: str, engine_dir: str | None,
-          no_demo: bool, log_level: str, adapters: tuple[str, ...] = (), **ensemble_kw: Any) -> None:
+          no_demo: bool, log_level: str, adapters: tuple[str, ...] = (), **ensemble_kw: object) -> None:
     """Serve MODEL_DIR over HTTP until Ctrl+C or SIGTERM (requests in flight are finished first, or cut
     at --request-timeout);
     several MODEL_DIRs (or --last-checkpoints) are served as one ensemble; --engine ctranslate2 serves

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypedDict
 
 import click
 
@@ -28,6 +28,10 @@ from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
 from seq2seq.inference.steering_fields import STEERING_FIELDS
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
+
+if TYPE_CHECKING:
+    from seq2seq.cli.common import Options
+    from seq2seq.inference.glossary import Glossary
 
 def steering_options(glossary: bool = True, json_input: bool = True) -> Callable[[Callable], Callable]:
     """The steering options of a command; glossary / json_input: whether it has --glossary / --json-input
@@ -72,6 +76,19 @@ STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glos
                  "term_forms")
 
 
+LineValues = Sequence[str | None] | Sequence[Sequence[str] | None]
+"""One steering field's value for each line of a chunk: a prefix, or a list of phrases (None: none)."""
+
+
+class SharedSteering(TypedDict, total=False):
+    """The steering arguments that apply to a whole document (`Steerer.shared`), those given."""
+
+    avoid: list[str]
+    glossary: Glossary
+    terms: str
+    term_forms: str
+
+
 class Steerer:
     """Turns each chunk of input lines into the texts to translate and the steering arguments of
     `Translator.translate_nbest` for them; `close()` checks that the line-aligned files ended with
@@ -97,18 +114,23 @@ class Steerer:
         self.lines = 0
 
     @classmethod
-    def from_options(cls, kw: dict[str, Any]) -> Steerer | None:
+    def from_options(cls, kw: Options) -> Steerer | None:
         """The steerer of a command's options (popped from kw), None when none is given."""
-        given = {k: kw.pop(k) for k in STEERING_KEYS if k in kw}
-        if not any(given.values()):
+        from seq2seq.cli.common import pop_option, pop_strings
+
+        prefix_file, constraints_file = pop_option(kw, "prefix_file", str), pop_option(kw, "constraints_file", str)
+        avoid, avoid_file = pop_strings(kw, "avoid"), pop_option(kw, "avoid_file", str)
+        glossary, json_input = pop_option(kw, "glossary", str), bool(pop_option(kw, "json_input", bool))
+        terms, term_forms = pop_option(kw, "terms", str), pop_option(kw, "term_forms", str)
+        if not any((prefix_file, constraints_file, avoid, avoid_file, glossary, json_input, terms, term_forms)):
             return None
-        return cls(**given)
+        return cls(prefix_file, constraints_file, avoid, avoid_file, glossary, json_input, terms, term_forms)
 
     def __call__(self, lines: list[str]) -> tuple[list[str], dict[str, Any]]:
         """(texts, {prefix, constraints, avoid, glossary: those given}) for the next chunk of input lines."""
         first = self.lines + 1
         self.lines += len(lines)
-        per_line: dict[str, list[Any]] = {}
+        per_line: dict[str, LineValues] = {}
         for name, (path, stream) in self.files.items():
             values = list(itertools.islice(stream, len(lines)))
             if len(values) < len(lines):
@@ -118,28 +140,35 @@ class Steerer:
         texts = lines
         if self.json_input:
             texts, fields = _json_lines(lines, first)
-            for name, values in fields.items():
+            for name, given in fields.items():
                 if name in per_line:
                     raise SteeringError(f"--json-input lines hold {name!r}, and --{name}-file is given too; use one")
-                if any(v is not None for v in values):
-                    per_line[name] = values
-        avoid: Any = per_line.get("avoid")
+                if any(v is not None for v in given):
+                    per_line[name] = given
+        avoid = per_line.get("avoid")
         if self.avoid:
             avoid = [self.avoid + list(a or []) for a in avoid] if avoid is not None else self.avoid
         steering = {"prefix": per_line.get("prefix"), "constraints": per_line.get("constraints"), "avoid": avoid,
                     "glossary": self.glossary, "terms": self.terms, "term_forms": self.term_forms}
         return texts, {k: v for k, v in steering.items() if v is not None}
 
-    def shared(self, what: str) -> dict[str, Any]:
+    def shared(self, what: str) -> SharedSteering:
         """The steering arguments that apply to a whole document (`what` says which: "--format html"):
         banned phrases, glossary, terms; a line-aligned file or --json-input is refused with it."""
         if self.files or self.json_input:
             given = next(iter(self.files.values()))[0] if self.files else "--json-input"
             raise SteeringError(f"{given} steers line by line; {what} translates a document whole (give "
                                 "--avoid, --glossary or --terms, which apply to the whole document)")
-        steering = {"avoid": self.avoid or None, "glossary": self.glossary, "terms": self.terms,
-                    "term_forms": self.term_forms}
-        return {k: v for k, v in steering.items() if v is not None}
+        steering: SharedSteering = {}
+        if self.avoid:
+            steering["avoid"] = self.avoid
+        if self.glossary is not None:
+            steering["glossary"] = self.glossary
+        if self.terms is not None:
+            steering["terms"] = self.terms
+        if self.term_forms is not None:
+            steering["term_forms"] = self.term_forms
+        return steering
 
     def close(self) -> None:
         """SteeringError naming a line-aligned file that has more lines than the input."""
@@ -153,7 +182,7 @@ class Steerer:
                 handle.close()
 
 
-def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, list[Any]]]:
+def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, LineValues]]:
     """The texts and per-line steering fields of a chunk of --json-input lines, each line one input in its
     JSON form (`seq2seq.inference.inputs.read_input`, as the server reads an item of "texts"; a blank
     line is an empty text)."""

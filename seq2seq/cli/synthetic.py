@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 import click
 
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_path, ensemble_options, ensemble_settings, load_translator,
-    model_files, model_options, search_options, search_overrides, show_progress, user_errors,
+    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_path, ensemble_options, ensemble_settings,
+    load_translator, model_files, model_options, pop_option, pop_required, search_options, search_overrides,
+    show_progress, user_errors,
 )
 from seq2seq.corpora.translation import (
     CORPUS_FILE, METHODS, PARTIAL, SRC_FILE, STATE_FILE, SUMMARY_FILE, TGT_FILE,
@@ -20,6 +21,8 @@ from seq2seq.text.lines import check_input_file, count_lines, is_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.root import Config
+    from seq2seq.corpora.noise import WordNoise
+    from seq2seq.inference.translator import Translator
     from seq2seq.config.tokenizer_section import TokenizerConfig
 
 SAMPLING = ("topk", "topp", "temperature")
@@ -51,25 +54,38 @@ def corpus_options(fn: Callable) -> Callable:
     return fn
 
 
+class CorpusEntry(TypedDict, total=False):
+    """What corpus.yaml says of a synthetic corpus besides its files (a `CorpusConfig`'s fields)."""
+
+    src_lang: str | None
+    tgt_lang: str | None
+    weight: float
+    tag: str | None
+
+
 def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str, method: str,
-         corpus_of: Callable[[Any], dict[str, Any]], kw: dict[str, Any], noise: Any = None,
-         inputs: tuple[str, ...] = ()) -> tuple[Any, dict]:
+         corpus_of: Callable[[Translator], CorpusEntry], kw: Options, noise: WordNoise | None = None,
+         inputs: tuple[str, ...] = ()) -> tuple[Translator, dict[str, object]]:
     """Load the model(s), check the options, translate; returns (translator, summary).
     corpus_of(translator): what corpus.yaml says besides the files; it may refuse (LanguageError).
     inputs: the command's other input files, which no file written into output_dir may be."""
     from seq2seq.config.data_section import CorpusConfig
+    from seq2seq.corpora.noise import WordNoise
     from seq2seq.corpora.translation import CorpusJob, translate_corpus
     from seq2seq.corpora.fingerprint import model_fingerprint
     from seq2seq.text.languages import LanguageError
     from seq2seq.text.lines import warn
 
     ensemble = ensemble_settings(kw)
-    tgt_lang = kw.pop("tgt_lang", None)
-    device, precision, weights = kw.pop("device"), kw.pop("precision"), kw.pop("weights")
-    batch_tokens, chunk_lines, progress = kw.pop("batch_tokens"), kw.pop("chunk_lines"), kw.pop("progress")
-    max_len, max_ratio = kw.pop("max_len"), kw.pop("max_ratio")
+    tgt_lang = pop_option(kw, "tgt_lang", str)
+    device, precision = pop_required(kw, "device", str), pop_required(kw, "precision", str)
+    weights = pop_option(kw, "weights", str)
+    batch_tokens, chunk_lines = pop_required(kw, "batch_tokens", int), pop_required(kw, "chunk_lines", int)
+    progress = pop_option(kw, "progress", bool)
+    max_len, max_ratio = pop_option(kw, "max_len", int), pop_required(kw, "max_ratio", float)
     search = search_overrides(kw)
-    seed = search.pop("seed", 1)
+    seed = search.pop("seed", None)
+    seed = 1 if seed is None else seed
     if search.pop("sample", False):
         raise click.UsageError("--sample: choose sampling with --method sample" if kind == "back" else
                                "--sample: distillation translates with beam search (or --greedy)")
@@ -86,10 +102,10 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
     try:
         corpus = corpus_of(translator)
         CorpusConfig(train_src=SRC_FILE, train_tgt=TGT_FILE, **corpus).check("the corpus entry")
-        job = CorpusJob(input=input_path, output_dir=output_dir, direction=kind, method=method, search=search,
+        job = CorpusJob(input=input_path, output_dir=output_dir, direction=kind, method=method, search=dict(search),
                         seed=seed, chunk_lines=chunk_lines, batch_tokens=batch_tokens, max_len=max_len,
-                        max_ratio=max_ratio, tgt_lang=tgt_lang, corpus=corpus,
-                        **({"noise": noise} if noise is not None else {}))
+                        max_ratio=max_ratio, tgt_lang=tgt_lang, corpus=dict(corpus),
+                        noise=noise if noise is not None else WordNoise())
         translator.search_config(**job.search_options())
     except (LanguageError, ValueError) as e:
         raise click.ClickException(str(e)) from None
@@ -103,7 +119,7 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
     return translator, summary
 
 
-def _check_languages(translator: Any, lang: str | None, flag: str) -> None:
+def _check_languages(translator: Translator, lang: str | None, flag: str) -> None:
     """LanguageError when a member that names its source languages does not translate from `lang`."""
     from seq2seq.text.languages import check_source_language
 
@@ -113,7 +129,7 @@ def _check_languages(translator: Any, lang: str | None, flag: str) -> None:
         check_source_language(member.config, lang, str(member.path), flag)
 
 
-def _synthetic_language(translator: Any, tgt_lang: str | None) -> str | None:
+def _synthetic_language(translator: Translator, tgt_lang: str | None) -> str | None:
     """The language the reverse model writes: --tgt-lang, else its one target language if it names one."""
     if tgt_lang:
         return tgt_lang
@@ -142,7 +158,7 @@ def _synthetic_language(translator: Any, tgt_lang: str | None) -> str | None:
 @corpus_options
 @user_errors
 def back_translate(model_dir: tuple[str, ...], input_path: str, output_dir: str, method: str, tag: str | None,
-                   mono_lang: str | None, weight: float, noise_rates: str, filler: str, **kw: Any) -> None:
+                   mono_lang: str | None, weight: float, noise_rates: str, filler: str, **kw: object) -> None:
     """Back-translate a monolingual file with REVERSE MODEL_DIR (several: an ensemble) into a parallel
     corpus: synthetic source = the model's translation, target = the monolingual line.
 
@@ -160,13 +176,15 @@ def back_translate(model_dir: tuple[str, ...], input_path: str, output_dir: str,
     except ValueError as e:
         raise click.UsageError(f"--noise {noise_rates} --filler {filler}: {e} (give DELETE,BLANK,SHIFT, e.g. "
                                "0.1,0.1,3, and a one-word filler)") from None
-    tgt_lang = kw.get("tgt_lang")
+    given = kw.get("tgt_lang")
+    tgt_lang = given if isinstance(given, str) else None  # (--tgt-lang: a string or unset)
 
-    def corpus_of(translator: Any) -> dict[str, Any]:
+    def corpus_of(translator: Translator) -> CorpusEntry:
         _check_languages(translator, mono_lang, "--mono-lang")
         synthetic = _synthetic_language(translator, tgt_lang)
-        langs = {"src_lang": synthetic, "tgt_lang": mono_lang} if synthetic and mono_lang else {}
-        return {**langs, "weight": weight, "tag": tag}
+        entry: CorpusEntry = {"src_lang": synthetic, "tgt_lang": mono_lang} if synthetic and mono_lang else {}
+        entry.update({"weight": weight, "tag": tag})
+        return entry
 
     _run("back", model_dir, input_path, output_dir, method, corpus_of, kw, noise)
 
@@ -185,7 +203,7 @@ def back_translate(model_dir: tuple[str, ...], input_path: str, output_dir: str,
 @corpus_options
 @user_errors
 def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_lang: str | None,
-            student_config: str | None, references: str | None, **kw: Any) -> None:
+            student_config: str | None, references: str | None, **kw: object) -> None:
     """Sequence-level knowledge distillation (Kim & Rush 2016): translate the training sources with
     TEACHER MODEL_DIR (several: an ensemble) by beam search (--beam, default 5), into a corpus of
     (source line, teacher translation) pairs to train a smaller, faster student on.
@@ -203,9 +221,10 @@ def distill(model_dir: tuple[str, ...], input_path: str, output_dir: str, src_la
         check_student_tokenizer(student.tokenizer, student_config, model_dir[0], output_dir)
     if references is not None:
         check_references(input_path, references, student_config)
-    tgt_lang = kw.get("tgt_lang")
+    given = kw.get("tgt_lang")
+    tgt_lang = given if isinstance(given, str) else None  # (--tgt-lang: a string or unset)
 
-    def corpus_of(translator: Any) -> dict[str, Any]:
+    def corpus_of(translator: Translator) -> CorpusEntry:
         _check_languages(translator, src_lang, "--src-lang")
         target = _synthetic_language(translator, tgt_lang)
         return {"src_lang": src_lang, "tgt_lang": target} if src_lang and target else {}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Mapping
 
 import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, ensemble_options, ensemble_settings, load_translator, model_files, model_options, output_file, pipeline_steps, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_paths, ensemble_options, ensemble_settings, load_translator, languages, model_files, model_options, output_file, pipeline_steps, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.deploy import check_engine_choice, engine_options, load_ctranslate2
@@ -17,6 +17,9 @@ from seq2seq.documents.formats import FORMAT_NAMES, format_of_path, read_documen
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
 from seq2seq.inference.engine import Engine
+
+if TYPE_CHECKING:
+    from seq2seq.config.search import SearchOptions
 from seq2seq.text.lines import (
     check_input_file, count_lines, decoded_lines, is_regular_file, open_binary, std_binary, warn,
 )
@@ -56,7 +59,7 @@ from seq2seq.text.lines import (
 def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbest_format: str | None, scores: bool, as_json: bool,
               doc_format: str | None, alignment: bool, show_attention: str | None, attention_layer: int, engine: str, engine_dir: str | None,
               progress: bool | None, device: str, precision: str, weights: str | None, batch_tokens: int,
-              chunk_lines: int, **kw: Any) -> None:
+              chunk_lines: int, **kw: object) -> None:
     """Translate text with MODEL_DIR (several: an ensemble): one output line per input line, in order.
 
     Reads stdin (or -i FILE) and writes stdout (or -o FILE), translating CHUNK_LINES lines at a
@@ -65,10 +68,10 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     directory says (--split-sentences, --casing, --loop-guard; docs/documents.md). An HTML, XML or
     Markdown document (--format, or by its file name) is read whole and written back whole.
     """
-    steps = {name: kw.pop(name) for name in PIPELINE_STEPS}
+    steps: Options = {name: kw.pop(name) for name in PIPELINE_STEPS}
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
-    language = {k: v for k in ("tgt_lang", "src_lang") if (v := kw.pop(k, None))}
+    language = languages(kw)
     search = search_overrides(kw)
     if alignment and not as_json:
         raise click.UsageError("--alignment adds the attention to --json output; add --json")
@@ -142,7 +145,7 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
 
 
 def _check_document_options(doc_format: str, nbest_format: str | None, scores: bool, as_json: bool, alignment: bool,
-                            show_attention: str | None, search: dict[str, Any]) -> None:
+                            show_attention: str | None, search: SearchOptions) -> None:
     """A document is written back whole: the options of line-by-line output are refused with it."""
     given = [flag for flag, on in (("--nbest-format", nbest_format), ("--scores", scores), ("--json", as_json),
                                    ("--alignment", alignment), ("--show-attention", show_attention),
@@ -153,7 +156,7 @@ def _check_document_options(doc_format: str, nbest_format: str | None, scores: b
 
 
 def _translate_interactively(out: BinaryIO, pipeline: Callable[..., list], emit: Callable[[int, list], str],
-                             show_attention: str | None, search: dict[str, Any],
+                             show_attention: str | None, search: Mapping[str, object],
                              batch_tokens: int, steer: Steerer | None) -> None:
     """Prompt "> " on stderr, translate each line typed, until end of input."""
 

@@ -13,9 +13,15 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any
+from typing import Any, TypeAlias
 
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
+
+
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+"""Any value JSON holds, as `json.loads` returns it: code that reads one narrows it (`isinstance`) before use."""
+JSONObject: TypeAlias = "dict[str, JSONValue]"
+"""A JSON object: a request, a metadata file, a report."""
 
 
 class JSONLimitError(json.JSONDecodeError, Seq2SeqError):

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence, overload
+from typing import TYPE_CHECKING, Iterator, NotRequired, Sequence, TypedDict, TypeVar, cast, overload
 
 import numpy as np
 import torch
 
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model.encoders.text_processor import pad_sequences, round_up
+
+if TYPE_CHECKING:
+    import datasets
 
 Lengths = Sequence[int] | np.ndarray  # a length per row: a list, or an integer array
 
@@ -49,7 +52,7 @@ class Batch:
         weigh more: `seq2seq.data.terminology.term_token_weights`); None: all 1.
     """
 
-    src: Any
+    src: object  # what the model's encoder reads (`SourceProcessor.collate`): passed to it as it is
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     n_tgt_tokens: int
@@ -83,26 +86,40 @@ class Batch:
             else (len(self), self.tgt_in.size(1))
 
 
-def _pinned(x: Any) -> Any:
+T = TypeVar("T")
+
+
+def _pinned(x: T) -> T:
+    """`x` with every tensor in it (inside dicts, lists and tuples too) in page-locked memory: the same
+    structure, so of the same type."""
+    return cast(T, _pinned_tensors(x))
+
+
+def _pinned_tensors(x: object) -> object:
     if isinstance(x, torch.Tensor):
         return x.pin_memory()
     if isinstance(x, dict):
-        return {k: _pinned(v) for k, v in x.items()}
+        return {k: _pinned_tensors(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_pinned(v) for v in x)
+        return type(x)(_pinned_tensors(v) for v in x)
     return x
 
 
-def to_device(x: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
-    """`x` with every tensor in it (inside dicts, lists, tuples and dataclasses too) moved to `device`."""
+def to_device(x: T, device: torch.device | str, non_blocking: bool = False) -> T:
+    """`x` with every tensor in it (inside dicts, lists, tuples and dataclasses too) moved to `device`:
+    the same structure, so of the same type."""
+    return cast(T, _moved(x, device, non_blocking))
+
+
+def _moved(x: object, device: torch.device | str, non_blocking: bool) -> object:
     if isinstance(x, torch.Tensor):
         return x.to(device, non_blocking=non_blocking)
     if isinstance(x, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in x.items()}
+        return {k: _moved(v, device, non_blocking) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(to_device(v, device, non_blocking) for v in x)
+        return type(x)(_moved(v, device, non_blocking) for v in x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return dataclasses.replace(x, **{f.name: to_device(getattr(x, f.name), device, non_blocking)
+        return dataclasses.replace(x, **{f.name: _moved(getattr(x, f.name), device, non_blocking)
                                          for f in dataclasses.fields(x) if f.init})
     return x
 
@@ -134,7 +151,7 @@ def make_target(
     return tgt_in, tgt_out
 
 
-def teacher_forced(src: Any, tgt_ids: Sequence[Sequence[int]], indices: Sequence[int], pad_id: int = PAD_ID,
+def teacher_forced(src: object, tgt_ids: Sequence[Sequence[int]], indices: Sequence[int], pad_id: int = PAD_ID,
                    bos_id: int = BOS_ID, eos_id: int = EOS_ID, multiple: int = 1) -> Batch:
     """A Batch of an encoder input `src` and the rows' target ids: tgt_in/tgt_out (`make_target`), the
     count and the flat positions of the target's real tokens."""
@@ -144,8 +161,17 @@ def teacher_forced(src: Any, tgt_ids: Sequence[Sequence[int]], indices: Sequence
                  target_positions=positions)
 
 
+class TextRow(TypedDict):
+    """A text example as `collate_text` reads it: its source ids (ending in EOS), its target ids, and
+    its dataset row (`IndexedRows` adds it)."""
+
+    src_ids: Sequence[int]
+    tgt_ids: Sequence[int]
+    index: NotRequired[int]
+
+
 def collate_text(
-    rows: Sequence[dict[str, Any]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+    rows: Sequence[TextRow], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
     multiple: int = 1,
 ) -> Batch:
     """Rows with "src_ids" (already ending in EOS) and "tgt_ids" -> Batch (lengths padded up to a
@@ -162,18 +188,20 @@ class IndexedRows(torch.utils.data.Dataset):
     """A `datasets.Dataset` view for torch's DataLoader: rows carry their "index", and a whole
     batch of rows is fetched with one call (`__getitems__`)."""
 
-    def __init__(self, ds: Any, columns: Sequence[str] = ("src_ids", "tgt_ids")) -> None:
-        self.ds = ds.select_columns(list(columns))
+    def __init__(self, ds: datasets.Dataset) -> None:
+        self.ds = ds.select_columns(["src_ids", "tgt_ids"])
 
     def __len__(self) -> int:
         return len(self.ds)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return {**self.ds[int(i)], "index": int(i)}
+    def __getitem__(self, i: int) -> TextRow:
+        row = self.ds[int(i)]
+        return TextRow(src_ids=row["src_ids"], tgt_ids=row["tgt_ids"], index=int(i))
 
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+    def __getitems__(self, indices: list[int]) -> list[TextRow]:
         cols = self.ds[[int(i) for i in indices]]
-        return [{**{k: v[j] for k, v in cols.items()}, "index": int(i)} for j, i in enumerate(indices)]
+        return [TextRow(src_ids=src, tgt_ids=tgt, index=int(i))
+                for src, tgt, i in zip(cols["src_ids"], cols["tgt_ids"], indices)]
 
 
 class PackedBatches(Sequence[list[int]]):

@@ -27,7 +27,6 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -109,12 +108,12 @@ def read_source_table(path: str | Path, cfg: DataConfig, noun: str = "source") -
 
 
 def load_sources(paths: list[str], processor: SourceProcessor, policy: str = "fail", noun: str = "source",
-                 desc: str = "loading") -> tuple[dict[str, Any], list[str]]:
+                 desc: str = "loading") -> tuple[dict[str, object], list[str]]:
     """Load each distinct path once: ({path: example}, [messages of the files that failed]).
 
     policy "fail": raise DataError with the number of bad files, the first messages and the way
     to skip them; "skip": return the failures for the caller to drop and log."""
-    examples: dict[str, Any] = {}
+    examples: dict[str, object] = {}
     bad: list[str] = []
     unique = list(dict.fromkeys(paths))
     for path in tqdm(unique, desc=desc, unit=noun.split()[0], leave=False, disable=None):
@@ -141,7 +140,7 @@ class MediaSplit:
     paths: list[str]
     texts: list[str]
     tgt_ids: list[list[int]]
-    examples: dict[str, Any]
+    examples: dict[str, object]
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -158,7 +157,7 @@ class MediaData:
 
 
 def _load_split(name: str, table: str, cfg: DataConfig, processor: SourceProcessor,
-                report: Counter) -> tuple[list[SourceRow], dict[str, Any]]:
+                report: Counter) -> tuple[list[SourceRow], dict[str, object]]:
     noun = processor.kind.noun
     rows = read_source_table(table, cfg, noun)
     examples, bad = load_sources([r.path for r in rows], processor, cfg.bad_sources, noun, f"loading {name}")
@@ -190,7 +189,7 @@ def prepare_media(cfg: DataConfig, tok_cfg: TokenizerConfig, processor: SourcePr
     report: Counter = Counter()
     train_rows, train_examples = _load_split("train", cfg.train, cfg, processor, report)
     valid_rows: list[SourceRow] = []
-    valid_examples: dict[str, Any] = {}
+    valid_examples: dict[str, object] = {}
     if cfg.valid is not None:
         valid_rows, valid_examples = _load_split("valid", cfg.valid, cfg, processor, report)
     if cfg.lowercase:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, Iterator, TypeVar
 
 from seq2seq.data.batching import Batch, TokenBatchSampler
 
@@ -78,7 +78,11 @@ class _Failure:
         self.error = error
 
 
-_END = object()
+class _End:
+    """What the producer queues after the last item (`_END`, its one instance)."""
+
+
+_END = _End()
 
 
 class Prefetcher(Generic[T]):
@@ -91,7 +95,7 @@ class Prefetcher(Generic[T]):
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         self.items, self.prepare = items, prepare
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.queue: queue.Queue[T | _Failure | _End] = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._produce, name="seq2seq-prefetch", daemon=True)
         self.thread.start()
@@ -107,7 +111,7 @@ class Prefetcher(Generic[T]):
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
             self._put(_Failure(e))
 
-    def _put(self, item: Any) -> bool:
+    def _put(self, item: T | _Failure | _End) -> bool:
         """Queue `item`, waiting for room; False when the prefetcher was closed meanwhile."""
         while not self.stopping.is_set():
             try:
@@ -122,7 +126,7 @@ class Prefetcher(Generic[T]):
 
     def __next__(self) -> T:
         item = self.queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             self.queue.put(_END)  # every later call ends too
             raise StopIteration
         if isinstance(item, _Failure):

@@ -12,11 +12,12 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import datasets
 
 from seq2seq.config import json_reader
+from seq2seq.config.json_reader import JSONObject, JSONValue
 from seq2seq.config.diagnostics import Seq2SeqError
 
 
@@ -24,7 +25,7 @@ class DataError(Seq2SeqError, ValueError):
     """A data problem a user can fix; the message names the file and line (1-based) or column."""
 
 
-def _hash(obj: Any) -> str:
+def _hash(obj: object) -> str:
     """Hex digest of a JSON-serialisable object (cache keys and dataset fingerprints)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
@@ -249,7 +250,7 @@ def _delimited_pairs(path: Path, delimiter: str, src_column: str, tgt_column: st
         raise DataError(f"{path} has a header but no data rows")
 
 
-def _pair_from_row(row: dict[str, Any], src_column: str, tgt_column: str, where: str) -> tuple[Any, Any]:
+def _pair_from_row(row: Mapping[str, object], src_column: str, tgt_column: str, where: str) -> tuple[object, object]:
     """(src, tgt) from a dict row, direct columns or translation-style {"translation": {lang: text}}."""
     if src_column in row and tgt_column in row:
         return row[src_column], row[tgt_column]
@@ -261,7 +262,7 @@ def _pair_from_row(row: dict[str, Any], src_column: str, tgt_column: str, where:
     raise DataError(f"{where}: column '{missing}' not found; available columns: {', '.join(available)}")
 
 
-def _as_text(value: Any, where: str) -> str:
+def _as_text(value: object, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -269,7 +270,7 @@ def _as_text(value: Any, where: str) -> str:
     return value.strip()
 
 
-def jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+def jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[tuple[str, JSONObject]]:
     """(where, object) for each non-blank line of a JSONL file's lines; DataError naming the line for
     invalid JSON or a line that is not an object."""
     for i, line in enumerate(lines, start=1):
@@ -277,7 +278,7 @@ def jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[tuple[str, dict[str
             continue
         where = f"{path}, line {i}"
         try:
-            row = json_reader.loads(line)
+            row: JSONValue = json_reader.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: invalid JSON ({e.msg})") from None
         if not isinstance(row, dict):

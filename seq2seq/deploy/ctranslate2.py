@@ -27,20 +27,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from seq2seq.config import to_dict
-from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require, weights_digest, write_export_info
+from seq2seq.deploy.staging import ExportError, ExportInfo, Staging, prepare_output, require, weights_digest, write_export_info
 from seq2seq.deploy.tensors import check_text_model, model_tensors, vocabulary
 from seq2seq.storage.model_dir import LoadedModel, ModelDir, load_model_dir
 from seq2seq.text.languages import model_languages
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
+if TYPE_CHECKING:  # (ctranslate2 ships no type information: mypy leaves these names unchecked)
+    from ctranslate2.specs import common_spec, model_spec, transformer_spec
+
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 INT8_WEIGHT_BITS = 7  # see the module docstring: no 16-bit saturation on CPUs without VNNI
 
 
-def quantize_spec_int8(spec: Any, quantization: str, bits: int = INT8_WEIGHT_BITS) -> None:
+def quantize_spec_int8(spec: model_spec.ModelSpec, quantization: str, bits: int = INT8_WEIGHT_BITS) -> None:
     """Quantize `spec`'s weights in place for an int8 `quantization`, as CTranslate2 would but with
     `bits`-bit integers: each weight that has a scale ([N, K], one scale per row: w ~ q / scale) becomes
     int8 in [-(2^(bits-1) - 1), 2^(bits-1) - 1]; the other float variables take the float type the
@@ -51,7 +54,7 @@ def quantize_spec_int8(spec: Any, quantization: str, bits: int = INT8_WEIGHT_BIT
     qmax = 2 ** (bits - 1) - 1
     float_type = {"int8": None, "int8_float32": None, "int8_float16": "float16", "int8_bfloat16": "bfloat16"}[quantization]
 
-    def visit(layer: Any, name: str, value: Any) -> None:
+    def visit(layer: model_spec.LayerSpec, name: str, value: object) -> None:
         if not isinstance(value, model_spec.Variable) or value.is_scalar() or value.dtype != "float32":
             return
         key = name.split("/")[-1]
@@ -67,7 +70,7 @@ def quantize_spec_int8(spec: Any, quantization: str, bits: int = INT8_WEIGHT_BIT
     model_spec.visit_spec(spec, visit)
 
 
-def ctranslate2_spec(loaded: LoadedModel) -> Any:
+def ctranslate2_spec(loaded: LoadedModel) -> transformer_spec.TransformerSpec:
     """The `ctranslate2.specs.TransformerSpec` of a loaded model, vocabularies registered."""
     require("ctranslate2")
     from ctranslate2.specs import common_spec, transformer_spec
@@ -83,11 +86,11 @@ def ctranslate2_spec(loaded: LoadedModel) -> Any:
         activation=activation, alignment_layer=-1, alignment_heads=cfg.heads,
     )
 
-    def linear(dst: Any, prefix: str, rows: slice = slice(None)) -> None:
+    def linear(dst: common_spec.LinearSpec, prefix: str, rows: slice = slice(None)) -> None:
         dst.weight = w[f"{prefix}.weight"][rows]
         dst.bias = w[f"{prefix}.bias"][rows]
 
-    def norm(dst: Any, prefix: str) -> None:
+    def norm(dst: common_spec.LayerNormSpec, prefix: str) -> None:
         dst.gamma = w[f"{prefix}.weight"]
         dst.beta = w[f"{prefix}.bias"]
 
@@ -169,7 +172,7 @@ def export_ctranslate2(
     from ctranslate2.converters import Converter
 
     class _Converter(Converter):
-        def _load(self) -> Any:
+        def _load(self) -> transformer_spec.TransformerSpec:
             return spec
 
     with Staging(out) as tmp:
@@ -178,17 +181,17 @@ def export_ctranslate2(
             os.replace(f, tmp / f.name)
         (tmp / "ct2").rmdir()
         loaded.tokenizers.save(tmp)
-        info = {
-            "ctranslate2": ct2.__version__,
-            "quantization": quantize or "float32",
-            **({"weight_bits": INT8_WEIGHT_BITS} if int8 else {}),
+        info: ExportInfo = {"ctranslate2": ct2.__version__, "quantization": quantize or "float32"}
+        if int8:
+            info["weight_bits"] = INT8_WEIGHT_BITS
+        info.update({
             "model_dir": str(model_dir.resolve()),
             "weights": str(weights_path.resolve()),
             "weights_sha256": weights_digest(weights_path),
             "tokenizer": loaded.tokenizers.files,
             "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "config": to_dict(loaded.config),
-        }
+        })
         write_export_info(tmp, info)
     return out
 

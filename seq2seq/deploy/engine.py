@@ -60,7 +60,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.data.batching import length_batches
@@ -73,6 +73,9 @@ from seq2seq.model.encoders.base import SourceProcessor, source_processor
 from seq2seq.text.languages import LanguageError
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from seq2seq.inference.results import Translation
+
+if TYPE_CHECKING:  # (ctranslate2 ships no type information: mypy leaves its names unchecked)
+    from ctranslate2 import TranslationResult
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +120,7 @@ class CTranslate2Translator(Engine):
                  seed: int | None = None) -> None:
         ct2 = require("ctranslate2")
         self.path = Path(path)
-        info = read_export_info(self.path)
-        self.info = info
-        self.config = info["config"]
+        self.info, self.config = read_export_info(self.path)
         self.defaults: SearchConfig = self.config.decoding
         self.tokenizers = TokenizerPair.load(self.path)
         device, _, index = device.partition(":")
@@ -154,7 +155,7 @@ class CTranslate2Translator(Engine):
         ignored)."""
         if precision not in COMPUTE_TYPES:
             raise ValueError(f"precision must be one of {', '.join(COMPUTE_TYPES)}, got {precision!r}")
-        if precision == "int8" and device == "cpu" and read_export_info(Path(path)).get("weight_bits") is None:
+        if precision == "int8" and device == "cpu" and read_export_info(Path(path))[0].get("weight_bits") is None:
             log.warning("precision int8 on an export that is not int8: CTranslate2 quantizes its weights to 8 bits "
                         "when loading, which can lose much quality on CPUs without VNNI (most AVX2 ones); "
                         "export with `seq2seq export --quantize int8` (7-bit weights) instead")
@@ -314,7 +315,7 @@ class CTranslate2Translator(Engine):
         return offsets
 
     @staticmethod
-    def _pairs(result: Any, offset: float) -> list[tuple[list[str], float]]:
+    def _pairs(result: TranslationResult, offset: float) -> list[tuple[list[str], float]]:
         return [(tokens, score - offset) for tokens, score in zip(result.hypotheses, result.scores)]
 
     def _generated_blocked(self, hypotheses: list[list[str]]) -> bool:
@@ -322,7 +323,7 @@ class CTranslate2Translator(Engine):
 
     def _run(self, batch: list[list[str]], cfg: SearchConfig, max_length: int, keep_all: bool = False,
              suppress: bool = False, prefixes: list[list[str] | None] | None = None,
-             avoid: list[list[str]] | None = None) -> list[Any]:
+             avoid: list[list[str]] | None = None) -> list[TranslationResult]:
         """translate_batch with our search. keep_all (a search that reaches max_length): patience 2, so
         that the hypotheses finishing at the last step are all returned (CTranslate2's stopping
         rule only changes after `beam` have finished, which such a search never reaches earlier).
@@ -330,7 +331,7 @@ class CTranslate2Translator(Engine):
         probabilities, which ours does not: the scores are then slightly higher than ours).
         prefixes: each source's target prefix (None: none); avoid: phrases never generated."""
         suppressed = (self._blocked if suppress else []) + list(avoid or [])
-        options: dict[str, Any] = dict(
+        options: dict[str, object] = dict(
             max_batch_size=CT2_BATCH, max_input_length=0, max_decoding_length=max_length,
             min_decoding_length=min(cfg.min_len, max_length), no_repeat_ngram_size=cfg.no_repeat_ngram,
             return_scores=True, **({"suppress_sequences": suppressed} if suppressed else {}),

@@ -30,7 +30,7 @@ def stale_export_warning(model_dir: str | Path, export_dir: Path) -> str | None:
     weights = ModelDir(model_dir).weights_path
     if not weights.is_file() or Path(model_dir).resolve() == export_dir.resolve():
         return None
-    info = read_export_info(export_dir)
+    info = read_export_info(export_dir)[0]
     if info.get("weights") != str(weights.resolve()):
         return None  # exported from other weights on purpose (e.g. averaged checkpoints)
     if info.get("weights_sha256") != weights_digest(weights):

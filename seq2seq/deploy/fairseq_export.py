@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -47,7 +47,8 @@ from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 from seq2seq.text.tokenizer import JOINT_MODEL, TokenizerPair
 
 if TYPE_CHECKING:  # an optional dependency (the export extra)
-    from transformers import PreTrainedModel
+    from ctranslate2.specs import TransformerSpec
+    from transformers import M2M100Config, MBartConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 FAMILY_DIR = "hf_family"  # in a model directory: what import-hf kept of the original
 IDS_FILE = "seq2seq_ids.json"
@@ -64,7 +65,7 @@ def family_of(m: ModelConfig) -> str:
 
 def family_problems(m: ModelConfig, kind: str) -> list[str]:
     """`model.key: value` phrases for each option the family `kind` does not compute."""
-    wanted: dict[str, Any] = {"norm": "pre", "position_offset": 2, "decoder_start": "eos"}
+    wanted: dict[str, object] = {"norm": "pre", "position_offset": 2, "decoder_start": "eos"}
     if kind == "mbart":
         wanted.update(positions="learned", embedding_norm=True)
     else:
@@ -93,7 +94,16 @@ def keep_family_files(hf_dir: Path, model_dir: Path, ids: list[int], tokenizer_c
                                         "ids": ids})
 
 
-def _family_files(loaded: LoadedModel, model_dir: Path) -> tuple[str, dict[str, Any], Path]:
+class FamilyIds(TypedDict):
+    """hf_family/seq2seq_ids.json: the tokenizer class, the digest of the SentencePiece model import-hf
+    made, and their id of each of our ids."""
+
+    tokenizer_class: str
+    tokenizer_sha256: str
+    ids: list[int]
+
+
+def _family_files(loaded: LoadedModel, model_dir: Path) -> tuple[str, FamilyIds, Path]:
     """(config.json's model_type, seq2seq_ids.json, hf_family/) of a model the family can express;
     ExportError naming the option, or the missing or outdated hf_family/."""
     m = loaded.config.model
@@ -107,7 +117,7 @@ def _family_files(loaded: LoadedModel, model_dir: Path) -> tuple[str, dict[str, 
         raise ExportError(f"{model_dir} has no {FAMILY_DIR}/{IDS_FILE} (the family's config, tokenizer files and id "
                           f"map that import-hf keeps): only a model imported from an M2M100 / NLLB / mBART "
                           f"directory is exported as one")
-    info = read_json(kept / IDS_FILE)
+    info: FamilyIds = read_json(kept / IDS_FILE)
     original = read_json(kept / "config.json")
     if original.get("model_type") != kind:
         raise ExportError(f"{kept / 'config.json'}: model_type {original.get('model_type')!r}, but the model's "
@@ -121,7 +131,7 @@ def _family_files(loaded: LoadedModel, model_dir: Path) -> tuple[str, dict[str, 
     return kind, info, kept
 
 
-def _config(loaded: LoadedModel, kind: str, kept: Path, tokenizer_class: str) -> Any:
+def _config(loaded: LoadedModel, kind: str, kept: Path, tokenizer_class: str) -> MBartConfig | M2M100Config:
     """The original config.json with the model's sizes and dropouts, and the tokenizer class
     (CTranslate2 reads mBART-50's decoder start from it)."""
     import transformers
@@ -175,8 +185,8 @@ def family_model(loaded: LoadedModel, model_dir: Path) -> tuple[PreTrainedModel,
         for side in ("encoder", "decoder"):
             for part in ("weight", "bias"):
                 new[f"model.{side}.layernorm_embedding.{part}"] = state[f"{side}.embed.norm.{part}"]
-    cls = transformers.MBartForConditionalGeneration if kind == "mbart" else transformers.M2M100ForConditionalGeneration
-    model = cls(config).eval()
+    model = (transformers.MBartForConditionalGeneration(config) if isinstance(config, transformers.MBartConfig)
+             else transformers.M2M100ForConditionalGeneration(config)).eval()  # (`_config`: the kind's class)
     own = model.state_dict()
     missing = [k for k in own if k not in new and k != "final_logits_bias"]
     if missing:
@@ -224,11 +234,12 @@ def export_family_hf(model_dir: str | Path, out_dir: str | Path, weights: str | 
     return out
 
 
-def family_vocabulary(tokenizer: Any, size: int) -> list[str]:
+def family_vocabulary(tokenizer: PreTrainedTokenizerBase, size: int) -> list[str]:
     """Their token of each of their ids, as CTranslate2's vocabulary: the tokenizer's, with the ids it
     has no token of its own for (M2M100's madeup words, read as <unk>) named `madeupwordN` as
     CTranslate2's converter names them."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+    assert isinstance(tokens, list)  # (a list of ids: a list of tokens)
     seen: set[str] = set()
     madeup = 0
     for i, token in enumerate(tokens):
@@ -258,14 +269,16 @@ def export_family_ctranslate2(model_dir: str | Path, out_dir: str | Path, quanti
     int8 = quantize is not None and quantize.startswith("int8")
 
     class _Converter(TransformersConverter):
-        def load_model(self, model_class: Any, model_name_or_path: str, **kwargs: Any) -> Any:
+        def load_model(self, model_class: type[PreTrainedModel], model_name_or_path: str,
+                       **kwargs: object) -> PreTrainedModel:
             return model  # the model in memory, not a second copy read back from the directory
 
-        def load_tokenizer(self, tokenizer_class: Any, model_name_or_path: str, **kwargs: Any) -> Any:
+        def load_tokenizer(self, tokenizer_class: type[PreTrainedTokenizerBase], model_name_or_path: str,
+                           **kwargs: object) -> PreTrainedTokenizerBase:
             self.tokenizer = super().load_tokenizer(tokenizer_class, model_name_or_path, **kwargs)
             return self.tokenizer
 
-        def _load(self) -> Any:
+        def _load(self) -> TransformerSpec:
             spec = super()._load()
             # the converter's M2M100 vocabulary misses the language codes that transformers 5's
             # tokenizer no longer lists among its special tokens: every id's token, from the tokenizer

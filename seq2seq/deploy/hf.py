@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -34,7 +34,7 @@ from seq2seq.text.languages import tags_on_decoder
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerPair
 
 if TYPE_CHECKING:  # an optional dependency (the export extra)
-    from transformers import BlenderbotConfig, MarianConfig, PreTrainedModel
+    from transformers import BlenderbotConfig, GenerationConfig, MarianConfig, PreTrainedConfig, PreTrainedModel
 
 HF_CONFIG = "seq2seq_config.yaml"  # written into a transformers export directory
 
@@ -247,7 +247,7 @@ def _write_marian_tokenizer(tokenizers: TokenizerPair, out: Path, max_positions:
     (out / "tokenizer_config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
 
 
-def generation_config(loaded: LoadedModel) -> Any:
+def generation_config(loaded: LoadedModel) -> GenerationConfig:
     """The transformers GenerationConfig closest to the model's `decoding` settings: our special ids,
     its beam (1 for greedy), PAD and BOS never generated, at least `min_len` tokens. Beam search ranks
     lengths as transformers does, not as ours (GNMT penalty with EOS counted), so only greedy outputs
@@ -332,7 +332,7 @@ def our_tensors(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) ->
     return ours
 
 
-def layer_problems(config: Any) -> list[str]:
+def layer_problems(config: PreTrainedConfig) -> list[str]:
     """What in a transformers encoder-decoder config.json our layers cannot compute exactly (an
     activation we lack, encoder and decoder of different widths): one phrase each, for the importers'
     one-line refusal."""

@@ -23,7 +23,7 @@ model masks), post-norm decoders with learned positions (Marian's positions are 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -39,7 +39,7 @@ from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:  # an optional dependency (the export extra)
-    from transformers import PreTrainedConfig
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 BACKBONE = "encoder.backbone."
 
@@ -92,7 +92,7 @@ def decoder_map(loaded: LoadedModel) -> list[tuple[str, str, str]]:
     return rows
 
 
-def hf_encoder_decoder(loaded: LoadedModel) -> Any:
+def hf_encoder_decoder(loaded: LoadedModel) -> PreTrainedModel:
     """The transformers model (eval mode) computing the same logits as `loaded.model`."""
     import transformers
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -53,6 +53,9 @@ from seq2seq.deploy.staging import ExportError, Staging
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.storage.weights import check_tensor
 from seq2seq.text.tokenizer import TokenizerPair
+
+if TYPE_CHECKING:  # an optional dependency (the export extra)
+    from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 
 FAIRSEQ_ARCHITECTURES = ("m2m_100", "mbart")  # config.json's model_type
 SPM_FILE = "sentencepiece.bpe.model"
@@ -75,8 +78,9 @@ def _tokenizer_class(hf_dir: Path, kind: str) -> str:
     (M2M100Tokenizer where there is a vocab.json, NllbTokenizer for other m2m100 models,
     MBart50Tokenizer for mbart); ExportError for another class."""
     conf_path = hf_dir / "tokenizer_config.json"
-    conf = json_file(conf_path) if conf_path.is_file() else {}
-    named = conf.get("tokenizer_class") if isinstance(conf, dict) else None
+    read = json_file(conf_path) if conf_path.is_file() else {}
+    conf = read if isinstance(read, dict) else {}
+    named = conf.get("tokenizer_class")
     if isinstance(named, str) and named:
         cls = named[:-4] if named.endswith("Fast") else named
         if cls not in TOKENIZERS:
@@ -92,7 +96,7 @@ def _tokenizer_class(hf_dir: Path, kind: str) -> str:
     return "MBart50Tokenizer"
 
 
-def _load_tokenizer(hf_dir: Path, kind: str) -> tuple[Any, str]:
+def _load_tokenizer(hf_dir: Path, kind: str) -> tuple[PreTrainedTokenizerBase, str]:
     """transformers' tokenizer of the directory and its class name; ExportError naming a missing file."""
     import transformers
 
@@ -109,7 +113,7 @@ def _load_tokenizer(hf_dir: Path, kind: str) -> tuple[Any, str]:
     return tok, cls
 
 
-def _language_tokens(tok: Any, cls: str, vocab: dict[str, int]) -> dict[str, tuple[str, int]]:
+def _language_tokens(tok: PreTrainedTokenizerBase, cls: str, vocab: dict[str, int]) -> dict[str, tuple[str, int]]:
     """{their language token: (our language code, its id)}: M2M100's `__en__` -> "en"; NLLB's and
     mBART-50's codes as they are (`eng_Latn`, `en_XX`)."""
     if cls == "M2M100Tokenizer":
@@ -126,7 +130,7 @@ def _language_tokens(tok: Any, cls: str, vocab: dict[str, int]) -> dict[str, tup
     return {t: (t, vocab[t]) for t in sorted(specials - named) if t in vocab and LANGUAGE_CODE.fullmatch(t)}
 
 
-def fairseq_vocabulary(hf_dir: Path, config: Any) -> FairseqVocabulary:
+def fairseq_vocabulary(hf_dir: Path, config: PreTrainedConfig) -> FairseqVocabulary:
     """Our tokenizer for the directory's transformers tokenizer and the id map (see the module
     docstring); ExportError for what cannot be mapped one to one."""
     tok, cls = _load_tokenizer(hf_dir, config.model_type)
@@ -205,13 +209,13 @@ def fairseq_vocabulary(hf_dir: Path, config: Any) -> FairseqVocabulary:
     return FairseqVocabulary(reindexed, reindexed.languages, cls)
 
 
-def _check_architecture(config: Any) -> None:
+def _check_architecture(config: PreTrainedConfig) -> None:
     problems = layer_problems(config)
     if problems:
         raise ExportError(f"cannot import this {config.model_type} model exactly: " + "; ".join(problems))
 
 
-def _model_config(config: Any, state: dict[str, torch.Tensor]) -> ModelConfig:
+def _model_config(config: PreTrainedConfig, state: dict[str, torch.Tensor]) -> ModelConfig:
     """Our model config for an M2M100 / mBART config (`state`: their tensors, rows in our ids)."""
     mbart = config.model_type == "mbart"
     enc, dec = state["model.encoder.embed_tokens.weight"], state["model.decoder.embed_tokens.weight"]
@@ -299,7 +303,7 @@ def _our_model(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path, mba
     return model
 
 
-def import_fairseq(hf_dir: Path, out: Path, config: Any, state: dict[str, torch.Tensor]) -> Path:
+def import_fairseq(hf_dir: Path, out: Path, config: PreTrainedConfig, state: dict[str, torch.Tensor]) -> Path:
     """Write the M2M100 / NLLB / mBART-50 directory `hf_dir` (config.json read as `config`, its
     safetensors as `state`) as the model directory `out` (see the module docstring)."""
     mbart = config.model_type == "mbart"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -46,18 +46,21 @@ from seq2seq.storage.model_dir import ModelDir
 from seq2seq.storage.weights import load_into
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
+if TYPE_CHECKING:  # an optional dependency (the export extra)
+    from transformers import PreTrainedConfig
+
 
 ARCHITECTURES = ("marian", "blenderbot")  # config.json's model_type (and FAIRSEQ_ARCHITECTURES: hf_fairseq)
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt")  # weights import-hf never unpickles
 
 
-def _unsupported_architecture(kind: Any) -> str:
+def _unsupported_architecture(kind: object) -> str:
     return (f"import-hf reads MarianMTModel (post-norm), BlenderbotForConditionalGeneration (pre-norm), "
             f"M2M100ForConditionalGeneration (M2M100, NLLB-200) and MBartForConditionalGeneration (mBART-50) "
             f"directories, not {kind!r}")
 
 
-def _check_architecture(config: Any, state: dict[str, torch.Tensor], reindexed: bool = False) -> None:
+def _check_architecture(config: PreTrainedConfig, state: dict[str, torch.Tensor], reindexed: bool = False) -> None:
     """ExportError with every reason why our model cannot compute what this one does; `reindexed`: the
     vocabulary is re-indexed (`reindex`), so the special ids need not be ours."""
     kind = config.model_type
@@ -80,7 +83,7 @@ def _check_architecture(config: Any, state: dict[str, torch.Tensor], reindexed: 
         raise ExportError(f"cannot import this {kind} model exactly: " + "; ".join(problems))
 
 
-def _model_config_from_hf(config: Any, state: dict[str, torch.Tensor], reindexed: bool = False) -> ModelConfig:
+def _model_config_from_hf(config: PreTrainedConfig, state: dict[str, torch.Tensor], reindexed: bool = False) -> ModelConfig:
     """Our model config for a transformers config (refused with every reason when not exact); `reindexed`:
     the embeddings are already in our ids (`gather_rows`), and their sizes are the vocabulary's."""
     _check_architecture(config, state, reindexed)
@@ -143,7 +146,7 @@ def _one_line(error: BaseException) -> str:
     return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
-def _read_config(hf_dir: Path) -> Any:
+def _read_config(hf_dir: Path) -> PreTrainedConfig:
     """config.json as transformers reads it; ExportError naming the file when it is not JSON, not an
     object or not a config transformers knows."""
     from transformers import AutoConfig
@@ -160,7 +163,7 @@ def _read_config(hf_dir: Path) -> Any:
         raise ExportError(f"{path}: transformers cannot read it ({_one_line(e)})") from None
 
 
-def _read_weights(hf_dir: Path, files: list[Path], config: Any) -> dict[str, torch.Tensor]:
+def _read_weights(hf_dir: Path, files: list[Path], config: PreTrainedConfig) -> dict[str, torch.Tensor]:
     """Every tensor of the safetensors files, as float32, tied tensors filled in as transformers would;
     ExportError naming the file that is not safetensors (truncated, garbage, a header that does not
     describe the data), or the tensor the model cannot do without."""
@@ -258,7 +261,7 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, force: bool = False) -> P
         model_dir.save_weights(model.state_dict())
         model_dir.write_config(cfg)
         tokenizers.save(tmp)
-        meta = {"imported_from": str(hf_dir.resolve()), "architecture": config.model_type}
+        meta: dict[str, object] = {"imported_from": str(hf_dir.resolve()), "architecture": config.model_type}
         if reindexed is not None:
             meta["hf_vocabulary"] = reindexed.info
         model_dir.write_metadata(meta)

@@ -44,14 +44,18 @@ import dataclasses
 import json
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from seq2seq.config import json_reader
+from seq2seq.config.json_reader import JSONObject, JSONValue
 from seq2seq.config.data_section import LANGUAGE_CODE
 from seq2seq.deploy.staging import ExportError
 from seq2seq.text.tokenizer import Tokenizer, TokenizerError, TokenizerPair
+
+if TYPE_CHECKING:  # an optional dependency (the export extra)
+    from transformers import PreTrainedConfig
 
 
 def hf_tokenizers(hf_dir: Path, src_vocab: int, tgt_vocab: int) -> TokenizerPair:
@@ -191,7 +195,7 @@ class _SpmModel:
             raise ExportError(f"{self.path}: cannot re-index this SentencePiece model ({e})") from None
 
 
-def json_file(path: Path) -> Any:
+def json_file(path: Path) -> JSONValue:
     try:
         return json_reader.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -202,8 +206,10 @@ def _vocab_file(path: Path) -> dict[str, int]:
     """A MarianTokenizer vocabulary (piece -> model id), checked to number 0..n-1 once each."""
     if not path.is_file():
         raise ExportError(f"{path} is missing: import-hf needs the MarianTokenizer vocabulary")
-    vocab = json_file(path)
-    if not isinstance(vocab, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()):
+    read = json_file(path)
+    vocab = {k: v for k, v in read.items() if isinstance(v, int) and not isinstance(v, bool)} \
+        if isinstance(read, dict) else {}
+    if not isinstance(read, dict) or len(vocab) != len(read):
         raise ExportError(f"{path} is not a MarianTokenizer vocabulary (a JSON object piece -> id)")
     if sorted(vocab.values()) != list(range(len(vocab))):
         raise ExportError(f"{path} does not number its {len(vocab)} pieces 0..{len(vocab) - 1} once each")
@@ -230,7 +236,7 @@ def needs_reindexing(hf_dir: Path) -> bool:
     return False
 
 
-def _token_name(conf: dict[str, Any], key: str, default: str) -> str:
+def _token_name(conf: JSONObject, key: str, default: str) -> str:
     value = conf.get(key, default)
     if isinstance(value, dict):  # an AddedToken written out
         value = value.get("content", default)
@@ -272,7 +278,7 @@ def _marian_vocab(hf_dir: Path) -> _MarianVocab:
     return _MarianVocab(src_path, tgt_path, src, tgt, separate, {"pad": pad, "unk": unk, "bos": "<s>", "eos": eos})
 
 
-def _check_special_ids(hf_dir: Path, config: Any, v: _MarianVocab) -> None:
+def _check_special_ids(hf_dir: Path, config: PreTrainedConfig, v: _MarianVocab) -> None:
     """ExportError with every disagreement between config.json (and generation_config.json) and the
     vocabulary on the special tokens' ids, and with a decoder start other than pad."""
     eos, unk, pad = v.names["eos"], v.names["unk"], v.names["pad"]
@@ -381,11 +387,11 @@ class Reindexed:
     tgt_ids: list[int]  # their target id of each of our target ids
     src_size: int  # their vocabulary sizes
     tgt_size: int
-    info: dict[str, Any]
+    info: dict[str, object]  # what import-hf records of the re-indexing (metadata.json's hf_vocabulary)
     languages: list[str] = dataclasses.field(default_factory=list)  # from >>xx<< tokens: data.languages
 
 
-def reindex(hf_dir: Path, config: Any) -> Reindexed:
+def reindex(hf_dir: Path, config: PreTrainedConfig) -> Reindexed:
     """Our SentencePiece models for a MarianTokenizer vocabulary in another order, and the id maps
     (see the module docstring)."""
     v = _marian_vocab(hf_dir)
@@ -396,7 +402,7 @@ def reindex(hf_dir: Path, config: Any) -> Reindexed:
     tgt_tok, tgt_ids, unused, dropped = _target_side(_SpmModel(hf_dir / "target.spm"), v)
     joint = src_tok.model_proto == tgt_tok.model_proto and src_ids == tgt_ids
     tokenizers = TokenizerPair(src_tok, src_tok if joint else tgt_tok, joint=joint)
-    info = {
+    info: dict[str, object] = {
         "vocabulary": f"re-indexed from {v.src_path.name}" + (f" and {v.tgt_path.name}" if v.separate else ""),
         "source_pieces_read_as_unk": read_as_unk,
         "target_pieces_not_in_target_spm": unused,

@@ -21,11 +21,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TypedDict
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.root import Config
 from seq2seq.config import from_dict
+from seq2seq.config.json_reader import JSONObject
 from seq2seq.storage.atomic import read_json, shared_mode, write_json_atomic
 from seq2seq.storage.model_dir import ModelDir
 
@@ -34,11 +36,30 @@ EXPORT_INFO = "seq2seq.json"  # written into a CTranslate2 export directory
 CT2_FORMAT = "seq2seq-ctranslate2"
 
 
+class ExportInfo(TypedDict, total=False):
+    """`seq2seq.json` of a CTranslate2 export: its format and version, the ctranslate2 version and the
+    quantization it was written with (weight_bits: an int8 export's, `INT8_WEIGHT_BITS`), the model
+    directory and weights it was made from (their path and digest: `stale_export_warning`), the
+    tokenizer files, the number of parameters and the model's config (as `to_dict` writes it)."""
+
+    format: str
+    version: int
+    ctranslate2: str
+    quantization: str
+    weight_bits: int
+    model_dir: str
+    weights: str
+    weights_sha256: str
+    tokenizer: list[str]
+    parameters: int
+    config: JSONObject
+
+
 class ExportError(Seq2SeqError, ValueError):
     """An export or import that cannot be done; the message says why and what to do."""
 
 
-def require(package: str) -> Any:
+def require(package: str) -> ModuleType:
     """Import an optional dependency, or fail with one line naming the extra that installs it."""
     try:
         return importlib.import_module(package)
@@ -110,22 +131,21 @@ class Staging:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def write_export_info(directory: str | Path, info: dict[str, Any]) -> None:
+def write_export_info(directory: str | Path, info: ExportInfo) -> None:
     """`seq2seq.json` of a CTranslate2 export directory (format and version are added here)."""
     write_json_atomic(Path(directory) / EXPORT_INFO, {"format": CT2_FORMAT, "version": 1, **info})
 
 
-def read_export_info(path: str | Path) -> dict[str, Any]:
-    """`seq2seq.json` of a CTranslate2 export directory, with its config parsed (`info['config']`)."""
+def read_export_info(path: str | Path) -> tuple[ExportInfo, Config]:
+    """`seq2seq.json` of a CTranslate2 export directory, and its config parsed."""
     path = Path(path)
-    info = read_json(path / EXPORT_INFO)
+    info: ExportInfo = read_json(path / EXPORT_INFO)
     if info.get("format") != CT2_FORMAT:
         raise ExportError(f"{path / EXPORT_INFO} is not a seq2seq CTranslate2 export")
-    info["config"] = from_dict(Config, info["config"])
-    return info
+    return info, from_dict(Config, info["config"])
 
 
 __all__ = [
-    "CT2_FORMAT", "EXPORT_INFO", "EXTRA", "ExportError", "Staging", "prepare_output", "read_export_info", "require",
+    "CT2_FORMAT", "EXPORT_INFO", "EXTRA", "ExportError", "ExportInfo", "Staging", "prepare_output", "read_export_info", "require",
     "weights_digest", "write_export_info",
 ]

@@ -3,7 +3,6 @@ checks every target makes."""
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
@@ -28,7 +27,7 @@ def check_text_model(cfg: ModelConfig, target: str) -> None:
 
 # the model options import-hf sets for the fairseq-trained families (M2M100, NLLB, mBART), and what
 # seq2seq's own architecture computes
-FAIRSEQ_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "position_offset": 0, "position_table": "interleaved",
+FAIRSEQ_DEFAULTS: dict[str, object] = {"scale_embedding": True, "position_offset": 0, "position_table": "interleaved",
                                     "embedding_norm": False, "decoder_start": "bos"}
 
 

@@ -229,7 +229,7 @@ class Engine(ABC):
         terms default to "annotate" for a model trained with them, which needs no constraint, and
         constraints are refused otherwise."""
         warn = warn or log.warning
-        cfg = self.search_config(**call.search)
+        cfg = call.resolved if call.resolved is not None else self.search_config(**call.search)
         can_constrain = self.capabilities.constraints
         terms, glossary = self._terms(call), call.glossary
         annotates = self.annotates_terms

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from typing_extensions import Unpack
 
 from seq2seq.config.diagnostics import Warn
-from seq2seq.config.search import SearchOptions
+from seq2seq.config.search import SearchConfig, SearchOptions
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, per_input
 from seq2seq.inference.steering_fields import (
@@ -158,7 +158,9 @@ class Call:
     term_forms: "exact" or "inflected"; tgt_lang / src_lang: a multilingual model's languages;
     batch_tokens: padded source positions per batch (>= 1); skip_bad: a file that cannot be read gives
     [] and a warning; max_window_seconds, timestamps, progress: a `Transcriber`'s windows, their times
-    and a progress bar."""
+    and a progress bar. resolved: `search` as the engine that decodes the call resolves it
+    (`Engine.search_config`), for a caller that resolved it already (the server, which checks a request
+    before queueing it): the engine then takes it as it is; None: the engine resolves `search`."""
 
     search: SearchOptions = field(default_factory=lambda: SearchOptions())
     glossary: Glossary | str | Path | None = None
@@ -171,17 +173,18 @@ class Call:
     max_window_seconds: float | None = None
     timestamps: bool = False
     progress: bool = False
+    resolved: SearchConfig | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be >= 1, got {self.batch_tokens}")
 
     def searching(self, **search: Unpack[SearchOptions]) -> Call:
-        """This call with the search options `search` set over its own."""
-        return dataclasses.replace(self, search={**self.search, **search})
+        """This call with the search options `search` set over its own (to be resolved again)."""
+        return dataclasses.replace(self, search={**self.search, **search}, resolved=None)
 
 
-CALL_FIELDS = tuple(f.name for f in dataclasses.fields(Call) if f.name != "search")
+CALL_FIELDS = tuple(f.name for f in dataclasses.fields(Call) if f.name not in ("search", "resolved"))
 
 
 def call_of(options: Mapping[str, Any]) -> Call:

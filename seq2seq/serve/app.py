@@ -60,7 +60,7 @@ import math
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -70,6 +70,12 @@ from seq2seq.inference.steering import SteeringError
 from seq2seq.serve.errors import RequireApiKey, add_error_handlers
 from seq2seq.serve.requests import Limits, check_key_format
 from seq2seq.serve.routes import ModelServer
+
+if TYPE_CHECKING:
+    import socket
+    from types import FrameType
+
+    import uvicorn
 
 log = logging.getLogger("seq2seq.serve.app")
 
@@ -138,7 +144,7 @@ KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn'
 DRAIN_MARGIN_S = 5.0  # at a signal, how much longer than the time budget the requests in flight may take
 
 
-def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> Any:
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> uvicorn.Config:
     """The `uvicorn.Config` of `app`: its connections (`seq2seq.serve.connections`: JSON for the errors
     uvicorn answers itself, a deadline on each request's head), idle keep-alive connections closed after
     KEEP_ALIVE_S, and at a signal the requests in flight given their time budget and DRAIN_MARGIN_S to
@@ -155,7 +161,7 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_l
 
 
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-               sockets: list[Any] | None = None) -> None:
+               sockets: list[socket.socket] | None = None) -> None:
     """Serve `app` with uvicorn (`server_config`) until SIGINT or SIGTERM; then refuse new requests
     (503, /health "stopping"), stop accepting connections, let the requests in flight finish or reach
     their time budget, stop the batching worker, and return (a second SIGINT forces the exit). Logs a
@@ -170,7 +176,7 @@ def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_leve
     begin_stop = getattr(getattr(app, "state", None), "begin_stop", None)
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:  # uvicorn's signal handler
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # uvicorn's signal handler
             if begin_stop is not None and not self.should_exit:
                 begin_stop()
             super().handle_exit(sig, frame)

@@ -14,6 +14,7 @@ a model call whose jobs are all unwanted is stopped before its next decoding ste
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import json
 import logging
 import math
@@ -21,7 +22,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.inference.stopping import SearchStopped, stop_when
@@ -29,13 +30,17 @@ from seq2seq.serve.requests import RequestError
 
 log = logging.getLogger("seq2seq.serve.batcher")
 
+ItemT = TypeVar("ItemT")  # what a job holds one of per source (the server's: a text or path and its steering)
+OptionsT = TypeVar("OptionsT")  # what a job's items share (the server's: the call they are decoded with)
+ResultT = TypeVar("ResultT")  # what the model call gives each item
+
 
 @dataclass
-class _Job:
-    items: list[Any]
-    options: dict[str, Any]
-    key: Any  # jobs with equal keys may share a model call
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+class _Job(Generic[ItemT, OptionsT, ResultT]):
+    items: list[ItemT]
+    options: OptionsT
+    key: object  # jobs with equal keys may share a model call
+    future: concurrent.futures.Future[list[ResultT]] = field(default_factory=concurrent.futures.Future)
     deadline: float = math.inf  # time.monotonic() past which its result is not wanted
     abandoned: threading.Event = field(default_factory=threading.Event)  # set: its request no longer waits
 
@@ -55,24 +60,21 @@ class Abandoned(Seq2SeqError, RuntimeError):
         self.running = running
 
 
-_STOP = object()
-
-
 RECENT_CALLS = 1000  # model calls whose batch sizes a Batcher keeps (for tests and monitoring)
 
 
-class Batcher:
+class Batcher(Generic[ItemT, OptionsT, ResultT]):
     """Runs `run(items, options) -> results` (one result per item) on one worker thread, merging the
     items of jobs that arrive within `window_s` of each other and have the same key into one call of
-    at most `max_batch` items.
+    at most `max_batch` items (the options of the call: its first job's).
 
     `calls` counts the model calls, `batch_sizes` records the items of each of the last `RECENT_CALLS`.
     """
 
-    def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch: int, window_s: float,
+    def __init__(self, run: Callable[[list[ItemT], OptionsT], list[ResultT]], max_batch: int, window_s: float,
                  max_queue: int) -> None:
         self.run, self.max_batch, self.window_s, self.max_queue = run, max_batch, window_s, max_queue
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[_Job[ItemT, OptionsT, ResultT] | None] = queue.Queue()  # None: stop
         self._lock = threading.Lock()
         self._pending = 0  # items submitted and not yet finished
         self._closed = False
@@ -99,10 +101,11 @@ class Batcher:
         """Jobs in the queue, not yet taken by the worker."""
         return self._queue.qsize()
 
-    def submit(self, items: list[Any], options: dict[str, Any], mergeable: bool = True, deadline: float = math.inf,
-               abandoned: threading.Event | None = None) -> concurrent.futures.Future:
+    def submit(self, items: list[ItemT], options: OptionsT, mergeable: bool = True, deadline: float = math.inf,
+               abandoned: threading.Event | None = None, key: str | None = None) -> concurrent.futures.Future[list[ResultT]]:
         """Queue a job; its future gets the list of results (or the model's exception, or `Abandoned` when
         it was no longer wanted: past `deadline`, a time.monotonic(), or once `abandoned` is set).
+        A mergeable job shares a model call with the jobs of equal `key` (None: the options as JSON).
         RequestError 503 when the queue is full or the batcher is closed."""
         with self._lock:
             if self._closed:
@@ -110,8 +113,9 @@ class Batcher:
             if self._pending + len(items) > self.max_queue:
                 raise RequestError(503, f"the server is busy ({self._pending} texts waiting); try again shortly")
             self._pending += len(items)
-        key = json.dumps(options, sort_keys=True) if mergeable else object()
-        job = _Job(list(items), dict(options), key, deadline=deadline, abandoned=abandoned or threading.Event())
+        merge_key: object = (json.dumps(options, sort_keys=True) if key is None else key) if mergeable else object()
+        job = _Job[ItemT, OptionsT, ResultT](list(items), copy.copy(options), merge_key, deadline=deadline,
+                                              abandoned=abandoned or threading.Event())
         self._queue.put(job)
         return job.future
 
@@ -125,14 +129,14 @@ class Batcher:
         most `timeout` seconds (None: until it stops)."""
         self.refuse_new()
         if self._thread.is_alive():
-            self._queue.put(_STOP)
+            self._queue.put(None)
             self._thread.join(timeout)
 
     def _work(self) -> None:
         stop = False
         while not stop:
             first = self._queue.get()
-            if first is _STOP:
+            if first is None:
                 break
             jobs, n = [first], len(first.items)
             deadline = time.monotonic() + self.window_s
@@ -141,15 +145,15 @@ class Batcher:
                     job = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if job is _STOP:
-                    stop = True  # run what was gathered, then stop (jobs are never queued after _STOP)
+                if job is None:
+                    stop = True  # run what was gathered, then stop (jobs are never queued after the stop)
                     break
                 jobs.append(job)
                 n += len(job.items)
             self._run_jobs(jobs)
 
-    def _run_jobs(self, jobs: list[_Job]) -> None:
-        groups: dict[Any, list[_Job]] = {}
+    def _run_jobs(self, jobs: list[_Job[ItemT, OptionsT, ResultT]]) -> None:
+        groups: dict[object, list[_Job[ItemT, OptionsT, ResultT]]] = {}
         for job in jobs:
             if not job.future.set_running_or_notify_cancel():  # False: its request cancelled it
                 self._done(len(job.items))
@@ -159,7 +163,7 @@ class Batcher:
             else:
                 groups.setdefault(job.key, []).append(job)
         for group in groups.values():
-            chunk: list[_Job] = []
+            chunk: list[_Job[ItemT, OptionsT, ResultT]] = []
             for job in group:
                 if chunk and sum(len(j.items) for j in chunk) + len(job.items) > self.max_batch:
                     self._call(chunk)
@@ -168,7 +172,7 @@ class Batcher:
             if chunk:
                 self._call(chunk)
 
-    def _call(self, jobs: list[_Job]) -> None:
+    def _call(self, jobs: list[_Job[ItemT, OptionsT, ResultT]]) -> None:
         """One model call for `jobs`; if a merged call (several jobs) raises, each job is run again on
         its own, so one bad request fails alone and its neighbours still get their results."""
         items = [item for job in jobs for item in job.items]

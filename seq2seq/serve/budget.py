@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeVar
 
 from seq2seq.config.search import SearchConfig
 from seq2seq.serve.batcher import Abandoned
@@ -67,15 +67,18 @@ async def client_gone(request: Request) -> None:
         pass
 
 
-async def wait_for_result(future: concurrent.futures.Future, abandoned: threading.Event, deadline: float,
-                          request: Request | None, limits: Limits) -> Any:
+ResultT = TypeVar("ResultT")
+
+
+async def wait_for_result(future: concurrent.futures.Future[ResultT], abandoned: threading.Event, deadline: float,
+                          request: Request | None, limits: Limits) -> ResultT:
     """The result of a batcher job (`future`; its exception re-raised), awaited until `deadline` (a
     time.monotonic()) and while the client of `request` (None: not watched) is connected. Otherwise the
     job is abandoned (`abandoned` set, the future cancelled) and RequestError: 504 past the deadline,
     `CLIENT_GONE` when the client went away. Cancelled itself (the server stopping), it abandons the job."""
     result = asyncio.wrap_future(future)
     watch = asyncio.ensure_future(client_gone(request)) if request is not None else None
-    waiting = {result} if watch is None else {result, watch}
+    waiting: set[asyncio.Future[ResultT] | asyncio.Future[None]] = {result} if watch is None else {result, watch}
     try:
         done, _ = await asyncio.wait(waiting, timeout=max(0.0, deadline - time.monotonic()),
                                      return_when=asyncio.FIRST_COMPLETED)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from seq2seq.inference.generator import Generator
 from seq2seq.inference.options import SEARCH_OPTIONS
@@ -36,7 +35,7 @@ def languages(model: Engine) -> list[str] | None:
     return file_languages(model.config)
 
 
-def model_info(model: Engine, limits: Limits) -> dict[str, Any]:
+def model_info(model: Engine, limits: Limits) -> dict[str, object]:
     """What the page shows and builds its form from: the model, its kind, the search options
     (`SEARCH_OPTIONS`, the same definitions requests are checked with) with the model's defaults, and
     whether it takes terms on its sources (the page then offers how they reach it: `terms`)."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.serve.requests import RequestError, check_api_key
@@ -23,7 +24,7 @@ log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one 
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None,
-                   details: dict[str, Any] | None = None) -> JSONResponse:
+                   details: Mapping[str, str | int] | None = None) -> JSONResponse:
     """{"error": message} and the `details` of a refused input ("code", "field", "index"); characters
     UTF-8 cannot encode (a lone surrogate echoed back) are escaped."""
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -37,10 +38,10 @@ class RequireApiKey:
 
     OPEN = ("/health", "/")
 
-    def __init__(self, app: Any, key: str) -> None:
+    def __init__(self, app: ASGIApp, key: str) -> None:
         self.app, self.key = app, key
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not (scope["method"] in ("GET", "HEAD") and scope["path"] in self.OPEN):
             try:
                 check_api_key(Headers(scope=scope), self.key)
@@ -61,7 +62,7 @@ def as_request_field(message: str) -> str:
     return re.sub(r"--([a-z][a-z-]*[a-z])", field, message)
 
 
-def refused(e: Seq2SeqError, name: Any) -> RequestError:
+def refused(e: Seq2SeqError, name: Callable[[int], str]) -> RequestError:
     """422 for an error of the model call about one of its inputs, which the request names name(index)
     ("texts[2]") where the model said "line N" (N = index + 1); the diagnostic's code, field and index
     go in the answer beside the message."""

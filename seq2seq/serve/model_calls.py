@@ -6,19 +6,21 @@ files (`Engine.run`), each with its steering, as one model call (`ModelCalls`), 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable
 
 from seq2seq.adapters.serving import using
 from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
 from seq2seq.documents.formats import document_translations
 from seq2seq.documents.line_translation import pipeline_defaults, translate_line_inputs
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.inputs import SourceInput, call_of
+from seq2seq.inference.inputs import Call, SourceInput
 from seq2seq.inference.engine import Engine
+from seq2seq.inference.results import Translation
 from seq2seq.inference.steering import Steering
-from seq2seq.serve.requests import Limits
+from seq2seq.serve.requests import Limits, PipelineSteps, RequestOptions
 
 log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one name, whichever module logs them
 
@@ -34,8 +36,23 @@ class Unreadable:
 class Output:
     """What the model call gave one source: its n-best list (or `Unreadable`) and the warnings it drew."""
 
-    hyps: Any
+    hyps: list[Translation] | Unreadable
     warnings: list[Diagnostic]
+
+
+@dataclass(frozen=True)
+class ServedCall:
+    """What the items of a model call share, as the route checked them: the engine's `Call` (its search
+    options resolved once, by the route: `Call.resolved`; the server's glossary and batch_tokens) and
+    the request's options, of which the model call reads the text pipeline's steps (the others: the
+    model's defaults), what each text is (`format`) and the adapter it runs with (none: the base)."""
+
+    call: Call
+    options: RequestOptions
+
+
+Item = tuple[str, Steering | None]
+"""One source of a model call: its text (or a file's path) and its steering (None: none)."""
 
 
 class ModelCalls:
@@ -46,52 +63,56 @@ class ModelCalls:
         self.model, self.limits, self.glossary = model, limits, glossary
         self.steps = pipeline_defaults(model)  # split_sentences, casing, loop_guard, spans, markup
 
-    def run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
-        """`_run_texts` with the adapter the options name (`serve --adapter`), if any."""
-        options = dict(options)
-        with using(self.model, options.pop("adapter", None)):
-            return self._run_texts(items, options)
+    def run_texts(self, items: list[Item], served: ServedCall) -> list[Output]:
+        """`_run_texts` with the adapter the request names (`serve --adapter`), if any."""
+        with using(self.model, served.options.get("adapter")):
+            return self._run_texts(items, served)
 
-    def run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
-        """`_run_files` with the adapter the options name (`serve --adapter`), if any."""
-        options = dict(options)
-        with using(self.model, options.pop("adapter", None)):
-            return self._run_files(items, options)
+    def run_files(self, items: list[Item], served: ServedCall) -> list[Output]:
+        """`_run_files` with the adapter the request names (`serve --adapter`), if any."""
+        with using(self.model, served.options.get("adapter")):
+            return self._run_files(items, served)
 
-    def _run_texts(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+    def _run_texts(self, items: list[Item], served: ServedCall) -> list[Output]:
         """Each text's n-best list; items: (text, its steering or None). The texts go through the text
         pipeline as `seq2seq translate` sends its lines (`translate_line_inputs`: sentences split and cased as
         the model directory says, unless the request's `split_sentences` / `casing` / `loop_guard` say otherwise)."""
         warn, notes = self._warnings(log.warning)
-        options = dict(options)
-        steps = {name: options.pop(name, default) for name, default in self.steps.items()}
-        fmt = options.pop("format", "text")
+        steps = self._steps(served.options)
+        call, fmt = served.call, served.options.get("format", "text")
         if fmt != "text":  # each text a whole document (the route refuses per-text steering with it)
             docs = document_translations(self.model, [text for text, _ in items], fmt, warn=warn,
-                                         batch_tokens=self.limits.batch_tokens, glossary=self.glossary, **steps,
-                                         **options)
+                                         batch_tokens=call.batch_tokens, glossary=call.glossary, terms=call.terms,
+                                         term_forms=call.term_forms, tgt_lang=call.tgt_lang, **steps, **call.search)
             return [Output([t], notes.get(i, [])) for i, t in enumerate(docs)]
-        call = call_of({**options, "glossary": self.glossary, "batch_tokens": self.limits.batch_tokens})
         results = translate_line_inputs(self.model, _inputs(items), call, 1, warn, **steps)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
 
-    def _run_files(self, items: list[tuple[str, Steering | None]], options: dict[str, Any]) -> list[Output]:
+    def _run_files(self, items: list[Item], served: ServedCall) -> list[Output]:
         """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
         skipped: dict[int, str] = {}
         warn, notes = self._warnings(log.info)
-        call = call_of({**options, "batch_tokens": self.limits.batch_tokens, "skip_bad": True})
+        call = dataclasses.replace(served.call, glossary=None, skip_bad=True)
         results = self.model.run(_inputs(items), call, 1, warn, skipped)
         return [Output(Unreadable(skipped[i]) if i in skipped else hyps, notes.get(i, []))
                 for i, hyps in enumerate(results)]
 
+    def _steps(self, given: PipelineSteps) -> PipelineSteps:
+        """The text pipeline's steps of a call: those the request gives, the model's defaults for the others."""
+        default = self.steps
+        return PipelineSteps(split_sentences=given.get("split_sentences", default["split_sentences"]),
+                             casing=given.get("casing", default["casing"]),
+                             loop_guard=given.get("loop_guard", default["loop_guard"]),
+                             spans=given.get("spans", default["spans"]), markup=given.get("markup", default["markup"]))
+
     @staticmethod
-    def _warnings(log_it: Any) -> tuple[Warn, dict[int, list[Diagnostic]]]:
+    def _warnings(log_it: Callable[[str, Diagnostic], None]) -> tuple[Warn, dict[int, list[Diagnostic]]]:
         """A `warn` for the model call that logs each warning and keeps those about one input in
         {index: [diagnostics]}."""
         warn = ByInput(lambda diagnostic: log_it("%s", diagnostic))
         return warn, warn.notes
 
 
-def _inputs(items: list[tuple[str, Steering | None]]) -> list[SourceInput]:
+def _inputs(items: list[Item]) -> list[SourceInput]:
     """The engine's input of each (text or path, its steering or None)."""
     return [SourceInput(text, s.prefix, s.constraints, s.avoid) if s else SourceInput(text) for text, s in items]

@@ -26,14 +26,15 @@ import hmac
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Mapping, TypedDict, cast
 
 from seq2seq.config import json_reader
+from seq2seq.config.json_reader import JSONObject, JSONValue
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.documents.formats import FORMAT_NAMES
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference import steering_fields
-from seq2seq.inference.inputs import SourceInput, read_input
+from seq2seq.inference.inputs import CallOptions, SourceInput, read_input
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 from seq2seq.inference.steering import Steering
 from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, read_steering_fields
@@ -48,6 +49,27 @@ UPLOAD_TYPES = ("application/octet-stream", "image/", "audio/")  # media types a
 # A request's fields for the call that are not search options (each checked by the model), with an example:
 CALL_FIELDS = {"tgt_lang": '"de"', "terms": '"annotate", "constrain" or "both"', "term_forms": '"exact" or "inflected"',
                "adapter": '"de-med"'}  # adapter: one of `serve --adapter NAME=DIR` (seq2seq.adapters.serving)
+
+
+class PipelineSteps(TypedDict, total=False):
+    """The text pipeline's steps (`PIPELINE_STEPS`, `translate_lines`' switches), each on or off."""
+
+    split_sentences: bool
+    casing: bool
+    loop_guard: bool
+    spans: bool
+    markup: bool
+
+
+class RequestOptions(CallOptions, PipelineSteps, total=False):
+    """A request's options as `parse_options` checks them: its search options and the `Call` fields a
+    request may give (tgt_lang, terms, term_forms; an upload's timestamps, the attention route's
+    attention_layer), the text pipeline's steps, what each text is (`format`) and the adapter it runs
+    with."""
+
+    adapter: str
+    format: str
+
 
 @dataclass
 class Limits:
@@ -104,7 +126,7 @@ class RequestError(Seq2SeqError):
         return self.diagnostic.message
 
     @property
-    def details(self) -> dict[str, Any]:
+    def details(self) -> dict[str, str | int]:
         """{"code", "field", "index"} of the refused input (those it has), or {} for a request as a whole."""
         return self.cause.details() if self.cause is not None else {}
 
@@ -159,14 +181,14 @@ def check_api_key(headers: Headers, key: str) -> None:
                                 if not given else "wrong API key")
 
 
-async def read_json(request: Request, limit: int, idle_timeout: float | None = None) -> Any:
+async def read_json(request: Request, limit: int, idle_timeout: float | None = None) -> JSONValue:
     """The request body parsed as JSON: 413 over `limit` bytes, 408 when the client sends nothing for
     `idle_timeout` seconds (`read_body`), 400 for anything that is not JSON or nests arrays/objects
     deeper than MAX_JSON_DEPTH."""
     body = await read_body(request, limit, "request body", idle_timeout)
     too_deep_message = f"the request body nests JSON arrays/objects more than {MAX_JSON_DEPTH} levels deep"
     try:
-        value = json_reader.loads(body.decode("utf-8"))
+        value: JSONValue = json_reader.loads(body.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise RequestError(400, f"the request body is not UTF-8 (byte {e.start})") from None
     except json_reader.JSONLimitError as e:  # a number of 5,000 digits, or nesting past the parser's limit
@@ -178,7 +200,7 @@ async def read_json(request: Request, limit: int, idle_timeout: float | None = N
     return value
 
 
-def too_deep(value: Any, limit: int) -> bool:
+def too_deep(value: JSONValue, limit: int) -> bool:
     """Does `value` nest lists/dicts more than `limit` levels deep? (Iterative: any depth is safe.)"""
     stack = [(value, 1)]
     while stack:
@@ -222,32 +244,32 @@ async def read_body(request: Request, limit: int, what: str, idle_timeout: float
     return b"".join(chunks)
 
 
-def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
+def parse_options(fields: Mapping[str, JSONValue], limits: Limits) -> RequestOptions:
     """Search options from a request's fields (already without text/texts/paths), `tgt_lang` (a
     multilingual model's target language), `terms` and `term_forms` (how terms reach the model,
     docs/terminology.md), `split_sentences`, `casing` and `loop_guard` (the text pipeline's steps), `format` (what each
     text is: text, html, xml or markdown; seq2seq.documents.formats): 422 for an unknown field or a value of the wrong type, 413
     for a beam or nbest over the limit, or a max_len_b over max_len. None leaves an option unset. The values are then resolved against the model's defaults by its `search_config`."""
-    options: dict[str, Any] = {}  # (the call fields' strings, the search options' numbers and switches)
+    checked: dict[str, JSONValue] = {}  # (the call fields' strings, the search options' numbers and switches)
     for name, value in fields.items():
         if name in PIPELINE_STEPS:  # the text pipeline's steps, true or false; unset: the model's defaults
             if value is not None and not isinstance(value, bool):
                 raise RequestError(422, f"{name} must be true or false, got {json.dumps(value)[:40]}")
             if value is not None:
-                options[name] = value
+                checked[name] = value
             continue
         if name == "format":  # what each text is: seq2seq.documents.formats
             if value is not None and value not in FORMAT_NAMES:
                 raise RequestError(422, f"format must be one of {', '.join(FORMAT_NAMES)}, got {json.dumps(value)[:40]}")
             if value is not None:
-                options[name] = value
+                checked[name] = value
             continue
         if name in CALL_FIELDS:  # a multilingual model's target language; how terms reach the model
             example = CALL_FIELDS[name]
             if value is not None and not isinstance(value, str):
                 raise RequestError(422, f"{name} must be a string such as {example}, got {json.dumps(value)[:40]}")
             if value is not None:
-                options[name] = value  # (checked by the model)
+                checked[name] = value  # (checked by the model)
             continue
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
@@ -256,19 +278,22 @@ def parse_options(fields: dict[str, Any], limits: Limits) -> dict[str, Any]:
         if value is None:
             continue
         try:
-            options[name] = check_type(name, value)
+            checked[name] = check_type(name, value)
         except ValueError as e:
             raise RequestError(422, str(e)) from None
-    for name in ("beam", "nbest"):
-        if options.get(name, 0) > limits.max_beam:
-            raise RequestError(413, f"{name} {options[name]} is over this server's limit of {limits.max_beam}")
-    if options.get("max_len_b", 0) > limits.max_len:
-        raise RequestError(413, f"max_len_b {options['max_len_b']} is over this server's limit of {limits.max_len} "
+    # every key is one of the fields above and every value of its type: the options a request may give
+    options = cast(RequestOptions, checked)
+    for name, size in (("beam", options.get("beam")), ("nbest", options.get("nbest"))):
+        if size is not None and size > limits.max_beam:
+            raise RequestError(413, f"{name} {size} is over this server's limit of {limits.max_beam}")
+    max_len_b = options.get("max_len_b")
+    if max_len_b is not None and max_len_b > limits.max_len:
+        raise RequestError(413, f"max_len_b {max_len_b} is over this server's limit of {limits.max_len} "
                                 "output tokens")
     return options
 
 
-def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, list[Steering] | None, dict[str, Any]]:
+def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[str], bool, list[Steering] | None, JSONObject]:
     """(texts, single, steering, other fields) of a /translate body: {"text": str} or {"texts": [...]},
     each item of "texts" one input's JSON form (`seq2seq.inference.inputs`: a string or an object
     {"text": str, "prefix", "constraints", "avoid"}, read as `translate --json-input` reads a line).
@@ -303,7 +328,7 @@ def parse_texts(body: Any, limits: Limits) -> tuple[list[str], bool, list[Steeri
     return texts, single, steering, fields
 
 
-def parse_steering(fields: dict[str, Any], limits: Limits, where: str = "") -> Steering | None:
+def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> Steering | None:
     """The steering fields (`STEERING_FIELDS`) popped from `fields`, read as every front-end reads them
     (`seq2seq.inference.steering_fields`): 422 for a wrong type or text that is not valid Unicode, 413
     over max_chars characters (a prefix or phrase) or max_phrases phrases. None when there are none
@@ -331,7 +356,7 @@ def combine_steering(shared: Steering | None, own: Steering | None, where: str, 
     return combined
 
 
-def _read_item(item: Any, name: str, limits: Limits) -> SourceInput:
+def _read_item(item: JSONValue, name: str, limits: Limits) -> SourceInput:
     """An item of "texts" read as every front-end reads an input (`seq2seq.inference.inputs.read_input`):
     422 for a wrong shape, 413 over the limits."""
     try:
@@ -352,35 +377,35 @@ def _check_phrase_count(steering: Steering, where: str, limits: Limits) -> None:
         raise RequestError(413, f"{where} has {n} constraints and avoid phrases; the limit is {limits.max_phrases}")
 
 
-def parse_paths(body: Any, limits: Limits, allow_paths: bool) -> tuple[list[str], dict[str, Any]]:
+def parse_paths(body: JSONValue, limits: Limits, allow_paths: bool) -> tuple[list[str], JSONObject]:
     """(paths, other fields) of a JSON /generate body {"paths": [str, ...], ...}: 403 unless the server
     reads files of its own (allow_paths)."""
-    if not isinstance(body, dict) or not isinstance(body.get("paths"), list):
+    if not isinstance(body, dict) or not isinstance(paths := body.get("paths"), list):
         raise RequestError(422, "a JSON body must be {\"paths\": [\"file\", ...]}; or POST the file's bytes")
     if not allow_paths:
         raise RequestError(403, "this server reads no files of its own (start it with --allow-paths); "
                                 "POST the file's bytes instead")
-    fields = dict(body)
-    paths = fields.pop("paths")
+    fields = {k: v for k, v in body.items() if k != "paths"}
     if len(paths) > limits.max_texts:
         raise RequestError(413, f"{len(paths)} paths in one request; the limit is {limits.max_texts}")
-    if not all(isinstance(p, str) for p in paths):
+    names = [p for p in paths if isinstance(p, str)]
+    if len(names) != len(paths):
         raise RequestError(422, "\"paths\" must be a list of strings")
-    for i, p in enumerate(paths):
+    for i, p in enumerate(names):
         check_unicode(p, f"paths[{i}]")
-    return list(paths), fields
+    return names, fields
 
 
-def query_options(params: Any, limits: Limits) -> dict[str, Any]:
+def query_options(params: Mapping[str, str], limits: Limits) -> RequestOptions:
     """Search options from a query string (?beam=3&lenpen=0.6), its values read as JSON would give them."""
     return parse_options({k: query_value(v) for k, v in params.items()}, limits)
 
 
-def query_steering(params: Any, limits: Limits) -> Steering | None:
+def query_steering(params: dict[str, list[str]], limits: Limits) -> Steering | None:
     """Steering from an upload's query string (popped from `params`, a dict of lists): `prefix` as
     written (one value); `constraints` and `avoid` each a JSON list of strings (?avoid=["a cat","dog"]),
     or one phrase per value (?avoid=dog&avoid=a%20cat). Checked as `parse_steering` checks a body's."""
-    fields: dict[str, Any] = {}
+    fields: JSONObject = {}
     prefix = params.pop("prefix", None)
     if prefix is not None:
         if len(prefix) != 1:
@@ -395,11 +420,11 @@ def query_steering(params: Any, limits: Limits) -> Steering | None:
     return parse_steering(fields, limits)
 
 
-def query_value(raw: str) -> Any:
+def query_value(raw: str) -> JSONValue:
     """A query-string value as JSON would give it (3, 0.6, true), else (not JSON, or nested too
     deeply) the string."""
     try:
-        value = json_reader.loads(raw)
+        value: JSONValue = json_reader.loads(raw)
     except json.JSONDecodeError:
         return raw
     return raw if too_deep(value, MAX_JSON_DEPTH) else value

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -15,39 +16,38 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from seq2seq.adapters.serving import check_adapter
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
+from seq2seq.config.search import SearchConfig
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.formats import formatter
 from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.memory import SearchMemoryError
 from seq2seq.inference.engine import Engine
-from seq2seq.inference.inputs import SourceInput, call_of
-from seq2seq.inference.results import with_diagnostics
+from seq2seq.inference.inputs import Call, SourceInput, call_of
+from seq2seq.inference.results import Translation, with_diagnostics
 from seq2seq.inference.steering import Steering, SteeringError
 from seq2seq.model.encoders.sources import SourceError
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.budget import check_work, wait_for_result
 from seq2seq.serve.demo import attention_png, demo_page, model_info
 from seq2seq.serve.errors import refused
-from seq2seq.serve.model_calls import ModelCalls, Unreadable
+from seq2seq.serve.model_calls import Item, ModelCalls, Output, ServedCall, Unreadable
 from seq2seq.serve.requests import (
-    Limits, RequestError, check_source_size, media_type, parse_options, parse_paths, parse_steering, parse_texts,
+    Limits, RequestError, RequestOptions, check_source_size, media_type, parse_options, parse_paths, parse_steering, parse_texts,
     query_options, query_steering, query_value, read_body, read_json, require_json, require_upload_type,
 )
 
 log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one name, whichever module logs them
 
-# options of a call that are not search options: a Transcriber's, a multilingual model's target language, the
-# text pipeline's steps
-CALL_OPTIONS = ("timestamps", "max_window_seconds", "tgt_lang", "terms", "term_forms", "format", "adapter",
-                *PIPELINE_STEPS)
+# a request's options that are not the engine's `Call`: what each text is, the adapter, the text pipeline's steps
+SERVER_OPTIONS = ("format", "adapter", *PIPELINE_STEPS)
 
 STOP_WORKER_S = 5.0  # at shutdown, how long to wait for the worker to leave a model call no request waits for
 
@@ -71,7 +71,7 @@ class ModelServer:
         self.model_path = str(model.path)
         calls = ModelCalls(model, limits, glossary)
         run = calls.run_files if self.kind.reads_files else calls.run_texts
-        self.batcher = Batcher(run, limits.max_batch, limits.batch_window_ms / 1000, limits.max_queue)
+        self.batcher: Batcher[Item, ServedCall, Output] = Batcher(run, limits.max_batch, limits.batch_window_ms / 1000, limits.max_queue)
         self.stopping = False
 
     @contextlib.asynccontextmanager
@@ -90,8 +90,17 @@ class ModelServer:
                             STOP_WORKER_S)
             log.info("batching worker stopped after %d model calls", self.batcher.calls)
 
-    def _steering(self, items: list[str], steering: list[Steering] | None, search: dict[str, Any],
-                  options: dict[str, Any], name: Callable[[int], str]) -> list[Steering | None]:
+    def _call(self, options: RequestOptions) -> tuple[Call, SearchConfig]:
+        """The engine's `Call` of a request's options, its search options resolved once against the model
+        (`Engine.search_config`: ValueError for options it refuses) for every step that decodes it: the
+        steering check before queueing, the model call; with the server's glossary and batch_tokens."""
+        call = call_of({k: v for k, v in options.items() if k not in SERVER_OPTIONS})
+        cfg = self.model.search_config(**call.search)
+        return dataclasses.replace(call, glossary=self.glossary, batch_tokens=self.limits.batch_tokens,
+                                   resolved=cfg), cfg
+
+    def _steering(self, items: list[str], steering: list[Steering] | None, call: Call,
+                  name: Callable[[int], str]) -> list[Steering | None]:
         """Each item's steering (None for none), checked before it is queued by the step the model call
         starts with (`Engine.prepare`: the glossary's terms included, each input encoded as the search will
         encode it): 422 naming the item (name(index)) where it cannot be honoured. The terms themselves
@@ -100,17 +109,16 @@ class ModelServer:
             return [None] * len(items)
         steering = steering or [Steering() for _ in items]
         inputs = [SourceInput(text, s.prefix, s.constraints, s.avoid) for text, s in zip(items, steering)]
-        call = call_of({**search, "glossary": self.glossary, "terms": options.get("terms"),
-                        "term_forms": options.get("term_forms", "exact"), "batch_tokens": self.limits.batch_tokens})
         try:
             self.model.prepare(inputs, call, 1, lambda diagnostic: None)
         except SteeringError as e:
             raise refused(e, name) from None
         return [s if s else None for s in steering]
 
-    async def run(self, items: list[str], options: dict[str, Any], steering: list[Steering] | None = None,
+    async def run(self, items: list[str], options: RequestOptions, steering: list[Steering] | None = None,
                   name: Callable[[int], str] | None = None,
-                  request: Request | None = None) -> tuple[list[Any], int, list[list[Diagnostic]]]:
+                  request: Request | None = None) -> tuple[list[list[Translation] | Unreadable], int,
+                                                           list[list[Diagnostic]]]:
         """The n-best lists of `items`, the nbest they were asked with and each item's warnings; 422 for
         options the model's `search_config` refuses, or steering (one per item, None for none; the
         glossary's terms are added here) it cannot honour; 413 for more work than `max_work`; 504 past
@@ -121,9 +129,8 @@ class ModelServer:
         if self.stopping:
             raise RequestError(503, "the server is shutting down")
         name = name or (lambda i: f"item {i}")
-        search = {k: v for k, v in options.items() if k not in CALL_OPTIONS}  # the rest: the call's own
         try:
-            cfg = self.model.search_config(**search)
+            call, cfg = self._call(options)
             self.model.processor_for(options.get("tgt_lang"))  # LanguageError: none, or unknown
             check_adapter(self.model, options.get("adapter"))  # ValueError: not one this server has
         except Seq2SeqError as e:
@@ -136,11 +143,12 @@ class ModelServer:
             raise RequestError(422, f"format {options['format']} translates each text as a whole document; prefix, "
                                     "constraints and avoid steer sentences: drop them, or use format text")
         self._check_work(items, cfg)
-        jobs = list(zip(items, self._steering(items, steering, search, options, name)))
-        # sampling requests run alone: merged, a seed would give other samples than Translator.translate
+        jobs = list(zip(items, self._steering(items, steering, call, name)))
+        # sampling requests run alone: merged, a seed would give other samples than Translator.translate;
+        # requests of equal options share a model call
         abandoned = threading.Event()
-        future = self.batcher.submit(jobs, options, mergeable=cfg.strategy != "sample", deadline=deadline,
-                                     abandoned=abandoned)
+        future = self.batcher.submit(jobs, ServedCall(call, options), mergeable=cfg.strategy != "sample",
+                                     deadline=deadline, abandoned=abandoned, key=json.dumps(options, sort_keys=True))
         try:
             outputs = await wait_for_result(future, abandoned, deadline, request, self.limits)
         except RequestError:
@@ -156,7 +164,7 @@ class ModelServer:
             raise RequestError(500, f"the model failed on this request: {detail}") from None
         return [o.hyps for o in outputs], cfg.nbest, [o.warnings for o in outputs]
 
-    def _check_work(self, items: list[str], cfg: Any) -> None:
+    def _check_work(self, items: list[str], cfg: SearchConfig) -> None:
         """413 for items whose search may take more than `max_work` decoder steps (`budget.check_work`):
         a text's length limit from its source tokens, a file's the model's cap. Texts are tokenized only
         when even every item at the cap could be over the limit."""
@@ -196,7 +204,7 @@ class ModelServer:
                                                   (lambda i: "text") if single else (lambda i: f"texts[{i}]"),
                                                   request)
         emit = formatter("json", nbest, documents=options.get("format", "text") != "text")
-        objects = [json.loads(emit(i, hyps, notes)) for i, (hyps, notes) in enumerate(zip(results, warnings))]
+        objects = [json.loads(emit(i, hyps, notes)) for i, (hyps, notes) in enumerate(zip(_texts(results), warnings))]
         return JSONResponse(objects[0] if single else {"translations": objects})
 
     async def generate(self, request: Request) -> JSONResponse:
@@ -245,16 +253,18 @@ class ModelServer:
                                                           self.limits)
             if not single:
                 raise RequestError(422, "give one \"text\": the attention of one source is drawn")
-            results, _, _ = await self.run(texts, {**parse_options(fields, self.limits), "attention_layer": -1},
-                                           steering, lambda i: "text", request)
-            if not results[0]:
+            options = parse_options(fields, self.limits)
+            options["attention_layer"] = -1
+            results, _, _ = await self.run(texts, options, steering, lambda i: "text", request)
+            hyps = _texts(results)[0]
+            if not hyps:
                 raise RequestError(422, "the text is empty: there is no attention to draw")
-            return Response(await asyncio.to_thread(attention_png, self.model, results[0][0]), media_type="image/png")
+            return Response(await asyncio.to_thread(attention_png, self.model, hyps[0]), media_type="image/png")
         require_upload_type(request.headers)
         options, shared = self._file_options(request)
         options["attention_layer"] = -1
         if self.recordings:  # one window over the whole recording, as the CLI draws it
-            options.update(timestamps=False, max_window_seconds=math.inf)
+            options["timestamps"], options["max_window_seconds"] = False, math.inf
         upload = await self._save_upload(request)
         try:
             check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
@@ -265,14 +275,15 @@ class ModelServer:
                 raise RequestError(422, str(e).replace(str(upload), "upload")) from None
             results, _, _ = await self.run([str(upload)], options, None if shared is None else [shared],
                                            lambda i: "the uploaded file", request)
-            if isinstance(results[0], Unreadable):
-                raise RequestError(422, "cannot read the uploaded file: " + results[0].reason.replace(str(upload), "upload"))
-            png = await asyncio.to_thread(attention_png, self.model, results[0][0], view)
+            result = results[0]
+            if isinstance(result, Unreadable):
+                raise RequestError(422, "cannot read the uploaded file: " + result.reason.replace(str(upload), "upload"))
+            png = await asyncio.to_thread(attention_png, self.model, result[0], view)
         finally:
             upload.unlink(missing_ok=True)
         return Response(png, media_type="image/png")
 
-    def _file_options(self, request: Request) -> tuple[dict[str, Any], Steering | None]:
+    def _file_options(self, request: Request) -> tuple[RequestOptions, Steering | None]:
         """An upload's options from its query string: search options, and for recordings `timestamps`
         (each window's times and text in "segments", as `transcribe --timestamps --json`); and its
         steering (`query_steering`: prefix, constraints, avoid)."""
@@ -302,8 +313,8 @@ class ModelServer:
         return Path(name)
 
     @staticmethod
-    def _generation(hyps: Any, nbest: int, source: str | None = None,
-                    notes: list[Diagnostic] | None = None) -> dict[str, Any]:
+    def _generation(hyps: list[Translation] | Unreadable, nbest: int, source: str | None = None,
+                    notes: list[Diagnostic] | None = None) -> dict[str, object]:
         """The JSON object of one file's result (`source`: the path it was given by; None for an upload),
         with its "warnings" (`notes`) if any."""
         if isinstance(hyps, Unreadable):
@@ -314,3 +325,8 @@ class ModelServer:
         if source is None:
             obj.pop("source", None)
         return with_diagnostics(obj, notes or [])
+
+
+def _texts(results: list[list[Translation] | Unreadable]) -> list[list[Translation]]:
+    """The n-best lists of a text model's call (only a file can be `Unreadable`)."""
+    return [hyps for hyps in results if not isinstance(hyps, Unreadable)]

@@ -20,7 +20,7 @@ judges in the main process, after the worker filters.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from seq2seq.config.clean_section import CleanConfig
 from seq2seq.config.diagnostics import Seq2SeqError
@@ -43,7 +43,7 @@ class PairFilter:
     def __init__(self, cfg: CleanConfig) -> None:
         self.cfg = cfg
 
-    def prepare(self, sample: Sequence[Pair]) -> dict[str, Any]:
+    def prepare(self, sample: Sequence[Pair]) -> dict[str, object]:
         """Learn from the corpus's first pairs (stripped); what was learnt, for the report ({}: nothing)."""
         return {}
 

@@ -6,10 +6,10 @@ million pairs in about 1.2 GB."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Sequence
 
 from seq2seq.config.clean_section import CleanConfig
-from seq2seq.data.filters.base import PairFilter
+from seq2seq.data.filters.base import Pair, PairFilter
 from seq2seq.data.filters.normalise import fold
 
 
@@ -31,7 +31,7 @@ class DedupFilter(PairFilter):
         self.exact: set[int] = set()
         self.near: set[int] = set()
 
-    def prepare(self, sample: Any) -> dict[str, Any]:
+    def prepare(self, sample: Sequence[Pair]) -> dict[str, object]:
         return {"key": self.cfg.dedup.key, "near": self.cfg.dedup.near}
 
     def keep(self, src: str, tgt: str) -> str | None:

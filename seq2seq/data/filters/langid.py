@@ -7,25 +7,28 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any
+from typing import TYPE_CHECKING
 
 from seq2seq.config.clean_section import CleanConfig
 from seq2seq.data.filters.base import FilterError, PairFilter
 from seq2seq.data.filters.language_codes import base_language
+
+if TYPE_CHECKING:  # (py3langid ships no type information: mypy leaves its names unchecked)
+    from py3langid.langid import LanguageIdentifier
 
 # Languages py3langid confuses with each other on short lines, and a corpus would not tell apart.
 SAME_LANGUAGE = [{"no", "nb", "nn"}, {"ar", "ary", "arz"}, {"hr", "bs", "sr"}, {"ms", "id"}]
 
 
 @functools.lru_cache(maxsize=1)
-def _full_identifier() -> Any:
+def _full_identifier() -> LanguageIdentifier:
     """py3langid's identifier over every language it knows, loaded once a process (0.6 s)."""
     from py3langid import langid
 
     return langid.LanguageIdentifier.from_modelpath(langid.MODEL_DIR / langid.MODEL_FILE)
 
 
-def _identifier(candidates: list[str] | None) -> Any:
+def _identifier(candidates: list[str] | None) -> LanguageIdentifier:
     """An identifier choosing among `candidates` (None: all): a copy of the loaded one, narrowed
     (`set_languages` replaces the copy's tables, leaving the loaded one's as they are)."""
     identifier = copy.copy(_full_identifier())
@@ -70,9 +73,9 @@ class LanguageFilter(PairFilter):
         self.accepted = [accepted(lang) if lang else None for lang in self.langs]
         if candidates:
             identifier.set_languages(candidates)
-        self._model: Any = identifier
+        self._model: LanguageIdentifier | None = identifier
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_model": None}  # each worker loads its own
 
     def classify(self, text: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from seq2seq.config.clean_section import CleanConfig
 from seq2seq.data.filters.base import Pair, PairFilter
@@ -80,7 +79,7 @@ class LexiconFilter(PairFilter):
         self.forward: Lexicon = {}
         self.backward: Lexicon = {}
 
-    def prepare(self, sample: Sequence[Pair]) -> dict[str, Any]:
+    def prepare(self, sample: Sequence[Pair]) -> dict[str, object]:
         rules = self.cfg.lexicon
         self.forward, self.backward = learn_lexicon(sample, rules.min_dice, rules.min_count, rules.max_df,
                                                     rules.max_translations)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from seq2seq.data.filters.base import Pair, PairFilter
 
@@ -28,7 +27,7 @@ class RatioFilter(PairFilter):
     reasons = ("long_target", "long_source")
     expected = 1.0
 
-    def prepare(self, sample: Sequence[Pair]) -> dict[str, Any]:
+    def prepare(self, sample: Sequence[Pair]) -> dict[str, object]:
         rules = self.cfg.ratio
         self.expected = rules.expected if rules.expected is not None else expected_ratio(sample, rules.exempt_chars)
         return {"expected_ratio": round(self.expected, 4),

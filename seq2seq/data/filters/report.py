@@ -5,7 +5,15 @@ as a few readable lines (`summary`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
+
+
+class RemovedPair(TypedDict):
+    """A removed pair as the report shows it: its 1-based input line, its source and target."""
+
+    line: int
+    src: str
+    tgt: str
 
 
 @dataclass
@@ -14,7 +22,7 @@ class ReasonCount:
     ({"line": 1-based input line, "src", "tgt"})."""
 
     removed: int = 0
-    examples: list[dict[str, Any]] = field(default_factory=list)
+    examples: list[RemovedPair] = field(default_factory=list)
 
 
 @dataclass
@@ -26,7 +34,7 @@ class CleanReport:
     max_examples: int = 5
     pairs: int = 0
     kept: int = 0
-    learnt: dict[str, dict[str, Any]] = field(default_factory=dict)
+    learnt: dict[str, dict[str, object]] = field(default_factory=dict)
     seconds: float = 0.0
 
     @classmethod
@@ -47,7 +55,7 @@ class CleanReport:
     def removed_by(self, filter_name: str) -> int:
         return sum(c.removed for c in self.filters[filter_name].values())
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "pairs": self.pairs, "kept": self.kept, "removed": self.removed,
             "seconds": round(self.seconds, 3),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from seq2seq.data.filters.base import Pair, PairFilter
 from seq2seq.data.filters.ratio import expected_ratio
@@ -23,7 +22,7 @@ class TruncationFilter(PairFilter):
     reasons = ("truncated_target", "truncated_source")
     expected = 1.0
 
-    def prepare(self, sample: Sequence[Pair]) -> dict[str, Any]:
+    def prepare(self, sample: Sequence[Pair]) -> dict[str, object]:
         given = self.cfg.ratio.expected
         self.expected = given if given is not None else expected_ratio(sample, self.cfg.ratio.exempt_chars)
         return {"expected_ratio": round(self.expected, 4)}
