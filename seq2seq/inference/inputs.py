@@ -59,16 +59,16 @@ class SourceInput:
             return None
         return Steering(self.prefix or "", list(self.constraints or []), list(self.avoid or []))
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, str | list[str]]:
         """The JSON form `read_input` reads back: "text" and the fields given."""
-        out: dict[str, Any] = {"text": self.text}
+        out: dict[str, str | list[str]] = {"text": self.text}
         for name in STEERING_FIELDS:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
 
 
-def read_input(value: Any, name: str, sep: str = ".",
+def read_input(value: object, name: str, sep: str = ".",
                check: Callable[[str, str], None] = check_unicode) -> SourceInput:
     """One input in its JSON form: a string, or an object {"text": str} with any of the steering fields.
 
@@ -97,7 +97,7 @@ def read_input(value: Any, name: str, sep: str = ".",
     return SourceInput(text, read["prefix"], read["constraints"], read["avoid"])
 
 
-def steering_arguments(inputs: Sequence[SourceInput]) -> dict[str, list[Any]]:
+def steering_arguments(inputs: Sequence[SourceInput]) -> dict[str, list[str | list[str] | None]]:
     """The per-input steering arguments of `translate_nbest` for `inputs` (prefix, constraints, avoid:
     one entry per input, None where it has none); only the fields some input gives."""
     return {name: [getattr(x, name) for x in inputs] for name in STEERING_FIELDS
@@ -112,7 +112,7 @@ def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constrai
     prefixes = per_input("prefix", prefix, len(texts))
     wanted = per_input("constraints", constraints, len(texts))
     if avoid is not None and not isinstance(avoid, str) and all(isinstance(a, str) for a in avoid):
-        banned: list[Any] = [list(avoid)] * len(texts)  # one list for every input
+        banned: Sequence[object] = [list(avoid)] * len(texts)  # one list for every input
     else:
         banned = per_input("avoid", avoid, len(texts))
     out = []

@@ -12,7 +12,7 @@ write (a lone surrogate such as "\\ud800", which JSON can spell).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Callable, TypedDict
 
 from seq2seq.inference.controls import SteeringError
 
@@ -30,7 +30,7 @@ class FieldError(SteeringError):
         super().__init__(message, field=field)
 
 
-def shown(value: Any, width: int = 80) -> str:
+def shown(value: object, width: int = 80) -> str:
     """`value` as JSON would spell it, cut to `width` characters (for messages)."""
     try:
         return json.dumps(value)[:width]
@@ -48,7 +48,7 @@ def check_unicode(text: str, where: str) -> None:
                          "as itself, or a surrogate pair", where) from None
 
 
-def read_prefix(value: Any, where: str = "", check: Callable[[str, str], None] = check_unicode) -> str | None:
+def read_prefix(value: object, where: str = "", check: Callable[[str, str], None] = check_unicode) -> str | None:
     """A prefix field: None (absent) or a string, checked by `check(text, name)`; FieldError otherwise."""
     if value is None:
         return None
@@ -58,7 +58,7 @@ def read_prefix(value: Any, where: str = "", check: Callable[[str, str], None] =
     return value
 
 
-def read_phrases(name: str, value: Any, where: str = "",
+def read_phrases(name: str, value: object, where: str = "",
                  check: Callable[[str, str], None] = check_unicode) -> list[str] | None:
     """A `constraints` or `avoid` field: None (absent) or a list (or tuple) of strings, each checked by
     `check(text, name)`; FieldError for anything else (a string, a dict, a number, a list holding a
@@ -72,10 +72,19 @@ def read_phrases(name: str, value: Any, where: str = "",
     return list(value)
 
 
-def read_steering_fields(fields: dict[str, Any], where: str = "",
-                         check: Callable[[str, str], None] = check_unicode) -> dict[str, Any]:
+class SteeringFields(TypedDict):
+    """An input's steering fields as read (None: absent or null)."""
+
+    prefix: str | None
+    constraints: list[str] | None
+    avoid: list[str] | None
+
+
+def read_steering_fields(fields: dict[str, object], where: str = "",
+                         check: Callable[[str, str], None] = check_unicode) -> SteeringFields:
     """The steering fields popped from `fields` and checked: {"prefix": str | None, "constraints":
     list | None, "avoid": list | None} (None: absent or null)."""
     prefix = read_prefix(fields.pop("prefix", None), where, check)
-    phrases = {name: read_phrases(name, fields.pop(name, None), where, check) for name in PHRASE_FIELDS}
-    return {"prefix": prefix, **phrases}
+    constraints = read_phrases("constraints", fields.pop("constraints", None), where, check)
+    avoid = read_phrases("avoid", fields.pop("avoid", None), where, check)  # (PHRASE_FIELDS, in order)
+    return {"prefix": prefix, "constraints": constraints, "avoid": avoid}
