@@ -18,9 +18,12 @@ import math
 import numbers
 import typing
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from seq2seq.config.search import SearchConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.config.model_section import ModelConfig
 
 SAMPLING_OPTIONS = ("topk", "topp", "temperature")
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false"}
@@ -69,7 +72,7 @@ SEARCH_OPTIONS: dict[str, SearchOption] = _options()
 SWITCHES = tuple(name for name, o in SEARCH_OPTIONS.items() if o.type is bool and name not in FIELD_TYPES)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     try:
         return json.dumps(value)
     except (TypeError, ValueError):
@@ -103,7 +106,8 @@ def rows_per_source(cfg: SearchConfig) -> int:
     return cfg.rows_per_source
 
 
-def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: Any = None) -> SearchConfig:
+def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
+                   model: ModelConfig | None = None) -> SearchConfig:
     """`defaults` (a model's `decoding` config) with the options `overrides` applied.
 
     overrides: SearchConfig fields and the switches `greedy`, `sample`; None (or a switch left False)

@@ -275,16 +275,16 @@ class Translator(Engine):
         return ids
 
     def _prepare(self, sources: list[str], first_line: int, warn: Warn | None, skip_bad: bool,
-                 skipped: dict[int, str] | None, processor: SourceProcessor | None = None) -> dict[int, Any]:
+                 skipped: dict[int, str] | None, processor: SourceProcessor | None = None) -> dict[int, object]:
         """{index: example} of the sources that have one (see `SourceProcessor.prepare`)."""
         if skip_bad and skipped is None:
             skipped = {}
         return (processor or self.processor).prepare(sources, first_line, warn or log.warning,
                                                      skipped if skip_bad else None)
 
-    def _search(self, examples: dict[Any, Any], cfg: SearchConfig, batch_tokens: int,
+    def _search(self, examples: dict[Any, object], cfg: SearchConfig, batch_tokens: int,
                 about: Callable[[Any], dict[str, Any]],
-                on_batch: Callable[[int], Any] | None = None, controls: dict[Any, SourceControls] | None = None,
+                on_batch: Callable[[int], object] | None = None, controls: dict[Any, SourceControls] | None = None,
                 line: Callable[[Any], Any] = str, warn: Warn = log.warning,
                 processor: SourceProcessor | None = None, given: int = 0) -> dict[Any, list[Translation]]:
         """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
