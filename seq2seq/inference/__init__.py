@@ -1,7 +1,7 @@
 """Decoding with a trained model.
 
-    search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
-    search_state        the loop's state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
+    search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores) and its
+                        state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
     strategies          greedy, beam and sampling: which tokens continue
     stopping            `stop_when`: a search stopped between two steps for a caller that no longer wants it
     ctc                 rescoring finished hypotheses with a CTC head

@@ -45,8 +45,7 @@ from seq2seq.inference import memory
 from seq2seq.inference.options import MAX_STEP_LOGITS
 from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.inference.results import Translation
-from seq2seq.inference.search import search
-from seq2seq.inference.search_state import Hypothesis
+from seq2seq.inference.search import Hypothesis, search
 from seq2seq.inference.steering import SteeringError, continuation_pieces, sentence_end_pieces
 from seq2seq.model.encoders.base import Encoder, source_kind, source_processor
 from seq2seq.model.encoders.sources import PrefixedSource, SourceError, SourceKind, SourceProcessor
