@@ -58,7 +58,7 @@ making of a batch's controls is `seq2seq.inference.lexical_controls`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Generic, Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,7 @@ from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (le
 from seq2seq.inference.constraints import ConstrainedBeam
 from seq2seq.inference.controls import Control, SourceControls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
-from seq2seq.inference.protocol import SearchableModel, reorder_memory
+from seq2seq.inference.protocol import DecodingCache, SearchableModel, reorder_memory
 from seq2seq.inference.lexical_controls import build_controls
 from seq2seq.inference.stopping import SearchStopped, stop_check
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
@@ -196,7 +196,12 @@ class Rows:
 # --------------------------------------------------------------------------------------------
 
 
-def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
+S = TypeVar("S")  # a batch of sources, as the model's encoder takes it (`SearchableModel`)
+M = TypeVar("M")  # the encoder's output the decoder reads (`SearchableModel`)
+C = TypeVar("C", bound=DecodingCache)  # the decoder's key/value cache (`SearchableModel`)
+
+
+def search(model: SearchableModel[S, M, C], src: S, cfg: SearchConfig, *,
            controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
            sentence_end: Tensor | None = None, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
@@ -224,7 +229,7 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
         model.train(was_training)
 
 
-class _Search:
+class _Search(Generic[S, M, C]):
     """State of one `search` call; see the module docstring for the vocabulary.
 
     Between steps: `units` and `rows` (the live units and decoder rows), `scores` [B] (the rows'
@@ -234,14 +239,14 @@ class _Search:
     finished hypotheses.
     """
 
-    def __init__(self, model: SearchableModel, cfg: SearchConfig, use_cache: bool,
+    def __init__(self, model: SearchableModel[S, M, C], cfg: SearchConfig, use_cache: bool,
                  controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
                  sentence_end: Tensor | None = None) -> None:
         self.model, self.cfg, self.use_cache = model, cfg, use_cache
         self.source_controls, self.continuation, self.sentence_end = controls, continuation, sentence_end
         self.exact = cfg.strategy == "beam" and not cfg.early_stopping
 
-    def run(self, src: Any) -> list[list[Hypothesis]]:
+    def run(self, src: S) -> list[list[Hypothesis]]:
         memory, pad_mask = self.model.encode(src)  # [N, S, D] (or the model's own: `reorder_memory`), [N, S]
         if pad_mask.size(0) == 0:
             return []
@@ -263,7 +268,7 @@ class _Search:
 
     # ---- the steps of `run` ------------------------------------------------------------------
 
-    def _start(self, src: Any, memory: Any, pad_mask: Tensor) -> None:
+    def _start(self, src: S, memory: M, pad_mask: Tensor) -> None:
         """The state before the first step: every unit live, each row holding BOS."""
         cfg, device = self.cfg, pad_mask.device
         self.device = device
@@ -307,7 +312,7 @@ class _Search:
                 raise ValueError(f"constraints need beam search, not {self.cfg.strategy} search")
             self.strategy = ConstrainedBeam(group, self.tracker)
 
-    def _max_lengths(self, src: Any, pad_mask: Tensor) -> list[int]:
+    def _max_lengths(self, src: S, pad_mask: Tensor) -> list[int]:
         """Each source's length limit (`SearchConfig.max_length`); pad_mask [N, S]."""
         lengths = self.model.encoder.source_lengths(src)
         if lengths is None:
@@ -384,12 +389,12 @@ class _Search:
 
     # ---- helpers -----------------------------------------------------------------------------
 
-    def _repeated(self, memory: Any, pad_mask: Tensor, k: int) -> tuple[Any, Tensor]:
+    def _repeated(self, memory: M, pad_mask: Tensor, k: int) -> tuple[M, Tensor]:
         """Each unit's memory and pad mask k times in a row (`reorder_memory`)."""
         index = self._arange(pad_mask.size(0)).repeat_interleave(k)
         return reorder_memory(self.model, memory, index), pad_mask.index_select(0, index)
 
-    def _rescore_with_ctc(self, memory: Any, pad_mask: Tensor) -> None:
+    def _rescore_with_ctc(self, memory: M, pad_mask: Tensor) -> None:
         """decoding.ctc_weight: add each source's CTC best paths to its finished hypotheses and score
         them all with attention and CTC together (see seq2seq.inference.ctc)."""
         cfg = self.cfg

@@ -314,9 +314,15 @@ class Translator(Engine):
             steer = None if not controls else [controls.get(k) for k in batch]
             try:
                 with torch.inference_mode(), autocast_context(self.device, autocast):
-                    hyps = search(self.model, src, cfg, controls=steer,
-                                  continuation=None if steer is None else self._continuation(),
-                                  sentence_end=None if steer is None else self._sentence_end())
+                    continuation = None if steer is None else self._continuation()
+                    sentence_end = None if steer is None else self._sentence_end()
+                    # one call, written per kind of model: each is a `SearchableModel` of its own memory type
+                    if isinstance(self.model, EnsembleModel):
+                        hyps = search(self.model, src, cfg, controls=steer, continuation=continuation,
+                                      sentence_end=sentence_end)
+                    else:
+                        hyps = search(self.model, src, cfg, controls=steer, continuation=continuation,
+                                      sentence_end=sentence_end)
             except ControlError as e:
                 d = e.diagnostic
                 raise SteeringError(d.message, line=line(batch[e.index]), field=d.field, code=d.code) from None
