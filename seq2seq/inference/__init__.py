@@ -18,8 +18,8 @@
     protocol            `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
     inputs              the typed request: `SourceInput` (one input and its own steering, its JSON form read
-                        by one parser) and `Call` (what a call's inputs share); `translate_inputs` (any engine)
-    steering_fields     the JSON form of one input's steering, one parser for every front-end
+                        by one parser, its steering fields too) and `Call` (what a call's inputs share);
+                        `translate_inputs` (any engine)
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)
     controls            `SourceControls`: one source's controls as token ids; the search's `Control`
