@@ -1,9 +1,9 @@
 """Decoding with a trained model.
 
     search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores) and its
-                        state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
+                        state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`; `stop_when`: a
+                        search stopped between two steps for a caller that no longer wants it
     strategies          greedy, beam and sampling: which tokens continue
-    stopping            `stop_when`: a search stopped between two steps for a caller that no longer wants it
     ctc                 rescoring finished hypotheses with a CTC head
     ensemble            `EnsembleModel`: several models sharing a target vocabulary, searched as one
     options             the per-call search options and `resolve_search` (defaults + options -> SearchConfig)

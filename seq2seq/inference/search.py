@@ -53,24 +53,39 @@ Here too, the loop's state and result: `Units` (per unit) and `Rows` (per decode
 between steps, each narrowed by one `select`; `EndedHypotheses`, those a step ended, until the host
 reads them; `Hypothesis`, one output sequence; and the n-gram block (`block_repeated_ngrams`). The
 making of a batch's controls is `seq2seq.inference.lexical_controls`.
+
+Stopping a search between two decoding steps, for a caller that may stop wanting its result: a server
+request past its time budget, or whose client went away, should free the model at once, not after
+minutes of beam search. Its caller runs the model call inside `stop_when(check)`: every `search`
+started inside it calls `check()` once before each decoding step and raises `SearchStopped` when it
+returns True, so the call ends within one step (the encoder, and a CTranslate2 engine's own search, run
+to their end). Outside such a block a search reads one context variable per call and nothing per step,
+and its results are the same, bit for bit. The check is a context variable (`contextvars`): it belongs
+to the thread (or asyncio task) that set it, so the server's batching worker sets it around its model
+call and nothing in between (the Translator, the text pipeline, an ensemble) carries it.
+
+    with stop_when(lambda: time.monotonic() > deadline):
+        translator.translate_nbest(texts)   # SearchStopped past the deadline
 """
 
 from __future__ import annotations
 
+import contextlib
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Iterator, Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
 from seq2seq.inference.constraints import ConstrainedBeam
 from seq2seq.inference.controls import Control, SourceControls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
 from seq2seq.inference.protocol import DecodingCache, SearchableModel, reorder_memory
 from seq2seq.inference.lexical_controls import build_controls
-from seq2seq.inference.stopping import SearchStopped, stop_check
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
 
 
@@ -192,6 +207,38 @@ class Rows:
 
 
 # --------------------------------------------------------------------------------------------
+# Stopping a search between two steps
+# --------------------------------------------------------------------------------------------
+
+StopCheck = Callable[[], bool]  # True: stop the search before its next decoding step
+
+_CHECK: ContextVar[StopCheck | None] = ContextVar("seq2seq_search_stop_check", default=None)
+
+
+class SearchStopped(Seq2SeqError, RuntimeError):
+    """A search stopped between two decoding steps because the check of `stop_when` said so: its caller
+    no longer wants the result (not a failure of the model or of the input)."""
+
+    code = "search_stopped"
+
+
+@contextlib.contextmanager
+def stop_when(check: StopCheck) -> Iterator[None]:
+    """Searches started inside this block (in this thread or task) stop, raising `SearchStopped`, before
+    the first decoding step at which `check()` is True. `check` should be cheap: it runs once a step."""
+    token = _CHECK.set(check)
+    try:
+        yield
+    finally:
+        _CHECK.reset(token)
+
+
+def stop_check() -> StopCheck | None:
+    """The check of the innermost `stop_when` block around the caller, or None outside one."""
+    return _CHECK.get()
+
+
+# --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
 
@@ -217,7 +264,7 @@ def search(model: SearchableModel[S, M, C], src: S, cfg: SearchConfig, *,
     many sentences they end (`SourceControls.sentence_ends`). `use_cache=False`
     recomputes the whole prefix at every step instead of using the key/value cache (slow; for
     testing). The model is run in eval mode and restored. ControlError (a ValueError) naming the
-    source for controls that cannot be honoured. Inside `seq2seq.inference.stopping.stop_when(check)`,
+    source for controls that cannot be honoured. Inside `stop_when(check)`,
     SearchStopped before the first decoding step at which check() is True.
     """
     was_training = model.training
@@ -251,7 +298,7 @@ class _Search(Generic[S, M, C]):
         if pad_mask.size(0) == 0:
             return []
         self._start(src, memory, pad_mask)
-        stop = stop_check()  # a caller that may stop wanting the result (`seq2seq.inference.stopping`)
+        stop = stop_check()  # a caller that may stop wanting the result (`stop_when`)
         for step in range(max(self.units.max_host) + 1):
             if stop is not None and stop():
                 raise SearchStopped(f"the search was stopped before decoding step {step}")
