@@ -13,8 +13,8 @@
                         checked and encoded once; what an engine's search cannot do (`Capabilities`)
     translator          `Translator`: the torch engine (sources prepared by the model's `SourceProcessor`,
                         searched in token-bounded batches; n-best `Translation`s out)
-    generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
-    loading             `load_engine`: the engine class of a model directory, chosen from what it reads
+    generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files;
+                        `load_engine`: the engine class of a model directory, chosen from what it reads
     protocol            `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
     inputs              the typed request: `SourceInput` (one input and its own steering, its JSON form read
