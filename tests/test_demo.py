@@ -21,7 +21,7 @@ from click.testing import CliRunner
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
 from seq2seq.cli import cli  # noqa: E402
-from seq2seq.inference.loading import load_engine  # noqa: E402
+from seq2seq.inference.generator import load_engine  # noqa: E402
 from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
 from test_serve import call, cli_json, image_model, serving  # noqa: E402, F401 - image_model: a fixture

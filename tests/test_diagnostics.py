@@ -7,7 +7,7 @@ import pytest
 
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.inference.steering import SteeringError
-from seq2seq.inference.steering_fields import FieldError
+from seq2seq.inference.inputs import FieldError
 
 
 def test_a_diagnostic_reads_as_the_line_a_person_saw_and_holds_its_parts():

@@ -156,7 +156,7 @@ def test_translate_and_test_take_several_model_directories(tiny_model_dir, tmp_p
 
 def test_the_server_serves_an_ensemble(tiny_model_dir):
     pytest.importorskip("fastapi", reason="the serve extra")
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
     from seq2seq.serve.app import create_app
     from test_serve import call, serving
 

@@ -360,7 +360,7 @@ def caption_model(backbones, image_data, tmp_path_factory) -> tuple[Path, Path]:
 
 def test_train_then_caption_offline_from_the_model_directory(caption_model, image_data):
     from seq2seq.inference.generator import Captioner
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
 
     model_dir, backbone = caption_model
     paths = files(image_data)

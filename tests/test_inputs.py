@@ -9,7 +9,7 @@ import pytest
 from seq2seq.cli.steering import _json_lines
 from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs, steering_arguments
 from seq2seq.inference.steering import Steering, SteeringError
-from seq2seq.inference.steering_fields import FieldError
+from seq2seq.inference.inputs import FieldError
 from seq2seq.inference.translator import Translator
 from seq2seq.serve.requests import Limits, RequestError, parse_texts
 

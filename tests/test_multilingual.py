@@ -517,7 +517,7 @@ def test_a_bilingual_model_refuses_tgt_lang(tiny_model_dir):
 def test_the_server_takes_tgt_lang(multilingual_model):
     pytest.importorskip("fastapi", reason="the serve extra")
     from seq2seq.inference.translator import Translator
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
     from seq2seq.serve.app import create_app
     from test_serve import call, serving
 

@@ -72,7 +72,7 @@ def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate
 
 
 def test_one_loader_picks_the_engine_from_what_the_model_reads(tiny_model_dir, tmp_path):
-    from seq2seq.inference.loading import engine_class, load_engine
+    from seq2seq.inference.generator import engine_class, load_engine
     from seq2seq.model.encoders.sources import AUDIO, IMAGE, TEXT
     from seq2seq.storage import CheckpointError
 

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from seq2seq.config import ConfigError, ModelConfig, from_dict, to_dict
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.inference.search import SearchConfig, search, top_p_filter
-from seq2seq.inference.search_state import Hypothesis
+from seq2seq.inference.search import Hypothesis
 from seq2seq.inference.search import block_repeated_ngrams
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3

@@ -521,7 +521,7 @@ def image_model(tmp_path_factory):
 
 def test_image_models_caption_uploaded_files(image_model):
     from seq2seq.inference.generator import Captioner
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
 
     image = image_model / "img" / "1.png"
     expected = Captioner.load(image_model / "model", device="cpu").generate([str(image)], beam=2, nbest=2)[0]
@@ -555,7 +555,7 @@ def png_header(width: int, height: int) -> bytes:
 
 
 def test_images_over_the_pixel_cap_get_413_from_their_header(image_model):
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
 
     model = load_engine(image_model / "model", device="cpu")
     image = image_model / "img" / "1.png"  # 32x32
@@ -850,7 +850,7 @@ def test_serve_refuses_a_bad_glossary_in_one_line_before_it_starts(tiny_model_di
 def test_image_uploads_take_steering_in_the_query_string(image_model):
     from urllib.parse import urlencode
 
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
 
     model = load_engine(image_model / "model", device="cpu")  # 2 training steps: it writes "square" over and over
     image = image_model / "img" / "1.png"

@@ -1,5 +1,5 @@
 """A server that no request can hold (seq2seq/serve/budget.py, batcher.py, connections.py and the
-search's stop hook, seq2seq/inference/stopping.py): a request past its time budget gets a JSON 504 and
+search's stop hook, seq2seq/inference/search.py stop_when): a request past its time budget gets a JSON 504 and
 its search stops between two decoding steps, as it does when its client goes away; one over the work
 limit is refused up front; slow or broken connections get JSON and are closed; SIGTERM drains within
 the budget and exits 0.
@@ -29,7 +29,7 @@ else:
     uvicorn = pytest.importorskip("uvicorn", reason="the serve extra: pip install -e '.[serve]'")
 
 from seq2seq.documents.line_translation import translate_lines  # noqa: E402
-from seq2seq.inference.stopping import SearchStopped, stop_when  # noqa: E402
+from seq2seq.inference.search import SearchStopped, stop_when  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.serve.app import create_app, server_config  # noqa: E402
 from seq2seq.serve.batcher import Abandoned, Batcher  # noqa: E402
@@ -135,7 +135,7 @@ def test_the_batcher_stops_a_call_nobody_waits_for_and_drops_expired_jobs():
     steps = []
 
     def run(items, options):  # a model call of many steps that asks the hook before each
-        from seq2seq.inference.stopping import stop_check
+        from seq2seq.inference.search import stop_check
 
         check = stop_check()
         for step in range(options.get("steps", 10_000)):

@@ -34,7 +34,7 @@ from seq2seq.inference.generator import Captioner, Generator, Transcriber  # noq
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.model.encoders.base import source_kind  # noqa: E402
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, TEXT, SourceError  # noqa: E402
-from seq2seq.inference.loading import load_engine  # noqa: E402
+from seq2seq.inference.generator import load_engine  # noqa: E402
 from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.requests import Limits, RequestError, check_source_size  # noqa: E402
 from test_hf_encoder import TONES, colour_image, save_backbone, tone_utterance  # noqa: E402

@@ -1,5 +1,5 @@
 """Hostile steering input: one parser of the steering fields for the command line's --json-input, the Python
-API and the server (seq2seq.inference.steering_fields), contradictions named, limits that keep a request from
+API and the server (seq2seq.inference.inputs), contradictions named, limits that keep a request from
 taking the machine (issue 59's probe of hostile inputs). On the tiny trained model (`tiny_model_dir`)."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
 
     from seq2seq.inference.glossary import Glossary
     from seq2seq.inference.engine import Engine
-    from seq2seq.inference.loading import load_engine
+    from seq2seq.inference.generator import load_engine
     from seq2seq.serve.app import check_glossary, create_app, run_server
     from seq2seq.serve.requests import Limits, check_key_format
 

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypedDict
 import click
 
 from seq2seq.config import json_reader
-from seq2seq.inference.inputs import SourceInput, read_input, steering_arguments
+from seq2seq.inference.inputs import STEERING_FIELDS, SourceInput, read_input, steering_arguments
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
-from seq2seq.inference.steering_fields import STEERING_FIELDS
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
 
 if TYPE_CHECKING:

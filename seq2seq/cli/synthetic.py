@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -15,6 +15,7 @@ from seq2seq.cli.common import (
     show_progress, user_errors,
 )
 from seq2seq.corpora.translation import (
+    CorpusEntry,
     CORPUS_FILE, METHODS, PARTIAL, SRC_FILE, STATE_FILE, SUMMARY_FILE, TGT_FILE,
 )
 from seq2seq.text.lines import check_input_file, count_lines, is_regular_file
@@ -52,15 +53,6 @@ def corpus_options(fn: Callable) -> Callable:
     for option in reversed(decorators):
         fn = option(fn)
     return fn
-
-
-class CorpusEntry(TypedDict, total=False):
-    """What corpus.yaml says of a synthetic corpus besides its files (a `CorpusConfig`'s fields)."""
-
-    src_lang: str | None
-    tgt_lang: str | None
-    weight: float
-    tag: str | None
 
 
 def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str, method: str,
@@ -104,7 +96,7 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
         CorpusConfig(train_src=SRC_FILE, train_tgt=TGT_FILE, **corpus).check("the corpus entry")
         job = CorpusJob(input=input_path, output_dir=output_dir, direction=kind, method=method, search=dict(search),
                         seed=seed, chunk_lines=chunk_lines, batch_tokens=batch_tokens, max_len=max_len,
-                        max_ratio=max_ratio, tgt_lang=tgt_lang, corpus=dict(corpus),
+                        max_ratio=max_ratio, tgt_lang=tgt_lang, corpus=corpus,
                         noise=noise if noise is not None else WordNoise())
         translator.search_config(**job.search_options())
     except (LanguageError, ValueError) as e:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hashlib import _Hash
 
 
-def _file_digest(path: Path, h: Any) -> None:
+def _file_digest(path: Path, h: _Hash) -> None:
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)

@@ -49,7 +49,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -62,6 +62,7 @@ from seq2seq.text.lines import InputError, decoded_lines, one_line, open_binary
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.inference.translator import Translator
+    from seq2seq.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,15 @@ FILTERS = ("empty_input", "too_long_input", "empty_output", "copy", "bad_ratio")
 
 SRC_FILE, TGT_FILE = "train.src", "train.tgt"
 PARTIAL = ".partial"
+class CorpusEntry(TypedDict, total=False):
+    """What corpus.yaml says of a synthetic corpus besides its files (a `CorpusConfig`'s fields)."""
+
+    src_lang: str | None
+    tgt_lang: str | None
+    weight: float
+    tag: str | None
+
+
 STATE_FILE, SUMMARY_FILE, CORPUS_FILE = "state.json", "summary.json", "corpus.yaml"
 STATE_VERSION = 1
 
@@ -108,7 +118,7 @@ class CorpusJob:
     max_ratio: float = 3.0
     noise: WordNoise = field(default_factory=WordNoise)
     tgt_lang: str | None = None
-    corpus: dict[str, Any] = field(default_factory=dict)
+    corpus: CorpusEntry = field(default_factory=lambda: CorpusEntry())
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
@@ -129,7 +139,7 @@ class CorpusJob:
             return {**self.search, "sample": True}
         return {"beam": DEFAULT_BEAM, **self.search}
 
-    def settings(self, translator: Translator, models: str) -> dict[str, Any]:
+    def settings(self, translator: Translator, models: str) -> dict[str, object]:
         """What a resumed run must repeat: models (their fingerprint), direction, method, the resolved
         search, seed, chunking, filters, noise and target language."""
         search = dataclasses.asdict(translator.search_config(**self.search_options()))
@@ -162,6 +172,20 @@ def _chain(digest: str, lines: Sequence[str]) -> str:
     for line in lines:
         h.update(line.encode("utf-8", errors="surrogatepass") + b"\n")
     return h.hexdigest()
+
+
+class CorpusState(TypedDict):
+    """state.json: how far a run got (see the module docstring). settings: `CorpusJob.settings`; bytes:
+    the sizes of the partial files ({"src", "tgt"}); counts: input_lines, pairs and each of FILTERS."""
+
+    version: int
+    settings: dict[str, object]
+    input: str
+    lines_consumed: int
+    chunks: int
+    input_digest: str
+    bytes: dict[str, int]
+    counts: dict[str, int]
 
 
 @dataclass
@@ -205,9 +229,9 @@ class CorpusTranslation:
     def path(self, name: str) -> Path:
         return self.out / name
 
-    def _limits(self) -> list[tuple[Any, int]]:
+    def _limits(self) -> list[tuple[Tokenizer, int]]:
         """(source tokenizer, most source tokens a line may have) of each distinct member tokenizer."""
-        seen: dict[bytes, tuple[Any, int]] = {}
+        seen: dict[bytes, tuple[Tokenizer, int]] = {}
         for member in self.translator.members:
             room = member.config.model.max_positions - 1 - len(self.prefix)  # EOS and the tags take positions
             if self.job.max_len is not None:
@@ -219,23 +243,23 @@ class CorpusTranslation:
 
     # ---- state --------------------------------------------------------------------------------
 
-    def _fresh_state(self) -> dict[str, Any]:
+    def _fresh_state(self) -> CorpusState:
         return {"version": STATE_VERSION, "settings": self.settings, "input": str(self.job.input),
                 "lines_consumed": 0, "chunks": 0, "input_digest": "", "bytes": {"src": 0, "tgt": 0},
                 "counts": {"input_lines": 0, "pairs": 0, **{k: 0 for k in FILTERS}}}
 
-    def _differences(self, settings: dict[str, Any]) -> list[str]:
+    def _differences(self, settings: Mapping[str, object]) -> list[str]:
         keys = sorted(set(settings) | set(self.settings))
         return [k for k in keys if json.dumps(settings.get(k), sort_keys=True)
                 != json.dumps(self.settings.get(k), sort_keys=True)]
 
-    def _refuse_other(self, settings: dict[str, Any], what: str) -> None:
+    def _refuse_other(self, settings: Mapping[str, object], what: str) -> None:
         differ = self._differences(settings)
         if differ:
             raise CorpusRunError(f"{self.out} holds {what} made with other settings ({', '.join(differ)} differ); "
                                  f"repeat its command to continue it, or write to another output directory")
 
-    def _load_state(self) -> dict[str, Any] | None:
+    def _load_state(self) -> CorpusState | None:
         """The state to continue from (None: start afresh); CorpusRunError for another run's directory."""
         state_path = self.path(STATE_FILE)
         if not state_path.is_file():
@@ -250,7 +274,7 @@ class CorpusTranslation:
         self._refuse_other(state["settings"], "an unfinished run")
         return state
 
-    def _open_outputs(self, state: dict[str, Any]) -> _Outputs:
+    def _open_outputs(self, state: CorpusState) -> _Outputs:
         """The partial files truncated to the recorded sizes (a file a finishing run had already moved
         to its final name is moved back first)."""
         files = []
@@ -321,7 +345,7 @@ class CorpusTranslation:
             outputs.close()
         return self._finish(state)
 
-    def _skip(self, lines: Iterator[str], state: dict[str, Any]) -> None:
+    def _skip(self, lines: Iterator[str], state: CorpusState) -> None:
         """Read past the consumed lines, checking them against the state's digest chunk by chunk."""
         digest = ""
         for _ in range(state["chunks"]):
@@ -352,9 +376,9 @@ class CorpusTranslation:
         search = dict(self.search)
         if self.job.method == "sample":
             search["seed"] = chunk_seed(self.job.seed, index)
-        language: dict[str, Any] = {"tgt_lang": self.job.tgt_lang} if self.job.tgt_lang else {}
         results = self.translator.translate_nbest([texts[i] for i in todo], batch_tokens=self.job.batch_tokens,
-                                                  first_line=first_line, warn=warn, **language, **search)
+                                                  first_line=first_line, warn=warn, tgt_lang=self.job.tgt_lang or None,
+                                                  **search)
         rng = np.random.default_rng([self.job.seed, index])
         pairs = []
         for i, nbest in zip(todo, results):
@@ -382,16 +406,16 @@ class CorpusTranslation:
             return "bad_ratio"
         return None
 
-    def _finish(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, state: CorpusState) -> dict[str, Any]:
         """Move the partial files to their final names, write corpus.yaml and summary.json, drop the state."""
         for name in (SRC_FILE, TGT_FILE):
             if self.path(name + PARTIAL).exists():
                 os.replace(self.path(name + PARTIAL), self.path(name))
         counts = state["counts"]
+        entry = self.corpus_entry()
         summary = {"finished": True, "direction": self.job.direction, "method": self.job.method,
-                   "input": str(self.job.input), "counts": counts, "corpus": self.corpus_entry(),
-                   "settings": self.settings}
-        write_text_atomic(self.path(CORPUS_FILE), corpus_yaml(summary["corpus"]))
+                   "input": str(self.job.input), "counts": counts, "corpus": entry, "settings": self.settings}
+        write_text_atomic(self.path(CORPUS_FILE), corpus_yaml(entry))
         write_json_atomic(self.path(SUMMARY_FILE), summary)
         self.path(STATE_FILE).unlink(missing_ok=True)
         dropped = ", ".join(f"{counts[k]:,} {k}" for k in FILTERS if counts[k]) or "none"
@@ -400,20 +424,21 @@ class CorpusTranslation:
                  f"{counts['input_lines']:,}", dropped, self.out)
         return summary
 
-    def corpus_entry(self) -> dict[str, Any]:
+    def corpus_entry(self) -> dict[str, str | float]:
         """The `data.corpora` entry of the finished files (absolute paths)."""
-        entry: dict[str, Any] = {"train_src": str(self.path(SRC_FILE).resolve()),
+        entry: dict[str, str | float] = {"train_src": str(self.path(SRC_FILE).resolve()),
                                  "train_tgt": str(self.path(TGT_FILE).resolve())}
-        for key in ("src_lang", "tgt_lang"):
-            if self.job.corpus.get(key):
-                entry[key] = self.job.corpus[key]
-        entry["weight"] = float(self.job.corpus.get("weight", 1.0))
-        if self.job.corpus.get("tag"):
-            entry["tag"] = self.job.corpus["tag"]
+        corpus = self.job.corpus
+        languages = {"src_lang": corpus.get("src_lang"), "tgt_lang": corpus.get("tgt_lang")}
+        entry.update({key: lang for key, lang in languages.items() if lang})
+        entry["weight"] = float(corpus.get("weight", 1.0))
+        tag = corpus.get("tag")
+        if tag:
+            entry["tag"] = tag
         return entry
 
 
-def corpus_yaml(entry: dict[str, Any]) -> str:
+def corpus_yaml(entry: Mapping[str, object]) -> str:
     """corpus.yaml: the entry as a one-item `data.corpora` list, with how to use it."""
     import yaml
 

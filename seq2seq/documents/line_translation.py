@@ -48,7 +48,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from typing_extensions import Unpack
 
@@ -83,14 +83,14 @@ class Unit:
 PIPELINE_STEPS = ("split_sentences", "casing", "loop_guard", "spans", "markup")  # `translate_lines`' switches
 
 
-def pipeline_defaults(engine: Any) -> dict[str, bool]:
+def pipeline_defaults(engine: object) -> dict[str, bool]:
     """The steps of `translate_lines` a model gets by default: "split_sentences" and "casing" for a model
     trained on single sentences (what its model directory's metadata.json says, `sentence_level`; a
     directory that does not say, an older model or a CTranslate2 export, counts as one); "loop_guard"
     and "spans" (URLs, numbers, {variables}... kept verbatim) always; "markup" (inline tags) only when
     asked, since a plain text may hold a "<" of its own."""
     path = getattr(engine, "path", None)
-    meta: dict[str, Any] = {}
+    meta: dict[str, object] = {}
     if path is not None and (Path(path) / "metadata.json").is_file():
         import json
 
@@ -99,7 +99,7 @@ def pipeline_defaults(engine: Any) -> dict[str, bool]:
     return {"split_sentences": on, "casing": on, "loop_guard": True, "spans": True, "markup": False}
 
 
-def engine_source_language(engine: Any) -> str | None:
+def engine_source_language(engine: object) -> str | None:
     """The language the engine's model translates from (`seq2seq.text.languages.source_language`)."""
     config = getattr(engine, "config", None)
     return source_language(config) if config is not None else None

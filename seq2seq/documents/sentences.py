@@ -24,7 +24,10 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pysbd import Segmenter
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ def splitter_language(lang: str | None) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _segmenter(lang: str) -> Any:
+def _segmenter(lang: str) -> Segmenter:
     import pysbd
 
     return pysbd.Segmenter(language=lang, clean=False)

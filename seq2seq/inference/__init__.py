@@ -1,9 +1,9 @@
 """Decoding with a trained model.
 
-    search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores)
-    search_state        the loop's state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`
+    search              the search loop over `Seq2SeqTransformer.decode` (stepping, finishing, scores) and its
+                        state and result: `Units`, `Rows`, `EndedHypotheses`, `Hypothesis`; `stop_when`: a
+                        search stopped between two steps for a caller that no longer wants it
     strategies          greedy, beam and sampling: which tokens continue
-    stopping            `stop_when`: a search stopped between two steps for a caller that no longer wants it
     ctc                 rescoring finished hypotheses with a CTC head
     ensemble            `EnsembleModel`: several models sharing a target vocabulary, searched as one
     options             the per-call search options and `resolve_search` (defaults + options -> SearchConfig)
@@ -13,13 +13,13 @@
                         checked and encoded once; what an engine's search cannot do (`Capabilities`)
     translator          `Translator`: the torch engine (sources prepared by the model's `SourceProcessor`,
                         searched in token-bounded batches; n-best `Translation`s out)
-    generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files
-    loading             `load_engine`: the engine class of a model directory, chosen from what it reads
+    generator           `Generator`, `Captioner`, `Transcriber`: the same for image or audio files;
+                        `load_engine`: the engine class of a model directory, chosen from what it reads
     protocol            `SearchableModel`: what the search needs of a model
     formats             results as output lines; translating a stream of lines
     inputs              the typed request: `SourceInput` (one input and its own steering, its JSON form read
-                        by one parser) and `Call` (what a call's inputs share); `translate_inputs` (any engine)
-    steering_fields     the JSON form of one input's steering, one parser for every front-end
+                        by one parser, its steering fields too) and `Call` (what a call's inputs share);
+                        `translate_inputs` (any engine)
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)
     controls            `SourceControls`: one source's controls as token ids; the search's `Control`

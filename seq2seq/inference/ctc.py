@@ -21,14 +21,18 @@ Shapes: memory [N, S, D], memory_pad_mask [N, S] (True = padding), V the target 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config.search import SearchConfig
-from seq2seq.inference.protocol import CTCModel, SearchableModel, reorder_memory
+from seq2seq.inference.protocol import CTCHead, DecodingCache, SearchableModel, reorder_memory
+
+S = TypeVar("S")  # a batch of sources (`SearchableModel`)
+M = TypeVar("M")  # the encoder's output (`SearchableModel`)
+C = TypeVar("C", bound=DecodingCache)  # the decoder's cache (`SearchableModel`)
 
 
 def joint_logprob(attention_logprob: float, ctc_logprob: float, w: float) -> float:
@@ -37,7 +41,7 @@ def joint_logprob(attention_logprob: float, ctc_logprob: float, w: float) -> flo
     return (1 - w) * attention_logprob + w * ctc_logprob
 
 
-def ctc_log_probs(model: CTCModel, memory: Tensor) -> Tensor:
+def ctc_log_probs(model: CTCHead, memory: Tensor) -> Tensor:
     """Per-position token log-probabilities of the CTC head: [N, S, D] -> [N, S, V] (fp32)."""
     return F.log_softmax(model.decoder.project(memory).float(), dim=-1)
 
@@ -76,7 +80,7 @@ class CTCScorer:
     hypothesis. memory [N, S, D], memory_pad_mask [N, S]. (An ensemble has its own scorer, mixing its
     members': `seq2seq.inference.ensemble.EnsembleCTC`.)"""
 
-    def __init__(self, model: CTCModel, memory: Tensor, memory_pad_mask: Tensor, blank: int) -> None:
+    def __init__(self, model: CTCHead, memory: Tensor, memory_pad_mask: Tensor, blank: int) -> None:
         self.log_probs = ctc_log_probs(model, memory)  # [N, S, V]
         self.pad_mask, self.blank = memory_pad_mask, blank
 
@@ -97,7 +101,7 @@ class CTCScoring(Protocol):
     def log_likelihood(self, sources: list[int], hyps: list[list[int]]) -> list[float]: ...
 
 
-def ctc_scorer(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, blank: int) -> CTCScoring:
+def ctc_scorer(model: SearchableModel[S, M, C], memory: M, memory_pad_mask: Tensor, blank: int) -> CTCScoring:
     """The model's own scorer (`ctc_scorer(memory, pad_mask, blank)`: an ensemble's) or, for a `CTCModel`, a
     `CTCScorer`."""
     own = getattr(model, "ctc_scorer", None)
@@ -105,10 +109,10 @@ def ctc_scorer(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, bla
         return own(memory, memory_pad_mask, blank)
     # a model without its own scorer is a Seq2SeqTransformer, whose decoder projects (a CTCModel); one trained
     # without CTC is refused before any search (`SearchConfig.check_ctc_head`)
-    return CTCScorer(cast(CTCModel, model), memory, memory_pad_mask, blank)
+    return CTCScorer(cast(CTCHead, model), cast(Tensor, memory), memory_pad_mask, blank)
 
 
-def attention_log_probs(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, sources: list[int],
+def attention_log_probs(model: SearchableModel[S, M, C], memory: M, memory_pad_mask: Tensor, sources: list[int],
                         hyps: list[list[int]], bos: int, eos: int, pad: int,
                         attention_layer: int | None = None) -> list[tuple[list[float], Tensor | None]]:
     """The attention decoder's log-probability of each token of hyps[i] and of the final EOS, by
@@ -131,7 +135,7 @@ def attention_log_probs(model: SearchableModel, memory: Any, memory_pad_mask: Te
             for i, h in enumerate(hyps)]
 
 
-def best_paths(model: SearchableModel, memory: Any, memory_pad_mask: Tensor, candidates: list[list[list[int]]],
+def best_paths(model: SearchableModel[S, M, C], memory: M, memory_pad_mask: Tensor, candidates: list[list[list[int]]],
                finished: list[list[list[int]]], cfg: SearchConfig
                ) -> list[tuple[int, list[int], list[float], Tensor | None]]:
     """The candidates CTC adds: each source's best paths (candidates[source], `CTCScorer.best_paths`)

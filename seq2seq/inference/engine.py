@@ -38,9 +38,8 @@ from seq2seq.config.search import SearchConfig, SearchOptions
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import (
-    Call, CallKeywords, SourceInput, call_of, read_input, source_inputs,
+    STEERING_FIELDS, Call, CallKeywords, SourceInput, call_of, read_input, source_inputs,
 )
-from seq2seq.inference.steering_fields import STEERING_FIELDS
 from seq2seq.inference.options import resolve_search
 from seq2seq.inference.results import Translation
 from seq2seq.inference.steering import (

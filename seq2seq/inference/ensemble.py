@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -93,7 +93,7 @@ class _FirstMemberLengths(nn.Module):
         super().__init__()
         self.first = first
 
-    def source_lengths(self, src: Sequence[Any]) -> Tensor | None:
+    def source_lengths(self, src: Sequence[object]) -> Tensor | None:
         return self.first.encoder.source_lengths(src[0])
 
 
@@ -122,7 +122,7 @@ class EnsembleModel(nn.Module):
         self.cfg = copy.copy(members[0].cfg)
         self.cfg.max_positions = min(m.cfg.max_positions for m in members)  # BOS + tokens fit every member
 
-    def encode(self, src: Sequence[Any]) -> tuple[EnsembleMemory, Tensor]:
+    def encode(self, src: Sequence[object]) -> tuple[EnsembleMemory, Tensor]:
         """src: one batch per member -> (each member's (memory, pad mask), the first member's pad mask [N, S_0])."""
         memory = [m.encode(s) for m, s in zip(self.models, src)]
         return memory, memory[0][1]
@@ -185,7 +185,7 @@ class EnsembleProcessor(SourceProcessor):
         limits = [p.encoder_seconds for p in self.processors if p.encoder_seconds is not None]
         self.encoder_seconds = min(limits) if limits else None
 
-    def _each(self, method: str, *args: Any) -> tuple[Any, ...]:
+    def _each(self, method: str, *args: object) -> tuple[object, ...]:
         return tuple(getattr(p, method)(*args) for p in self.processors)
 
     def probe(self, path: str) -> SourceInfo | None:
@@ -195,7 +195,7 @@ class EnsembleProcessor(SourceProcessor):
         for p in self.processors:
             p.check_limits(path, limits, name)
 
-    def load(self, path: str) -> tuple[Any, ...]:
+    def load(self, path: str) -> tuple[object, ...]:
         return self._each("load", path)
 
     def without_length_limit(self) -> EnsembleProcessor:
@@ -208,17 +208,17 @@ class EnsembleProcessor(SourceProcessor):
             raise TypeError(f"the members read {self.kind.name} sources, which are not split into windows")
         return found
 
-    def split(self, example: tuple[Any, ...], max_seconds: float) -> list[Window]:
+    def split(self, example: tuple[object, ...], max_seconds: float) -> list[Window]:
         return self._windowed()[0].split(example[0], max_seconds)
 
-    def crop(self, example: tuple[Any, ...], window: Window) -> tuple[Any, ...]:
+    def crop(self, example: tuple[object, ...], window: Window) -> tuple[object, ...]:
         return tuple(p.crop(x, window) for p, x in zip(self._windowed(), example))
 
     def bind(self, tokenizer: Tokenizer | None, max_positions: int) -> None:
         raise RuntimeError("bind each member's processor on its own")
 
     def prepare(self, sources: Sequence[str], first_line: int = 1, warn: Warn | None = None,
-                skipped: dict[int, str] | None = None) -> dict[int, tuple[Any, ...]]:
+                skipped: dict[int, str] | None = None) -> dict[int, tuple[object, ...]]:
         first = self.processors[0].prepare(sources, first_line, warn, skipped)
         # the others see only what the first prepared: no second warning or skip for the same source
         keys = sorted(first)
@@ -231,16 +231,16 @@ class EnsembleProcessor(SourceProcessor):
                                       line=first_line + k, code="member_cannot_read")
         return {k: (first[k], *(r[j] for r in rest)) for j, k in enumerate(keys)}
 
-    def describe(self, source: str, example: tuple[Any, ...]) -> dict[str, Any]:
+    def describe(self, source: str, example: tuple[object, ...]) -> dict[str, object]:
         return self.processors[0].describe(source, example[0])
 
-    def length(self, example: tuple[Any, ...]) -> int:
+    def length(self, example: tuple[object, ...]) -> int:
         return max(p.length(x) for p, x in zip(self.processors, example))
 
-    def collate(self, examples: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
+    def collate(self, examples: Sequence[tuple[object, ...]]) -> tuple[object, ...]:
         return tuple(p.collate([x[i] for x in examples]) for i, p in enumerate(self.processors))
 
-    def attention_view(self, example: tuple[Any, ...]) -> AttentionView | None:
+    def attention_view(self, example: tuple[object, ...]) -> AttentionView | None:
         return self.processors[0].attention_view(example[0])
 
 

@@ -10,6 +10,16 @@ on a file-reading model: each file is read by the modality's `SourceProcessor` w
 saved in the model directory (the same preprocessing as in training). A file that cannot be read
 raises `SourceError` naming it, or with `skip_bad=True` gives an empty n-best list and a warning, so
 that every input still has exactly one result. Each result's `source` is its file.
+
+One loader for every torch engine, which class decodes a model directory chosen from what it reads:
+
+    engine = load_engine("runs/m30k")          # a Translator (sentences)
+    engine = load_engine("runs/speech")        # a Transcriber (recordings of any length, in windows)
+    engine = load_engine("runs/captions")      # a Generator (other files: images)
+
+`engine_class(kind)` is the choice itself; the server (and `seq2seq serve`) loads its model with `load_engine`, and the
+commands that decode one kind of source (`translate`, `caption`, `transcribe`) load their own class,
+which refuses a model of another kind naming the command that decodes it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from pathlib import Path
 from typing import Callable, Sequence
 
 from typing_extensions import Unpack
@@ -31,10 +42,12 @@ from seq2seq.inference.engine import Call, PreparedCall
 from seq2seq.config.search import SearchOptions
 from seq2seq.inference.inputs import CallKeywords
 from seq2seq.inference.steering import Steering, SteeringError
-from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator import EnsembleKeywords, Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind, WindowedSource
-from seq2seq.storage.model_dir import LoadedModel
+from seq2seq.model.encoders.base import source_kind
+from seq2seq.storage import CheckpointError
+from seq2seq.storage.model_dir import LoadedModel, ModelDir
 
 log = logging.getLogger(__name__)
 
@@ -251,3 +264,24 @@ class Transcriber(Generator):
 def _samples(wave: Tensor | tuple[Tensor, ...]) -> int:
     """Samples in a recording's waveform (an ensemble's: its first member's, all read at one rate)."""
     return (wave[0] if isinstance(wave, tuple) else wave).numel()
+
+
+def engine_class(kind: SourceKind) -> type[Translator]:
+    """The class that decodes a model reading `kind` sources: `Translator` (sentences), `Transcriber`
+    (recordings, long ones in windows) or `Generator` (other files)."""
+    if not kind.reads_files:
+        return Translator
+    return Transcriber if Transcriber.decodes(kind) else Generator
+
+
+def load_engine(model_dir: str | Path | Sequence[str | Path], device: str = "auto", precision: str = "fp32",
+                weights: str | Path | None = None, **ensemble: Unpack[EnsembleKeywords]) -> Translator:
+    """The engine of `model_dir` (`engine_class` of what it reads); several directories (or
+    ensemble["last_checkpoints"]) are one ensemble (`Translator.load`'s keywords). CheckpointError for
+    a path that is not a model directory."""
+    path = Path(model_dir if isinstance(model_dir, (str, Path)) else model_dir[0])
+    directory = ModelDir(path)
+    if not directory.config_path.is_file():
+        raise CheckpointError(f"{path} is not a model directory ({ModelDir.CONFIG} is missing)")
+    cls = engine_class(source_kind(directory.config().model.encoder))
+    return cls.load(model_dir, device=device, precision=precision, weights=weights, **ensemble)

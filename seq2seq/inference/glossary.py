@@ -28,12 +28,15 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.inference.controls import SteeringError
 from seq2seq.text.lines import decoded_lines, open_binary
 from seq2seq.text.tokenizer import unwritable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.text.tokenizer import Tokenizer
 
 HEADER = ("source", "target")
 NON_WORD = re.compile(r"\W")  # the characters `(?<!\w)` and `(?!\w)` accept beside a match
@@ -109,7 +112,7 @@ class Glossary:
         if self.lines is not None:
             self.lines = numbers
         self._index(kept)
-        self._checked: list[Any] = []  # the tokenizers `check_writable` passed
+        self._checked: list[Tokenizer] = []  # the tokenizers `check_writable` passed
 
     def _index(self, kept: dict[str, int]) -> None:
         """The lookup tables of `constraints_for`: terms {folded source term: entry}; prefixes, each
@@ -190,7 +193,7 @@ class Glossary:
                 kept.append((start, target))
         return list(dict.fromkeys(t for _, t in sorted(kept)))
 
-    def check_writable(self, tokenizer: Any) -> None:
+    def check_writable(self, tokenizer: Tokenizer) -> None:
         """SteeringError (one line) naming the file and line of the first target term that `tokenizer`
         (a model's target tokenizer) cannot write: a character of it would become <unk>. Each target
         term is checked once per tokenizer, so a caller may call this on every use."""

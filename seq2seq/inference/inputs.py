@@ -8,8 +8,14 @@ An input is its source and its own steering, in one JSON form:
 A line of `translate --json-input`, an item of a server request's "texts" and an input of the Python
 API's `Engine.translate_inputs` are read by one parser, `read_input`: the same values pass and the same are
 refused, with the same message, naming the input as its front-end numbers it ("input line 3",
-"texts[2]"). The steering fields' shapes are `seq2seq.inference.steering_fields`'s. For an image or
-audio model, "text" is the file's path.
+"texts[2]"). For an image or audio model, "text" is the file's path.
+
+An input's steering fields are `prefix` (a string), `constraints` and `avoid` (lists of strings), read
+here by one parser for every front-end (`read_steering_fields`; the server's request-wide fields too),
+so they accept and refuse the same values with the same message. A wrong shape is a `FieldError`
+naming the field as the caller spells it (`where`: "input line 3: ", "texts[2]."): a string where a
+list is wanted ("avoid": "Hund" is not a list of one phrase, nor of its characters), a dict, a number
+or true, and text that UTF-8 cannot write (a lone surrogate such as "\\ud800", which JSON can spell).
 
     inputs = [SourceInput("A man slices noodles.", constraints=["Nudeln"]), SourceInput("A dog.")]
     translator.translate_inputs(inputs, beam=5)      # n-best lists, in input order
@@ -23,19 +29,94 @@ keywords of the Python API (`CallKeywords`) into one; `Engine.run(inputs, call)`
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
 from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig, SearchOptions
+from seq2seq.inference.controls import SteeringError
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, per_input
-from seq2seq.inference.steering_fields import (
-    STEERING_FIELDS, FieldError, check_unicode, read_phrases, read_prefix, read_steering_fields, shown,
-)
+
+STEERING_FIELDS = ("prefix", "constraints", "avoid")
+PHRASE_FIELDS = ("constraints", "avoid")
+
+
+class FieldError(SteeringError):
+    """A steering field of the wrong shape or with text that is not valid Unicode; `diagnostic.field`
+    names it as the caller spells it ("texts[2].prefix")."""
+
+    code = "bad_field"
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message, field=field)
+
+
+def shown(value: object, width: int = 80) -> str:
+    """`value` as JSON would spell it, cut to `width` characters (for messages)."""
+    try:
+        return json.dumps(value)[:width]
+    except (TypeError, ValueError):
+        return repr(value)[:width]
+
+
+def check_unicode(text: str, where: str) -> None:
+    """FieldError for a string that UTF-8 cannot encode: a lone surrogate (\\ud800 to \\udfff)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise FieldError(f"{where} is not valid Unicode: character {e.start} is a lone surrogate "
+                         f"({text[e.start].encode('unicode_escape').decode()}); send each character "
+                         "as itself, or a surrogate pair", where) from None
+
+
+def read_prefix(value: object, where: str = "", check: Callable[[str, str], None] = check_unicode) -> str | None:
+    """A prefix field: None (absent) or a string, checked by `check(text, name)`; FieldError otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FieldError(f"{where}prefix must be a string, got {shown(value)}", f"{where}prefix")
+    check(value, f"{where}prefix")
+    return value
+
+
+def read_phrases(name: str, value: object, where: str = "",
+                 check: Callable[[str, str], None] = check_unicode) -> list[str] | None:
+    """A `constraints` or `avoid` field: None (absent) or a list (or tuple) of strings, each checked by
+    `check(text, name)`; FieldError for anything else (a string, a dict, a number, a list holding a
+    non-string)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise FieldError(f"{where}{name} must be a list of strings, got {shown(value)}", f"{where}{name}")
+    for k, phrase in enumerate(value):
+        check(phrase, f"{where}{name}[{k}]")
+    return list(value)
+
+
+FieldValue = TypeVar("FieldValue")
+
+
+class SteeringFields(TypedDict):
+    """An input's steering fields as read (None: absent or null)."""
+
+    prefix: str | None
+    constraints: list[str] | None
+    avoid: list[str] | None
+
+
+def read_steering_fields(fields: MutableMapping[str, FieldValue], where: str = "",
+                         check: Callable[[str, str], None] = check_unicode) -> SteeringFields:
+    """The steering fields popped from `fields` and checked: {"prefix": str | None, "constraints":
+    list | None, "avoid": list | None} (None: absent or null)."""
+    prefix = read_prefix(fields.pop("prefix", None), where, check)
+    constraints = read_phrases("constraints", fields.pop("constraints", None), where, check)
+    avoid = read_phrases("avoid", fields.pop("avoid", None), where, check)  # (PHRASE_FIELDS, in order)
+    return {"prefix": prefix, "constraints": constraints, "avoid": avoid}
 
 
 INPUT_FIELDS = ("text", *STEERING_FIELDS)
@@ -59,16 +140,16 @@ class SourceInput:
             return None
         return Steering(self.prefix or "", list(self.constraints or []), list(self.avoid or []))
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, str | list[str]]:
         """The JSON form `read_input` reads back: "text" and the fields given."""
-        out: dict[str, Any] = {"text": self.text}
+        out: dict[str, str | list[str]] = {"text": self.text}
         for name in STEERING_FIELDS:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
 
 
-def read_input(value: Any, name: str, sep: str = ".",
+def read_input(value: object, name: str, sep: str = ".",
                check: Callable[[str, str], None] = check_unicode) -> SourceInput:
     """One input in its JSON form: a string, or an object {"text": str} with any of the steering fields.
 
@@ -97,7 +178,7 @@ def read_input(value: Any, name: str, sep: str = ".",
     return SourceInput(text, read["prefix"], read["constraints"], read["avoid"])
 
 
-def steering_arguments(inputs: Sequence[SourceInput]) -> dict[str, list[Any]]:
+def steering_arguments(inputs: Sequence[SourceInput]) -> dict[str, list[str | list[str] | None]]:
     """The per-input steering arguments of `translate_nbest` for `inputs` (prefix, constraints, avoid:
     one entry per input, None where it has none); only the fields some input gives."""
     return {name: [getattr(x, name) for x in inputs] for name in STEERING_FIELDS
@@ -112,7 +193,7 @@ def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constrai
     prefixes = per_input("prefix", prefix, len(texts))
     wanted = per_input("constraints", constraints, len(texts))
     if avoid is not None and not isinstance(avoid, str) and all(isinstance(a, str) for a in avoid):
-        banned: list[Any] = [list(avoid)] * len(texts)  # one list for every input
+        banned: Sequence[object] = [list(avoid)] * len(texts)  # one list for every input
     else:
         banned = per_input("avoid", avoid, len(texts))
     out = []

@@ -21,12 +21,15 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.search import SearchConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.config.model_section import ModelConfig
 
 MEMORY_ENV = "SEQ2SEQ_SEARCH_MEMORY"
 FREE_SHARE = 0.5  # of the memory free on the device, without SEQ2SEQ_SEARCH_MEMORY
@@ -101,7 +104,7 @@ def _free_ram() -> int:
     return max(free, 0)
 
 
-def search_bytes(cfg: SearchConfig, model: Any, sources: int, src_len: int, out_len: int, members: int = 1) -> int:
+def search_bytes(cfg: SearchConfig, model: ModelConfig, sources: int, src_len: int, out_len: int, members: int = 1) -> int:
     """Peak bytes of a search of `sources` sources of `src_len` positions for up to `out_len` tokens each,
     with a model whose `ModelConfig` is `model` (an ensemble: `members` decoders): the step logits
     (`LOGIT_COPIES` x rows x V), each decoder layer's self-attention keys and values [rows, T, d_model]
@@ -126,7 +129,7 @@ def tracker_bytes(beam: int, constraints: int, sources: int = 1) -> int:
     return sources * beam * (constraints + 4) * constraints * constraints * TRACKER_BYTES
 
 
-def largest(fits: Any, upto: int) -> int:
+def largest(fits: Callable[[int], bool], upto: int) -> int:
     """The largest n in [1, upto) with fits(n), 0 if none (fits is monotone: true, then false), by bisection."""
     low, high = 0, upto  # fits(high) is false; fits(low) is true, or low is 0
     while high - low > 1:
@@ -135,7 +138,7 @@ def largest(fits: Any, upto: int) -> int:
     return low
 
 
-def check_search(cfg: SearchConfig, model: Any, src_len: int, out_len: int, members: int = 1,
+def check_search(cfg: SearchConfig, model: ModelConfig, src_len: int, out_len: int, members: int = 1,
                  device: torch.device | str | None = None) -> None:
     """SearchMemoryError when one source of `src_len` positions and an output of up to `out_len` tokens
     (the longest of a call) would take more than `search_memory(device)`, naming the largest beam (or
@@ -172,7 +175,7 @@ def constraints_problem(beam: int, constraints: int, device: torch.device | str 
             "or a smaller beam")
 
 
-def sources_that_fit(cfg: SearchConfig, model: Any, longest: int, members: int = 1,
+def sources_that_fit(cfg: SearchConfig, model: ModelConfig, longest: int, members: int = 1,
                      device: torch.device | str | None = None) -> int:
     """How many sources of `longest` positions one batch may search within `search_memory(device)`, at least
     1; SearchMemoryError (`check_search`) when not even one does: refused before anything is allocated."""

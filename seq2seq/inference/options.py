@@ -18,9 +18,12 @@ import math
 import numbers
 import typing
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from seq2seq.config.search import SearchConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seq2seq.config.model_section import ModelConfig
 
 SAMPLING_OPTIONS = ("topk", "topp", "temperature")
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false"}
@@ -40,10 +43,10 @@ class SearchOption:
         return "--" + self.name.replace("_", "-")
 
 
-def _field_type(hint: Any) -> type | None:
+def _field_type(hint: object) -> type | None:
     """int, float or bool for a field's annotation (`int | None` is int); None for anything else."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) else [hint]
-    return args[0] if len(args) == 1 and args[0] in (int, float, bool) else None
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool) and isinstance(args[0], type) else None
 
 
 _HINTS = typing.get_type_hints(SearchConfig)
@@ -69,14 +72,14 @@ SEARCH_OPTIONS: dict[str, SearchOption] = _options()
 SWITCHES = tuple(name for name, o in SEARCH_OPTIONS.items() if o.type is bool and name not in FIELD_TYPES)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     try:
         return json.dumps(value)
     except (TypeError, ValueError):
         return repr(value)
 
 
-def check_type(name: str, value: Any) -> Any:
+def check_type(name: str, value: object) -> Any:
     """`value` as the option `name` takes it (an int given for a float becomes a float); ValueError
     "beam must be an integer, got "5"" for a value of the wrong type, or a number that is not finite."""
     kind = SEARCH_OPTIONS[name].type if name in SEARCH_OPTIONS else FIELD_TYPES.get(name)
@@ -86,11 +89,11 @@ def check_type(name: str, value: Any) -> Any:
         isinstance(value, numbers.Integral if kind is int else numbers.Real) and not isinstance(value, bool))
     if not ok:
         raise ValueError(f"{name} must be {TYPE_NAMES[kind]}, got {_show(value)}")
-    if kind is float:
+    if kind is float and isinstance(value, numbers.Real):  # (`ok`: it is)
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value}")
-    elif kind is int:
+    elif kind is int and isinstance(value, numbers.Integral):  # (`ok`: it is)
         value = int(value)
     return value
 
@@ -103,7 +106,8 @@ def rows_per_source(cfg: SearchConfig) -> int:
     return cfg.rows_per_source
 
 
-def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: Any = None) -> SearchConfig:
+def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
+                   model: ModelConfig | None = None) -> SearchConfig:
     """`defaults` (a model's `decoding` config) with the options `overrides` applied.
 
     overrides: SearchConfig fields and the switches `greedy`, `sample`; None (or a switch left False)
@@ -148,7 +152,7 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, Any], model: 
     return cfg
 
 
-def _choose_strategy(options: dict[str, Any]) -> None:
+def _choose_strategy(options: dict[str, object]) -> None:
     """Replace the switches `greedy` and `sample` in `options` by the strategy they choose (in place);
     without them an explicit `strategy` stands, else a given beam decides (1: greedy, > 1: beam)."""
     greedy, sample = (options.pop(name, False) for name in ("greedy", "sample"))
@@ -160,4 +164,5 @@ def _choose_strategy(options: dict[str, Any]) -> None:
             raise ValueError(f"{chosen} conflicts with strategy={options['strategy']!r}")
         options["strategy"] = chosen
     elif "strategy" not in options and "beam" in options:
-        options["strategy"] = "beam" if options["beam"] > 1 else "greedy"
+        beam = options["beam"]  # an int (`check_type`)
+        options["strategy"] = "beam" if isinstance(beam, int) and beam > 1 else "greedy"

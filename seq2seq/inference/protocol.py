@@ -5,7 +5,7 @@ class (`seq2seq.inference.engine`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -15,10 +15,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.model_section import ModelConfig
 
 
-class SourceLengths(Protocol):
+S = TypeVar("S", contravariant=True)  # a batch of sources, as the model's encoder takes it
+M = TypeVar("M")  # the encoder's output the decoder reads: memory [N, S, D], or a model's own (an ensemble's)
+C = TypeVar("C", bound="DecodingCache")  # the decoder's key/value cache
+
+
+class SourceLengths(Protocol[S]):
     """The part of an encoder the search uses (`seq2seq.model.encoders.base.Encoder` declares it)."""
 
-    def source_lengths(self, src: Any) -> Tensor | None: ...
+    def source_lengths(self, src: S) -> Tensor | None: ...
 
 
 class DecodingCache(Protocol):
@@ -29,7 +34,7 @@ class DecodingCache(Protocol):
 
 
 @runtime_checkable
-class SearchableModel(Protocol):
+class SearchableModel(Protocol[S, M, C]):
     """What `seq2seq.inference.search.search` needs of a model (`Seq2SeqTransformer` has it all).
 
     encode(src) -> (memory [N, S, D], memory_pad_mask [N, S], True at padding); a model whose memory
@@ -47,29 +52,31 @@ class SearchableModel(Protocol):
     training: bool
 
     @property
-    def encoder(self) -> SourceLengths: ...
+    def encoder(self) -> SourceLengths[S]: ...
 
     @property
     def cfg(self) -> ModelConfig: ...
 
-    def encode(self, src: Any) -> tuple[Any, Tensor]: ...
+    def encode(self, src: S) -> tuple[M, Tensor]: ...
 
-    def decode(self, tgt: Tensor, memory: Any, memory_pad_mask: Tensor | None,
-               cache: Any = None, attention_layer: int | None = None) -> tuple[Tensor, Tensor | None]: ...
+    def decode(self, tgt: Tensor, memory: M | None, memory_pad_mask: Tensor | None,
+               cache: C | None = None, attention_layer: int | None = None) -> tuple[Tensor, Tensor | None]: ...
 
-    def new_cache(self, group: int = 1) -> DecodingCache: ...
+    def new_cache(self, group: int = 1) -> C: ...
 
     def eval(self) -> object: ...  # (what it returns is not read)
 
     def train(self, mode: bool = True) -> object: ...
 
 
-def reorder_memory(model: SearchableModel, memory: Any, index: Tensor) -> Any:
+def reorder_memory(model: SearchableModel[S, M, C], memory: M, index: Tensor) -> M:
     """The encoder output of the sources `index` [K] (repeats allowed: a source per beam row or sample):
     the model's own `reorder_memory(memory, index)` where it has one (an ensemble, whose members each
     keep their own memory: fairseq's `reorder_encoder_out`), else memory [N, S, D] -> [K, S, D]."""
     own = getattr(model, "reorder_memory", None)
-    return own(memory, index) if own is not None else memory.index_select(0, index)
+    if own is not None:
+        return own(memory, index)
+    return cast(M, cast("Tensor", memory).index_select(0, index))  # a model without its own: memory is a tensor
 
 
 class Projects(Protocol):
@@ -78,10 +85,14 @@ class Projects(Protocol):
     def project(self, x: Tensor) -> Tensor: ...
 
 
-@runtime_checkable
-class CTCModel(SearchableModel, Protocol):
-    """A `SearchableModel` whose decoder's output projection, applied to the memory, is its CTC head
-    (seq2seq.inference.ctc; trained with training.ctc_weight > 0)."""
+class CTCHead(Protocol):
+    """A model whose decoder's output projection, applied to the memory, is its CTC head (what
+    `seq2seq.inference.ctc` reads of a model)."""
 
     @property
     def decoder(self) -> Projects: ...
+
+
+@runtime_checkable
+class CTCModel(SearchableModel[S, M, C], CTCHead, Protocol[S, M, C]):
+    """A `SearchableModel` with a CTC head (`CTCHead`; trained with training.ctc_weight > 0)."""

@@ -30,11 +30,11 @@ class Translation:
     source: str | None = None
     segments: list[Segment] | None = None  # a transcription's windows, when asked for (timestamps)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """What `--json` prints: text, score, logprob, tokens; a file's result starts with its "source"
         and carries its "attention", a text's its "alignment" and "src_tokens"; a transcription with
         timestamps its "segments"."""
-        out: dict[str, Any] = {} if self.source is None else {"source": self.source}
+        out: dict[str, object] = {} if self.source is None else {"source": self.source}
         out.update(text=self.text, score=round(self.score, 4), logprob=round(self.logprob, 4), tokens=self.pieces)
         if self.attention is not None:
             rounded = [[round(w, 4) for w in row] for row in self.attention]
@@ -59,7 +59,7 @@ class Segment:
     text: str
     words: list[tuple[str, float, float]] = field(default_factory=list)  # (word, start, end)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
                 "words": [{"word": w, "start": round(a, 3), "end": round(b, 3)} for w, a, b in self.words]}
 

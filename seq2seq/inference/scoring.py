@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -86,11 +86,11 @@ class PairScore:
         cross-entropy's H (`seq2seq.data.dcce`)."""
         return -self.normalized
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """What `score --json` prints: logprob and normalized (null when not scored), n_tokens, tokens and
         token_logprobs (rounded to 4 decimals), and "truncated" / "skipped" where they apply."""
         scored = self.skipped is None
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "logprob": round(self.logprob, 4) if scored else None,
             "normalized": round(self.normalized, 4) if scored else None,
             "n_tokens": self.n_tokens,

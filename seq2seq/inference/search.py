@@ -49,28 +49,193 @@ reproducible for a given batch and seed, but its random draws depend on the batc
 Shapes: N sources, U active units, g rows per unit, B = U * g decoder rows, V vocabulary,
 S padded source length, t tokens generated so far.
 
-Beside the loop: its state and result (`Units`, `Rows`, `EndedHypotheses`, `Hypothesis`) in
-`seq2seq.inference.search_state`; the making of a batch's controls in
-`seq2seq.inference.lexical_controls`; the n-gram block here (`block_repeated_ngrams`).
+Here too, the loop's state and result: `Units` (per unit) and `Rows` (per decoder row), the state
+between steps, each narrowed by one `select`; `EndedHypotheses`, those a step ended, until the host
+reads them; `Hypothesis`, one output sequence; and the n-gram block (`block_repeated_ngrams`). The
+making of a batch's controls is `seq2seq.inference.lexical_controls`.
+
+Stopping a search between two decoding steps, for a caller that may stop wanting its result: a server
+request past its time budget, or whose client went away, should free the model at once, not after
+minutes of beam search. Its caller runs the model call inside `stop_when(check)`: every `search`
+started inside it calls `check()` once before each decoding step and raises `SearchStopped` when it
+returns True, so the call ends within one step (the encoder, and a CTranslate2 engine's own search, run
+to their end). Outside such a block a search reads one context variable per call and nothing per step,
+and its results are the same, bit for bit. The check is a context variable (`contextvars`): it belongs
+to the thread (or asyncio task) that set it, so the server's batching worker sets it around its model
+call and nothing in between (the Translator, the text pipeline, an ensemble) carries it.
+
+    with stop_when(lambda: time.monotonic() > deadline):
+        translator.translate_nbest(texts)   # SearchStopped past the deadline
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterator, Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
 from seq2seq.inference.constraints import ConstrainedBeam
 from seq2seq.inference.controls import Control, SourceControls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
-from seq2seq.inference.protocol import SearchableModel, reorder_memory
-from seq2seq.inference.search_state import EndedHypotheses, Hypothesis, Rows, Units
+from seq2seq.inference.protocol import DecodingCache, SearchableModel, reorder_memory
 from seq2seq.inference.lexical_controls import build_controls
-from seq2seq.inference.stopping import SearchStopped, stop_check
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
+
+
+# --------------------------------------------------------------------------------------------
+# What the loop holds and returns
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Hypothesis:
+    """One output sequence.
+
+    tokens: generated ids without BOS and EOS. token_logprobs: the log-probability of each token
+    and of the final EOS (len(tokens) + 1 values). logprob: their sum. score: logprob with the
+    length penalty (see `seq2seq.inference.search`), or with decoding.ctc_weight w the mix
+    ((1 - w) * logprob + w * ctc_logprob) with it (seq2seq.inference.ctc). attention:
+    [len(tokens) + 1, S_real] cross-attention weights over the real source positions, when
+    `attention_layer` is set.
+    """
+
+    tokens: list[int]
+    score: float
+    logprob: float
+    token_logprobs: list[float]
+    attention: Tensor | None = None
+    ctc_logprob: float | None = None  # log P_CTC(tokens | source), with decoding.ctc_weight > 0
+    constraints_met: bool = True  # False: ended at the length limit before meeting its constraints
+
+
+@dataclass
+class EndedHypotheses:
+    """Hypotheses that ended at `step`, waiting for the host read that brings their values:
+    values [n, 2 * step + 4] = tokens (step), token log-probabilities (step + 1), the total, met (0/1), the
+    bonus taken (`Control.bonus`; 0 without); sources: each one's source; attention [n, step + 1, S] on the
+    host (or None)."""
+
+    values: Tensor
+    sources: list[int]
+    step: int
+    attention: Tensor | None
+
+    def complete(self, flat: list[float], cfg: SearchConfig, finished: list[list[Hypothesis]],
+                 real_positions: Callable[[int], Tensor]) -> None:
+        """Append the hypotheses to `finished` (one list per source), from their values as read (`flat`);
+        real_positions(source): the source's real positions, which its attention keeps."""
+        t, width = self.step, 2 * self.step + 4
+        for i, source in enumerate(self.sources):
+            row = flat[i * width: (i + 1) * width]
+            total, met, taken = row[2 * t + 1: 2 * t + 4]
+            finished[source].append(Hypothesis(
+                tokens=[int(x) for x in row[:t]],
+                score=cfg.score(total, t + 1, taken or None),
+                logprob=total,
+                token_logprobs=row[t: 2 * t + 1],
+                attention=None if self.attention is None else self.attention[i][:, real_positions(source)],
+                constraints_met=met != 0,
+            ))
+
+
+@dataclass
+class Units:
+    """Per-unit state of the active units [U]: what a unit is and how far it may go.
+
+    source: the source index of each unit. max_host / max: its length limit (on the host, and as a
+    tensor for the per-step masks). n_finished: hypotheses ended so far (early stopping).
+    best_finished [U, g] and max_penalty [U]: only for exact beam search (early_stopping=False),
+    the best finished scores and the length penalty at max_len.
+    """
+
+    source: list[int]
+    max_host: list[int]
+    max: Tensor
+    n_finished: Tensor
+    best_finished: Tensor | None = None
+    max_penalty: Tensor | None = None
+
+    def select(self, index: Tensor, host: list[int]) -> Units:
+        """The units at positions `index` (the same positions as `host`, on the host)."""
+        return Units(
+            source=[self.source[i] for i in host],
+            max_host=[self.max_host[i] for i in host],
+            max=self.max.index_select(0, index),
+            n_finished=self.n_finished.index_select(0, index),
+            best_finished=None if self.best_finished is None else self.best_finished.index_select(0, index),
+            max_penalty=None if self.max_penalty is None else self.max_penalty.index_select(0, index),
+        )
+
+
+@dataclass
+class Rows:
+    """Per-row state of the B live decoder rows: tokens [B, 1 + t] (BOS first), the log-probability of
+    each generated token logprobs [B, t], and the cross-attention of each step attention [B, t, S]
+    (None unless `attention_layer` is set)."""
+
+    tokens: Tensor
+    logprobs: Tensor
+    attention: Tensor | None = None
+
+    def select(self, index: Tensor) -> Rows:
+        """The rows `index` [B'] (a row may be taken twice: beam search moves rows to their parents)."""
+        return Rows(
+            self.tokens.index_select(0, index),
+            self.logprobs.index_select(0, index),
+            None if self.attention is None else self.attention.index_select(0, index),
+        )
+
+    def append(self, tokens: Tensor, logprob: Tensor, attention: Tensor | None) -> Rows:
+        """Each row extended by one token [B] with its log-probability [B] and cross-attention [B, S] (given
+        whenever the rows keep attention)."""
+        kept = None
+        if self.attention is not None:
+            assert attention is not None  # rows that keep attention (attention_layer set) get each step's
+            kept = torch.cat([self.attention, attention[:, None]], dim=1)
+        return Rows(
+            torch.cat([self.tokens, tokens.view(-1, 1)], dim=1),
+            torch.cat([self.logprobs, logprob.view(-1, 1)], dim=1),
+            kept,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Stopping a search between two steps
+# --------------------------------------------------------------------------------------------
+
+StopCheck = Callable[[], bool]  # True: stop the search before its next decoding step
+
+_CHECK: ContextVar[StopCheck | None] = ContextVar("seq2seq_search_stop_check", default=None)
+
+
+class SearchStopped(Seq2SeqError, RuntimeError):
+    """A search stopped between two decoding steps because the check of `stop_when` said so: its caller
+    no longer wants the result (not a failure of the model or of the input)."""
+
+    code = "search_stopped"
+
+
+@contextlib.contextmanager
+def stop_when(check: StopCheck) -> Iterator[None]:
+    """Searches started inside this block (in this thread or task) stop, raising `SearchStopped`, before
+    the first decoding step at which `check()` is True. `check` should be cheap: it runs once a step."""
+    token = _CHECK.set(check)
+    try:
+        yield
+    finally:
+        _CHECK.reset(token)
+
+
+def stop_check() -> StopCheck | None:
+    """The check of the innermost `stop_when` block around the caller, or None outside one."""
+    return _CHECK.get()
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,7 +243,12 @@ from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top
 # --------------------------------------------------------------------------------------------
 
 
-def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
+S = TypeVar("S")  # a batch of sources, as the model's encoder takes it (`SearchableModel`)
+M = TypeVar("M")  # the encoder's output the decoder reads (`SearchableModel`)
+C = TypeVar("C", bound=DecodingCache)  # the decoder's key/value cache (`SearchableModel`)
+
+
+def search(model: SearchableModel[S, M, C], src: S, cfg: SearchConfig, *,
            controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
            sentence_end: Tensor | None = None, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode a batch: src (whatever `model.encode` takes, N sources) -> N n-best lists.
@@ -94,7 +264,7 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
     many sentences they end (`SourceControls.sentence_ends`). `use_cache=False`
     recomputes the whole prefix at every step instead of using the key/value cache (slow; for
     testing). The model is run in eval mode and restored. ControlError (a ValueError) naming the
-    source for controls that cannot be honoured. Inside `seq2seq.inference.stopping.stop_when(check)`,
+    source for controls that cannot be honoured. Inside `stop_when(check)`,
     SearchStopped before the first decoding step at which check() is True.
     """
     was_training = model.training
@@ -106,7 +276,7 @@ def search(model: SearchableModel, src: Any, cfg: SearchConfig, *,
         model.train(was_training)
 
 
-class _Search:
+class _Search(Generic[S, M, C]):
     """State of one `search` call; see the module docstring for the vocabulary.
 
     Between steps: `units` and `rows` (the live units and decoder rows), `scores` [B] (the rows'
@@ -116,19 +286,19 @@ class _Search:
     finished hypotheses.
     """
 
-    def __init__(self, model: SearchableModel, cfg: SearchConfig, use_cache: bool,
+    def __init__(self, model: SearchableModel[S, M, C], cfg: SearchConfig, use_cache: bool,
                  controls: Sequence[SourceControls | None] | None = None, continuation: Tensor | None = None,
                  sentence_end: Tensor | None = None) -> None:
         self.model, self.cfg, self.use_cache = model, cfg, use_cache
         self.source_controls, self.continuation, self.sentence_end = controls, continuation, sentence_end
         self.exact = cfg.strategy == "beam" and not cfg.early_stopping
 
-    def run(self, src: Any) -> list[list[Hypothesis]]:
+    def run(self, src: S) -> list[list[Hypothesis]]:
         memory, pad_mask = self.model.encode(src)  # [N, S, D] (or the model's own: `reorder_memory`), [N, S]
         if pad_mask.size(0) == 0:
             return []
         self._start(src, memory, pad_mask)
-        stop = stop_check()  # a caller that may stop wanting the result (`seq2seq.inference.stopping`)
+        stop = stop_check()  # a caller that may stop wanting the result (`stop_when`)
         for step in range(max(self.units.max_host) + 1):
             if stop is not None and stop():
                 raise SearchStopped(f"the search was stopped before decoding step {step}")
@@ -145,7 +315,7 @@ class _Search:
 
     # ---- the steps of `run` ------------------------------------------------------------------
 
-    def _start(self, src: Any, memory: Any, pad_mask: Tensor) -> None:
+    def _start(self, src: S, memory: M, pad_mask: Tensor) -> None:
         """The state before the first step: every unit live, each row holding BOS."""
         cfg, device = self.cfg, pad_mask.device
         self.device = device
@@ -189,7 +359,7 @@ class _Search:
                 raise ValueError(f"constraints need beam search, not {self.cfg.strategy} search")
             self.strategy = ConstrainedBeam(group, self.tracker)
 
-    def _max_lengths(self, src: Any, pad_mask: Tensor) -> list[int]:
+    def _max_lengths(self, src: S, pad_mask: Tensor) -> list[int]:
         """Each source's length limit (`SearchConfig.max_length`); pad_mask [N, S]."""
         lengths = self.model.encoder.source_lengths(src)
         if lengths is None:
@@ -266,12 +436,12 @@ class _Search:
 
     # ---- helpers -----------------------------------------------------------------------------
 
-    def _repeated(self, memory: Any, pad_mask: Tensor, k: int) -> tuple[Any, Tensor]:
+    def _repeated(self, memory: M, pad_mask: Tensor, k: int) -> tuple[M, Tensor]:
         """Each unit's memory and pad mask k times in a row (`reorder_memory`)."""
         index = self._arange(pad_mask.size(0)).repeat_interleave(k)
         return reorder_memory(self.model, memory, index), pad_mask.index_select(0, index)
 
-    def _rescore_with_ctc(self, memory: Any, pad_mask: Tensor) -> None:
+    def _rescore_with_ctc(self, memory: M, pad_mask: Tensor) -> None:
         """decoding.ctc_weight: add each source's CTC best paths to its finished hypotheses and score
         them all with attention and CTC together (see seq2seq.inference.ctc)."""
         cfg = self.cfg

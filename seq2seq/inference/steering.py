@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeVar
 
 import torch
 
@@ -57,7 +57,10 @@ AvoidPhrases = Sequence[str] | Sequence[Sequence[str] | None]
 FIELD_OF = {"prefix": "prefix", "constraint": "constraints", "glossary term": "glossary", "banned phrase": "avoid"}
 
 
-def per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
+T = TypeVar("T")
+
+
+def per_input(name: str, values: Sequence[T] | None, n: int) -> list[T] | list[None]:
     """`values` as one entry per input (None: n Nones); SteeringError for a string or another length."""
     if values is None:
         return [None] * n
@@ -74,7 +77,7 @@ def per_input(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
 TERM_MODES = ("annotate", "constrain", "both")
 
 
-def term_mode(asked: str | None, annotates: bool, model: Any) -> str:
+def term_mode(asked: str | None, annotates: bool, model: object) -> str:
     """How a call's terms (its constraints and glossary terms) reach the model: "annotate" (appended to the
     source, for a model trained with `data.terminology`: it places them itself, nothing guaranteed),
     "constrain" (the constrained beam: guaranteed), or "both" (annotated, and the beam guarantees them).

@@ -45,8 +45,7 @@ from seq2seq.inference import memory
 from seq2seq.inference.options import MAX_STEP_LOGITS
 from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.inference.results import Translation
-from seq2seq.inference.search import search
-from seq2seq.inference.search_state import Hypothesis
+from seq2seq.inference.search import Hypothesis, search
 from seq2seq.inference.steering import SteeringError, continuation_pieces, sentence_end_pieces
 from seq2seq.model.encoders.base import Encoder, source_kind, source_processor
 from seq2seq.model.encoders.sources import PrefixedSource, SourceError, SourceKind, SourceProcessor
@@ -275,16 +274,16 @@ class Translator(Engine):
         return ids
 
     def _prepare(self, sources: list[str], first_line: int, warn: Warn | None, skip_bad: bool,
-                 skipped: dict[int, str] | None, processor: SourceProcessor | None = None) -> dict[int, Any]:
+                 skipped: dict[int, str] | None, processor: SourceProcessor | None = None) -> dict[int, object]:
         """{index: example} of the sources that have one (see `SourceProcessor.prepare`)."""
         if skip_bad and skipped is None:
             skipped = {}
         return (processor or self.processor).prepare(sources, first_line, warn or log.warning,
                                                      skipped if skip_bad else None)
 
-    def _search(self, examples: dict[Any, Any], cfg: SearchConfig, batch_tokens: int,
+    def _search(self, examples: dict[Any, object], cfg: SearchConfig, batch_tokens: int,
                 about: Callable[[Any], dict[str, Any]],
-                on_batch: Callable[[int], Any] | None = None, controls: dict[Any, SourceControls] | None = None,
+                on_batch: Callable[[int], object] | None = None, controls: dict[Any, SourceControls] | None = None,
                 line: Callable[[Any], Any] = str, warn: Warn = log.warning,
                 processor: SourceProcessor | None = None, given: int = 0) -> dict[Any, list[Translation]]:
         """{key: example} -> {key: n-best Translations}, searched in token-bounded batches of similar
@@ -315,9 +314,15 @@ class Translator(Engine):
             steer = None if not controls else [controls.get(k) for k in batch]
             try:
                 with torch.inference_mode(), autocast_context(self.device, autocast):
-                    hyps = search(self.model, src, cfg, controls=steer,
-                                  continuation=None if steer is None else self._continuation(),
-                                  sentence_end=None if steer is None else self._sentence_end())
+                    continuation = None if steer is None else self._continuation()
+                    sentence_end = None if steer is None else self._sentence_end()
+                    # one call, written per kind of model: each is a `SearchableModel` of its own memory type
+                    if isinstance(self.model, EnsembleModel):
+                        hyps = search(self.model, src, cfg, controls=steer, continuation=continuation,
+                                      sentence_end=sentence_end)
+                    else:
+                        hyps = search(self.model, src, cfg, controls=steer, continuation=continuation,
+                                      sentence_end=sentence_end)
             except ControlError as e:
                 d = e.diagnostic
                 raise SteeringError(d.message, line=line(batch[e.index]), field=d.field, code=d.code) from None

@@ -47,7 +47,7 @@ within the budget and a few seconds. Connections that send nothing, or their hea
 closed (`seq2seq.serve.connections`).
 
 This module builds the app and runs it (`create_app`, `run_server`; the model is loaded by
-`seq2seq.inference.loading.load_engine`);
+`seq2seq.inference.generator.load_engine`);
 the routes are `seq2seq.serve.routes`, the model calls on the worker `seq2seq.serve.model_calls`, the
 error answers `seq2seq.serve.errors`.
 """

@@ -8,7 +8,7 @@ the job that caused it gets the exception, the others their results.
 A job is wanted until its deadline or until its request abandons it (`abandoned`, set when the client
 went away or the request stopped waiting). A job no longer wanted is dropped if it is still queued, and
 a model call whose jobs are all unwanted is stopped before its next decoding step
-(`seq2seq.inference.stopping`): the worker is free within one step, whatever the call asked for.
+(`seq2seq.inference.search.stop_when`): the worker is free within one step, whatever the call asked for.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
 from seq2seq.config.diagnostics import Seq2SeqError
-from seq2seq.inference.stopping import SearchStopped, stop_when
+from seq2seq.inference.search import SearchStopped, stop_when
 from seq2seq.serve.requests import RequestError
 
 log = logging.getLogger("seq2seq.serve.batcher")

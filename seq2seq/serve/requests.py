@@ -33,11 +33,12 @@ from seq2seq.config.json_reader import JSONObject, JSONValue
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.documents.formats import FORMAT_NAMES
 from seq2seq.documents.line_translation import PIPELINE_STEPS
-from seq2seq.inference import steering_fields
-from seq2seq.inference.inputs import CallOptions, SourceInput, read_input
+from seq2seq.inference.inputs import (
+    STEERING_FIELDS, CallOptions, FieldError, SourceInput, read_input, read_steering_fields,
+)
+from seq2seq.inference.inputs import check_unicode as check_field_unicode
 from seq2seq.inference.options import SEARCH_OPTIONS, check_type
 from seq2seq.inference.steering import Steering
-from seq2seq.inference.steering_fields import STEERING_FIELDS, FieldError, read_steering_fields
 from seq2seq.model.encoders.sources import SourceLimits, SourceProcessor, SourceTooLarge
 
 if TYPE_CHECKING:
@@ -214,9 +215,9 @@ def too_deep(value: JSONValue, limit: int) -> bool:
 
 def check_unicode(text: str, where: str) -> None:
     """422 for a string that UTF-8 cannot encode: a lone surrogate (\\ud800 to \\udfff), which JSON
-    can spell as an escape; the model's tokenizer would fail on it (`steering_fields.check_unicode`)."""
+    can spell as an escape; the model's tokenizer would fail on it (`seq2seq.inference.inputs.check_unicode`)."""
     try:
-        steering_fields.check_unicode(text, where)
+        check_field_unicode(text, where)
     except FieldError as e:
         raise RequestError(422, str(e), e.diagnostic) from None
 
@@ -330,7 +331,7 @@ def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[str], bool, list[
 
 def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> Steering | None:
     """The steering fields (`STEERING_FIELDS`) popped from `fields`, read as every front-end reads them
-    (`seq2seq.inference.steering_fields`): 422 for a wrong type or text that is not valid Unicode, 413
+    (`seq2seq.inference.inputs`): 422 for a wrong type or text that is not valid Unicode, 413
     over max_chars characters (a prefix or phrase) or max_phrases phrases. None when there are none
     (null counts as absent). `where` prefixes the names in messages."""
     try:

@@ -4,7 +4,7 @@ the `DocumentFormat` a format module declares, and `DocumentError` (a document t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from seq2seq.config.diagnostics import Seq2SeqError
 
@@ -44,7 +44,7 @@ class DocumentFormat:
     name: str
     extensions: tuple[str, ...]
     segments: Callable[[str, str, str], list[Segment]]
-    tree: Callable[[str], Any]
+    tree: Callable[[str], object]
     stages: tuple[str, ...] = ("text",)
 
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from seq2seq.documents.formats.document import DocumentError, DocumentFormat, Segment, line_starts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lxml.etree import _Element
 
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big br cite code data del dfn em font i img input ins kbd label mark nobr q s "
@@ -64,15 +67,15 @@ class _Tokenizer(HTMLParser):
         self.starts = line_starts(text)
         self.found: list[tuple[str, int, str, tuple[tuple[str, str | None], ...], int]] = []
 
-    def _add(self, kind: str, name: str = "", attrs: Any = (), length: int = 0) -> None:
+    def _add(self, kind: str, name: str = "", attrs: Iterable[tuple[str, str | None]] = (), length: int = 0) -> None:
         line, column = self.getpos()
         at = self.starts[line - 1] + column
         self.found.append((kind, at, name, tuple(attrs), at + length))
 
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self._add("start", tag, attrs, len(self.get_starttag_text() or ""))
 
-    def handle_startendtag(self, tag: str, attrs: Any) -> None:
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self._add("startend", tag, attrs, len(self.get_starttag_text() or ""))
 
     def handle_endtag(self, tag: str) -> None:
@@ -275,7 +278,7 @@ def _xml_inline(text: str, toks: list[Token]) -> dict[int, bool]:
     return inline
 
 
-def _xml_root(text: str, name: str) -> Any:
+def _xml_root(text: str, name: str) -> _Element:
     from lxml import etree
 
     try:
@@ -285,7 +288,7 @@ def _xml_root(text: str, name: str) -> Any:
         raise DocumentError(f"{name}:{line}:{column}: not well-formed XML: {e.msg}") from None
 
 
-def _shape(element: Any, translated: frozenset[str]) -> Any:
+def _shape(element: _Element, translated: frozenset[str]) -> tuple[object, ...]:
     """An lxml element's structure: tag, attributes that are not translated, children; for a comment or
     an element left untranslated, also its text."""
     from lxml import etree
@@ -299,7 +302,7 @@ def _shape(element: Any, translated: frozenset[str]) -> Any:
     return (tag, attrs, tuple(_shape(child, translated) for child in element))
 
 
-def html_tree(text: str) -> Any:
+def html_tree(text: str) -> tuple[object, ...] | None:
     """The structure of an HTML document as lxml's HTML parser builds it."""
     from lxml import etree
 
@@ -309,7 +312,7 @@ def html_tree(text: str) -> Any:
     return None if root is None else _shape(root, TRANSLATED_ATTRIBUTES)
 
 
-def xml_tree(text: str) -> Any:
+def xml_tree(text: str) -> tuple[object, ...] | None:
     """The structure of an XML document (None where it is not well-formed)."""
     try:
         root = _xml_root(text, "")

@@ -17,10 +17,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from seq2seq.documents.formats.document import DocumentFormat, Segment, line_starts
 from seq2seq.documents.formats.html import html_segments, html_tree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ _HARD_BREAK = re.compile(r"(?: {2,}|\\)$")
 
 
 @functools.lru_cache(maxsize=1)
-def _parser() -> Any:
+def _parser() -> MarkdownIt:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark").enable(["table", "strikethrough"])
@@ -89,16 +93,16 @@ def _segment(group: list[tuple[int, int, str]]) -> Segment:
     return Segment(group[0][0], group[-1][1], " ".join(core for _, _, core in group))
 
 
-def markdown_tree(text: str) -> Any:
+def markdown_tree(text: str) -> tuple[object, ...]:
     """The structure of a Markdown text: its tokens and their inline tokens, without the text and
     soft line breaks; code kept with its content, links and images with their targets."""
 
-    def shape(tok: Any) -> Any:
+    def shape(tok: Token) -> tuple[object, ...]:
         content = tok.content if tok.type in ("code_inline", "fence", "code_block") else ""
         attrs = tuple((k, v) for k, v in sorted((tok.attrs or {}).items()) if k in ("href", "src"))
         return (tok.type, tok.tag, tok.nesting, tok.markup if tok.type != "text" else "", attrs, content)
 
-    out = []
+    out: list[tuple[object, ...]] = []
     for tok in _parser().parse(text):
         if tok.type == "html_block":
             out.append(("html_block", html_tree(tok.content)))
