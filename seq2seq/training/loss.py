@@ -148,7 +148,7 @@ def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt
                       reduction="sum", zero_infinity=True)
 
 
-def sequence_loss(model: Seq2SeqTransformer, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
+def sequence_loss(model: Seq2SeqTransformer, src: object, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
                   smoothing: float = 0.0, ctc_weight: float = 0.0, positions: Tensor | None = None,
                   token_weights: Tensor | None = None) -> Tensor:
     """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.

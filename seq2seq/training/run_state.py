@@ -38,6 +38,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from seq2seq.config.json_reader import JSONObject
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path, read_json
 from seq2seq.storage.model_dir import ModelDir
@@ -92,12 +93,12 @@ class Snapshot:
 
     weights: dict[str, torch.Tensor]
     object_tensors: dict[str, torch.Tensor]
-    object_skeleton: Any
+    object_skeleton: JSONObject
     progress: dict[str, Any]
     ready: Callable[[], None]
 
     @classmethod
-    def take(cls, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any]) -> Snapshot:
+    def take(cls, model: nn.Module, objects: dict[str, object], progress: dict[str, Any]) -> Snapshot:
         tensors, skeleton = split_tensors(objects)
         both, ready = host_copies({**{f"model.{k}": v for k, v in model.state_dict().items()},
                                    **{f"objects.{k}": v for k, v in tensors.items()}})
@@ -152,7 +153,7 @@ class Checkpoints:
         self.best_metric = best_metric
         self.writer = BackgroundWriter()
 
-    def save(self, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any], best: bool,
+    def save(self, model: nn.Module, objects: dict[str, object], progress: dict[str, Any], best: bool,
              background: bool = False) -> None:
         """Save `model`'s weights (as step progress["step"]; also as the best weights if `best`),
         the resume state (`objects`: tensors and JSON values in dicts, lists and tuples; and
@@ -231,7 +232,7 @@ class Checkpoints:
             }
         )
 
-    def _write_log(self, history: list[dict[str, Any]]) -> None:
+    def _write_log(self, history: list[dict[str, float]]) -> None:
         keys: list[str] = []
         for row in history:
             keys += [k for k in row if k not in keys]
