@@ -91,7 +91,7 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
     return served
 
 
-def check_adapter(engine: Any, name: str | None) -> None:
+def check_adapter(engine: object, name: str | None) -> None:
     """ValueError (the server's 422) for an adapter name the engine does not serve."""
     if name is None:
         return
@@ -103,7 +103,7 @@ def check_adapter(engine: Any, name: str | None) -> None:
 
 
 @contextlib.contextmanager
-def using(engine: Any, name: str | None) -> Iterator[None]:
+def using(engine: object, name: str | None) -> Iterator[None]:
     """Run the engine's model with adapter `name` (None: the base alone) inside the block."""
     served = getattr(engine, "adapters", None)
     if served is None:

@@ -33,7 +33,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from typing_extensions import Unpack
 
@@ -256,10 +256,10 @@ class ModelDir:
     def write_config(self, cfg: Config) -> None:
         write_text_atomic(self.config_path, config_yaml(cfg))
 
-    def write_metadata(self, meta: dict[str, Any]) -> None:
+    def write_metadata(self, meta: Mapping[str, object]) -> None:
         write_json_atomic(self.metadata_path, meta)
 
-    def update_metadata(self, values: dict[str, Any]) -> None:
+    def update_metadata(self, values: Mapping[str, object]) -> None:
         """metadata.json with `values` set (the other keys kept)."""
         meta = self.metadata()
         meta.update(values)
