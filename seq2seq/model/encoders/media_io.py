@@ -18,12 +18,15 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 from seq2seq.model.encoders.audio_windows import Window, split_windows
 from seq2seq.model.encoders.sources import AUDIO, SourceError, SourceInfo, SourceProcessor
@@ -52,7 +55,7 @@ def probe_image(path: str | Path) -> SourceInfo | None:
     return SourceInfo(size=(width, height), pixels=width * height)
 
 
-def read_image(path: str | Path, channels: int, max_pixels: int | None) -> Any:
+def read_image(path: str | Path, channels: int, max_pixels: int | None) -> PIL.Image.Image:
     """One image file as a Pillow image, upright (EXIF), transparency flattened on white, 8-bit RGB
     (channels 3) or grey (1), not resized. SourceError naming the path when the file is missing,
     empty, not an image, truncated/corrupt, or over `max_pixels` (model.encoder.max_pixels, checked
@@ -87,7 +90,7 @@ def read_image(path: str | Path, channels: int, max_pixels: int | None) -> Any:
         raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
 
 
-def to_8bit(image: Any, channels: int) -> Any:
+def to_8bit(image: PIL.Image.Image, channels: int) -> PIL.Image.Image:
     """Any Pillow image -> mode "RGB" (channels 3) or "L" (channels 1); transparency flattened on white."""
     from PIL import Image
 
@@ -96,7 +99,7 @@ def to_8bit(image: Any, channels: int) -> Any:
         # exceed 255, as 8-bit when they do not, and as 0..1 when a float image stays within it.
         mode = image.mode
         image = image.convert("F")
-        hi = image.getextrema()[1]
+        hi = cast(float, image.getextrema()[1])  # one band ("F"): (min, max) as floats
         top = 65535.0 if mode.startswith("I;16") or hi > 255 else 1.0 if mode == "F" and hi <= 1.0 else 255.0
         image = image.point(lambda v: v * 255.0 / top + 0.5).convert("L")  # rounded (convert truncates)
     has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (

@@ -164,7 +164,7 @@ class SourceProcessor:
                     warn(Diagnostic(f"{e}; its output is empty", code="unreadable_source"))
         return examples
 
-    def describe(self, source: str, example: Any) -> dict[str, Any]:
+    def describe(self, source: str, example: Any) -> dict[str, object]:
         """The fields of a `Translation` that tell about its source."""
         return {"source": str(source)}
 
