@@ -33,7 +33,9 @@ import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
+
+from typing_extensions import NotRequired
 
 import torch
 from torch import nn
@@ -48,15 +50,24 @@ from seq2seq.training import distributed
 log = logging.getLogger(__name__)
 
 
-def rng_state() -> dict[str, Any]:
+class RngState(TypedDict):
+    """The random states `rng_state` takes and `set_rng_state` restores: torch's on the CPU, Python's
+    (`random.getstate()`; a list where read back from JSON) and, with CUDA, torch's per device."""
+
+    torch: torch.Tensor
+    python: tuple[int, tuple[int, ...], float | None]
+    cuda: NotRequired[list[torch.Tensor]]
+
+
+def rng_state() -> RngState:
     """The torch (CPU and CUDA) and Python random states, for an exact resume."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state: RngState = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["torch"])
     python = state["python"]  # (a tuple; older states kept it as saved)
     random.setstate((python[0], tuple(python[1]), python[2]))

@@ -18,18 +18,21 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Union, cast
 
 import numpy as np
 
 import torch
 from torch import Tensor
 
+from seq2seq.model.encoders.audio_windows import Window, split_windows
+from seq2seq.model.encoders.sources import AUDIO, SourceError, SourceInfo, SourceProcessor
+
 if TYPE_CHECKING:
     import PIL.Image
 
-from seq2seq.model.encoders.audio_windows import Window, split_windows
-from seq2seq.model.encoders.sources import AUDIO, SourceError, SourceInfo, SourceProcessor
+AudioBatch = Union[tuple[Tensor, Tensor], dict[str, Tensor]]
+"""Waveforms collated: (waveforms [B, T], lengths [B]), or with VTLP (training) a dict of them and "warp" [B]."""
 
 # --------------------------------------------------------------------------------------------
 # Images
@@ -180,7 +183,7 @@ def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
     return soxr.resample(wave, rate, target, quality="HQ").astype(np.float32, copy=False)
 
 
-class WaveformProcessor(SourceProcessor):
+class WaveformProcessor(SourceProcessor[Tensor, AudioBatch]):
     """What every audio processor shares (our audio encoder's, a Hugging Face backbone's): its examples
     are mono float32 waveforms [T] at `sample_rate`, probed from the header, read and resampled here,
     split into windows at their pauses and cropped to one. A subclass sets `sample_rate` and

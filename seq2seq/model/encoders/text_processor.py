@@ -38,7 +38,7 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-class TextProcessor(SourceProcessor):
+class TextProcessor(SourceProcessor[list[int], Tensor]):
     """Sentences: stripped, tokenized by the model's source tokenizer in one call, truncated to the
     model's positions (a warning names the line), EOS appended; an empty sentence has no example.
     Examples are id lists ending in EOS (as the training data's "src_ids"), batches [B, S] ids padded
