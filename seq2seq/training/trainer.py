@@ -51,7 +51,7 @@ from seq2seq.data.batching import Batch, TokenBatchSampler
 from seq2seq.data.prefetch import Prefetcher, Step, training_steps
 from seq2seq.model import sync
 from seq2seq.model.transformer import Seq2SeqTransformer
-from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
+from seq2seq.training.run_state import Checkpoints, Progress, rng_state, set_rng_state
 from seq2seq.config import TrainingConfig
 from seq2seq.accel.device import autocast_context
 from seq2seq.training.log_window import LogWindow
@@ -404,10 +404,14 @@ class Trainer:
                    "scaler": self.scaler.state_dict(), "rng": rngs[0]}
         if self.world > 1:
             objects["rng_ranks"] = rngs
-        progress = {name: getattr(self, name) for name in PROGRESS}
-        progress["sampler"] = dict(self.sampler_state)  # (the sampler itself may be running ahead)
-        progress["log_window"] = [self.window.tokens, self.window.loss]  # a resumed run logs the same means
-        progress["world"] = self.world  # (an elastic restart may resume with another number of processes)
+        progress: Progress = {  # the PROGRESS attributes, in that order, then:
+            "step": self.step, "bad_steps": self.bad_steps, "elapsed": self.elapsed, "best": self.best,
+            "best_step": self.best_step, "validations_without_gain": self.validations_without_gain,
+            "history": self.history, "plateau_step": self.plateau_step,
+            "sampler": dict(self.sampler_state),  # (the sampler itself may be running ahead)
+            "log_window": (self.window.tokens, self.window.loss),  # a resumed run logs the same means
+            "world": self.world,  # (an elastic restart may resume with another number of processes)
+        }
         self.checkpoints.save(self.model, objects, progress, best, background)
         if self.tensorboard is not None:
             self.tensorboard.flush()
@@ -436,8 +440,9 @@ class Trainer:
             self._log_world_change(saved_world)
         self.sampler.load_state_dict(progress["sampler"])
         self.sampler_state = self.sampler.state_dict()
-        for name in PROGRESS:
-            setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
+        for name, value in progress.items():  # the PROGRESS attributes saved (older states lack plateau_step)
+            if name in PROGRESS:
+                setattr(self, name, value)
         self.window.tokens, self.window.loss = progress.get("log_window", (0, 0.0))
         return True
 
