@@ -74,7 +74,7 @@ class SearchOptions(SearchFields, total=False):
     sample: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchConfig:
     """How to decode (the `decoding` section of the YAML config).
 
