@@ -15,6 +15,7 @@ and their ratio, and exits 1 when the ratio is outside [0.8, 1.2].
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import tempfile
@@ -57,7 +58,7 @@ def main() -> int:
             cfg = load_config(args.config, [f"training.max_time_minutes={args.minutes}",
                                             f"training.output_dir={out / 'model'}", f"training.device={args.device}",
                                             "training.max_steps=10000000", *args.overrides])
-        cfg.training.max_time_minutes = args.minutes
+        cfg.training = dataclasses.replace(cfg.training, max_time_minutes=args.minutes)
         started = time.perf_counter()
         probe = probe_run(cfg)
         probe_seconds = time.perf_counter() - started

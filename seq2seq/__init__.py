@@ -21,7 +21,7 @@ corpora, documents, training, deploy, serve, cli (docs/architecture.md). Importi
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.training.experiment import run_training
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """`from seq2seq import Translator` (or any name of the public API) imports its module on first use."""
     if name in _API:
         return getattr(importlib.import_module(_API[name]), name)

@@ -22,7 +22,6 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -131,7 +130,7 @@ def read_adapter(path: str | Path) -> Adapter:
     meta_path, weights_path = path / ADAPTER_JSON, path / ADAPTER_WEIGHTS
     if not meta_path.is_file():
         raise AdapterError(f"{path} is not an adapter directory ({ADAPTER_JSON} is missing)")
-    meta: Any = read_json(meta_path)
+    meta: object = read_json(meta_path)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("base"), dict):
         raise AdapterError(f"{meta_path}: not a seq2seq adapter description")
     if meta.get("version", 0) > VERSION:

@@ -18,7 +18,9 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
+
+from torch import Tensor
 
 from seq2seq.adapters.files import AdapterError, read_adapter
 from seq2seq.adapters.lora import LORA_A, LORA_B, SharedLoRA, add_shared
@@ -77,7 +79,7 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
         layers = add_shared(model, adapter.modules)
         for layer_name, layer in layers.items():
             a, b = adapter.tensors[f"{layer_name}.{LORA_A}"], adapter.tensors[f"{layer_name}.{LORA_B}"]
-            w: Any = layer.base.weight
+            w: Tensor | Callable[[], Tensor] = layer.base.weight
             shape = tuple((w() if callable(w) else w).shape)  # (an int8 layer's weight is a method)
             if shape != (b.size(0), a.size(1)):
                 raise AdapterError(f"{adapter.path}: layer {layer_name} has shape {shape}, "
@@ -91,7 +93,7 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
     return served
 
 
-def check_adapter(engine: Any, name: str | None) -> None:
+def check_adapter(engine: object, name: str | None) -> None:
     """ValueError (the server's 422) for an adapter name the engine does not serve."""
     if name is None:
         return
@@ -103,7 +105,7 @@ def check_adapter(engine: Any, name: str | None) -> None:
 
 
 @contextlib.contextmanager
-def using(engine: Any, name: str | None) -> Iterator[None]:
+def using(engine: object, name: str | None) -> Iterator[None]:
     """Run the engine's model with adapter `name` (None: the base alone) inside the block."""
     served = getattr(engine, "adapters", None)
     if served is None:

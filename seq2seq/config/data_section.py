@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from seq2seq.config.terminology import TerminologyConfig
 from seq2seq.config.schema import ConfigError, from_dict
@@ -21,7 +21,7 @@ SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 VALID_SET_NAME = re.compile(r"[\w.+-]+")
 
 
-def _check_languages(item: Any, key: str) -> None:
+def _check_languages(item: CorpusConfig | ValidSetConfig, key: str) -> None:
     """src_lang and tgt_lang of a corpus or validation set: both or neither, each a language code."""
     if (item.src_lang is None) != (item.tgt_lang is None):
         raise ConfigError(f"{key}.src_lang and {key}.tgt_lang must be set together")

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import builtins
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from seq2seq.config.schema import ConfigError
 
@@ -31,7 +30,7 @@ class EncoderConfig:
     type: str = "text"
 
     @classmethod
-    def config_class(cls, data: dict[str, Any], key: str = "model.encoder") -> builtins.type[EncoderConfig]:
+    def config_class(cls, data: Mapping[str, object], key: str = "model.encoder") -> builtins.type[EncoderConfig]:
         """The class `data` is parsed into: the one registered for its `type` (read from the base class
         only; a subclass asked for by name is kept)."""
         if cls is not EncoderConfig:
@@ -81,10 +80,10 @@ def encoder_types() -> list[str]:
     return sorted(_ENCODER_CONFIGS)
 
 
-def encoder_config_class(kind: Any, key: str = "model.encoder.type") -> type[EncoderConfig]:
+def encoder_config_class(kind: object, key: str = "model.encoder.type") -> type[EncoderConfig]:
     """The config dataclass registered for encoder type `kind`; ConfigError naming the choices."""
     if kind not in _ENCODER_CONFIGS:
         discover_encoder_types()
-    if kind not in _ENCODER_CONFIGS:
+    if not isinstance(kind, str) or kind not in _ENCODER_CONFIGS:
         raise ConfigError(f"config key '{key}': unknown encoder type {kind!r}; choose one of {sorted(_ENCODER_CONFIGS)}")
     return _ENCODER_CONFIGS[kind]

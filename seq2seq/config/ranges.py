@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from seq2seq.config.schema import ConfigError
 
 
-def check_ranges(section: Any, name: str, ranges: dict[str, tuple[float | None, float | None]]) -> None:
+def check_ranges(section: object, name: str, ranges: dict[str, tuple[float | None, float | None]]) -> None:
     """ConfigError naming the key ("model.layers must be >= 1, got -3") for a value outside its
     [low, high] range; None values (unset options) and None bounds are not checked."""
     for key, (low, high) in ranges.items():

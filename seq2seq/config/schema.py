@@ -19,7 +19,7 @@ import json
 import types
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, TypeVar, overload
 
 import yaml
 
@@ -41,7 +41,11 @@ class ConfigError(Seq2SeqError, ValueError):
 # --------------------------------------------------------------------------------------------
 
 
-def to_dict(obj: Any) -> Any:
+@overload
+def to_dict(obj: DataclassInstance) -> dict[str, object]: ...
+@overload
+def to_dict(obj: object) -> object: ...
+def to_dict(obj: object) -> object:
     """Dataclass (possibly nested) -> plain dict of YAML/JSON-safe values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -52,11 +56,11 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def _type_name(tp: Any) -> str:
+def _type_name(tp: object) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
+def _coerce(value: object, tp: object, key: str) -> object:
     """Check `value` against the annotation `tp`; convert only lossless cases (int -> float)."""
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -118,7 +122,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
+def from_dict(cls: type[T], data: Mapping[str, object] | None, prefix: str = "") -> T:
     """Build dataclass `cls` (or the class its `config_class(data, key)` hook picks for `data`) from
     `data`, validating keys and types recursively."""
     data = data or {}
@@ -175,7 +179,7 @@ def load_dict(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def save(obj: Any, path: str | Path) -> None:
+def save(obj: object, path: str | Path) -> None:
     """Write a dataclass as YAML (or JSON when the suffix is .json)."""
     path = Path(path)
     data = to_dict(obj)

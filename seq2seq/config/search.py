@@ -17,13 +17,21 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.schema import ConfigError
 
+if TYPE_CHECKING:
+    from torch import Tensor
 
-def _option(default: Any, help: str, switches: dict[str, str] | None = None) -> Any:
+    from seq2seq.config.model_section import ModelConfig
+
+T = TypeVar("T")
+ScoreT = TypeVar("ScoreT", float, "Tensor")  # a score: of one hypothesis (a float), or of many (a tensor)
+
+
+def _option(default: T, help: str, switches: dict[str, str] | None = None) -> T:
     """A field that is also a per-call search option (`--flag-name` on the command line); `switches`:
     {name: help} of the boolean options that choose its value instead (`strategy`'s greedy and sample)."""
     option: dict[str, object] = {"help": help}
@@ -66,7 +74,7 @@ class SearchOptions(SearchFields, total=False):
     sample: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchConfig:
     """How to decode (the `decoding` section of the YAML config).
 
@@ -132,7 +140,7 @@ class SearchConfig:
 
     # ---- the search's rules, each written here only ---------------------------------------
 
-    def check_model(self, model: Any, where: str = "decoding.") -> None:
+    def check_model(self, model: ModelConfig, where: str = "decoding.") -> None:
         """ConfigError (a ValueError) where this search cannot run on a model whose `ModelConfig` is `model`:
         a token id outside its target vocabulary, an attention_layer it does not have, or a min_len longer
         than any output it can write (max_positions - 1 tokens after BOS). where: as in `check_search`. Run
@@ -212,7 +220,7 @@ class SearchConfig:
         """GNMT's ((5 + length) / 6) ** lenpen; length counts the EOS (see `score`)."""
         return length_penalty(length, self.lenpen)
 
-    def score(self, logprob: Any, length: int, bonus: Any = None) -> Any:
+    def score(self, logprob: ScoreT, length: int, bonus: ScoreT | None = None) -> ScoreT:
         """The search score of a hypothesis of `length` predictions (its tokens and the EOS) and total
         log-probability `logprob` (a float, or a tensor of them): logprob / length_penalty(length). bonus (the
         same kind, None: none): what a control added to `logprob` (`decoding.term_bias`), which counts after
@@ -221,7 +229,7 @@ class SearchConfig:
             return logprob / self.length_penalty(length)
         return (logprob - bonus) / self.length_penalty(length) + bonus
 
-    def check_ctc_head(self, training_ctc_weight: float, model: Any = None) -> None:
+    def check_ctc_head(self, training_ctc_weight: float, model: object = None) -> None:
         """ctc_weight > 0 needs a CTC head, which only a model trained with training.ctc_weight > 0 has.
         ConfigError (a ValueError) when it is missing: for a config file (model None) saying how to
         fix it, for a call's options on the model directory `model` naming it."""
@@ -255,7 +263,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A value for a message: a 400-digit integer as its first digits and its length."""
     text = str(value)
     return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"

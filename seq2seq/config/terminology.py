@@ -10,7 +10,7 @@ PICKS = ("random", "rare")  # how a pair's terms are chosen among its candidate 
 SUBSTITUTES = ("words", "compounds")  # what a substituted term is replaced by
 
 
-@dataclass
+@dataclass(frozen=True)
 class TerminologyConfig:
     """Which training pairs carry target terms on their source, and which terms.
 

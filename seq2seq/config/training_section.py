@@ -11,7 +11,7 @@ from seq2seq.config.ranges import check_ranges
 from seq2seq.config.schema import ConfigError
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingConfig:
     """The `training` section: optimisation, schedule, precision, validation and checkpoints."""
 

@@ -12,7 +12,7 @@ as in the original paper.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from seq2seq.model.attention import KVCache, MultiHeadAttention
 from seq2seq.config.model_section import ModelConfig
 
+T = TypeVar("T")
 
 def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...). Returns [n_positions, D]."""
@@ -132,7 +133,7 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(fn(x)))
 
 
-def recomputed(layer: EncoderLayer | DecoderLayer, fn: Callable[..., Any], *args: Any) -> Any:
+def recomputed(layer: EncoderLayer | DecoderLayer, fn: Callable[..., T], *args: object) -> T:
     """fn(*args), the forward pass of `layer`: under gradient checkpointing (`layer.checkpointed`, set by
     `Seq2SeqTransformer.checkpoint_layers`) while training, its activations are not kept but recomputed in
     the backward pass (torch.utils.checkpoint, non-reentrant: frozen inputs and LoRA's few trainable

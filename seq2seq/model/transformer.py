@@ -14,7 +14,6 @@ cross-attention keys/values are computed once per source and never copied per be
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -186,7 +185,7 @@ class Seq2SeqTransformer(nn.Module):
 
     # ---- the interface search uses -------------------------------------------------------
 
-    def encode(self, src: Any) -> tuple[Tensor, Tensor]:
+    def encode(self, src: object) -> tuple[Tensor, Tensor]:
         """src (what the encoder takes) -> (memory [N, S, D], memory_pad_mask [N, S]); D = cfg.d_model,
         through `enc_to_dec_proj` when the encoder is of another width."""
         memory, memory_pad_mask = self.encoder(src)
@@ -212,13 +211,13 @@ class Seq2SeqTransformer(nn.Module):
         """An empty cache for decoder rows grouped `group` per source."""
         return DecoderCache(len(self.decoder.layers), group)
 
-    def features(self, src: Any, tgt_in: Tensor) -> Tensor:
+    def features(self, src: object, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src batch, tgt_in [B, T] (BOS + target) -> final decoder states [B, T, D],
         before the output projection (`decoder.output_weight`); the training loss starts here."""
         memory, memory_pad_mask = self.encode(src)
         return self.decoder.features(tgt_in, memory, memory_pad_mask)[0]
 
-    def forward(self, src: Any, tgt_in: Tensor) -> Tensor:
+    def forward(self, src: object, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src batch, tgt_in [B, T] (BOS + target) -> logits [B, T, V]."""
         memory, memory_pad_mask = self.encode(src)
         return self.decode(tgt_in, memory, memory_pad_mask)[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -22,7 +22,7 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     plt.close(fig)
 
 
-def plot_training_curves(history: list[dict[str, Any]], path: str | Path) -> None:
+def plot_training_curves(history: Sequence[Mapping[str, float]], path: str | Path) -> None:
     """Loss (train, validation) and the validation scores (BLEU, chrF, and WER/CER where logged)
     against wall-clock minutes, side by side."""
     fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(11, 4))

@@ -33,7 +33,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, TypedDict
 
 from typing_extensions import Unpack
 
@@ -58,6 +58,16 @@ class LoadedModel:
     config: Config
     tokenizers: TokenizerPair
     path: Path
+
+
+class DecodingChoice(TypedDict):
+    """What `ModelDir.set_decoding` records in metadata.json (`decoding_chosen_on`): the decoding values
+    it set, the data they were chosen on, who chose them and the weights they were chosen with."""
+
+    values: dict[str, object]
+    chosen_on: str
+    chosen_by: str
+    weights: str | None
 
 
 class ModelDir:
@@ -190,7 +200,7 @@ class ModelDir:
         weights as model.safetensors (`install_weights`), else model.safetensors."""
         return self.best_weights_path if self.best_weights_path.is_file() else self.weights_path
 
-    def decoding_choice(self) -> dict[str, Any] | None:
+    def decoding_choice(self) -> DecodingChoice | None:
         """What `set_decoding` recorded in metadata.json (values, chosen_on, chosen_by, weights), or None."""
         return self.metadata().get(self.DECODING_CHOSEN_ON)
 
@@ -256,10 +266,10 @@ class ModelDir:
     def write_config(self, cfg: Config) -> None:
         write_text_atomic(self.config_path, config_yaml(cfg))
 
-    def write_metadata(self, meta: dict[str, Any]) -> None:
+    def write_metadata(self, meta: Mapping[str, object]) -> None:
         write_json_atomic(self.metadata_path, meta)
 
-    def update_metadata(self, values: dict[str, Any]) -> None:
+    def update_metadata(self, values: Mapping[str, object]) -> None:
         """metadata.json with `values` set (the other keys kept)."""
         meta = self.metadata()
         meta.update(values)

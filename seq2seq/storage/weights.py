@@ -20,6 +20,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from seq2seq.config.json_reader import JSONObject, JSONValue
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path
 
@@ -124,24 +125,25 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     return {name: (t if dtypes[name].is_floating_point else t.round()).to(dtypes[name]) for name, t in mean.items()}
 
 
-def split_tensors(obj: Any, prefix: str = "") -> tuple[dict[str, torch.Tensor], Any]:
+def split_tensors(obj: object, prefix: str = "") -> tuple[dict[str, torch.Tensor], JSONObject]:
     """A nested structure of dicts, lists, tuples, tensors and JSON values (an optimizer's or
     scheduler's state_dict, random generator states) -> (its tensors by path, a JSON-able skeleton with
     {"tensor": path} where they were), to be saved as safetensors + JSON: no pickle. `join_tensors`
     undoes it, tuples and non-string dict keys (int, float, bool, None) included."""
     tensors: dict[str, torch.Tensor] = {}
 
-    def walk(x: Any, path: str) -> Any:
+    def walk(x: object, path: str) -> JSONObject:
         if isinstance(x, torch.Tensor):
             tensors[path] = x
             return {"tensor": path}
         if isinstance(x, dict):
-            items = [[key, walk(v, f"{path}.{key}" if path else str(key))] for key, v in x.items()]
-            if all(isinstance(key, str) for key, _ in items):
-                return {"dict": dict(items)}
-            return {"items": items}
+            pairs: list[tuple[Any, JSONValue]] = [(key, walk(v, f"{path}.{key}" if path else str(key)))
+                                                  for key, v in x.items()]
+            if all(isinstance(key, str) for key, _ in pairs):
+                return {"dict": dict(pairs)}
+            return {"items": [[key, value] for key, value in pairs]}
         if isinstance(x, (list, tuple)):
-            values = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(x)]
+            values: list[JSONValue] = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(x)]
             return {"tuple" if isinstance(x, tuple) else "list": values}
         if x is None or isinstance(x, (bool, int, float, str)):
             return {"value": x}

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import zlib
-from typing import Any, BinaryIO, Iterable, Iterator, Literal
+from typing import BinaryIO, Iterable, Iterator, Literal
 
 import click
 
@@ -129,7 +129,7 @@ def one_line(text: str) -> str:
     return text.translate(_ONE_LINE)
 
 
-def json_line(obj: Any) -> str:
+def json_line(obj: object) -> str:
     text = json.dumps(obj, ensure_ascii=False)
     for c in "\x85\u2028\u2029":  # legal raw in JSON strings, but line breaks to splitlines()
         text = text.replace(c, f"\\u{ord(c):04x}")

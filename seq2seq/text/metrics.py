@@ -23,11 +23,19 @@ reference of a row that has several.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TypedDict
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 METRICS = ("bleu", "chrf", "ter")
+
+
+class MetricScore(TypedDict):
+    """One metric's result in `score`: the corpus score, sacreBLEU's signature and its one-line summary."""
+
+    score: float
+    signature: str
+    text: str
 
 
 def _metric(name: str) -> BLEU | CHRF | TER:
@@ -42,7 +50,7 @@ def _metric(name: str) -> BLEU | CHRF | TER:
 
 def score(
     hyps: Sequence[str], refs: Sequence[Sequence[str | None]], metrics: Sequence[str] = METRICS
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, MetricScore]:
     """Score hypotheses against one or more reference sets.
 
     hyps: one string per segment. refs: one list per reference set, each with one string per
@@ -61,7 +69,7 @@ def score(
                 f"reference set {i + 1} of {len(refs)} has {len(ref_set)} segments but there are "
                 f"{len(hyps)} hypotheses; every reference set needs one reference per hypothesis"
             )
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, MetricScore] = {}
     for name in metrics:
         metric = _metric(name)
         # sacreBLEU skips a None reference of a segment (Metric._extract_corpus_statistics); its annotation says str
@@ -70,7 +78,7 @@ def score(
     return result
 
 
-def format_scores(result: dict[str, dict[str, Any]]) -> str:
+def format_scores(result: dict[str, MetricScore]) -> str:
     """One line per metric: sacreBLEU's summary then its signature, e.g.
 
     BLEU = 37.70 68.1/44.2/30.9/21.8 (BP = 1.000 ratio = 1.012 hyp_len = 6104 ref_len = 6032)
@@ -138,7 +146,7 @@ def _error_rate(pairs: list[tuple[Sequence[Hashable], Sequence[Hashable]]]) -> f
     return 100.0 * errors / max(sum(len(ref) for _, ref in pairs), 1)
 
 
-def _check_lengths(hyps: Sequence[str], refs: Sequence[Any]) -> None:
+def _check_lengths(hyps: Sequence[str], refs: Sequence[object]) -> None:
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: one reference (or list) per hypothesis")
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping, cast
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 from torch import nn
+from torch.nn.modules.module import _IncompatibleKeys
 
 from seq2seq.adapters.files import ADAPTER_JSON, ADAPTER_WEIGHTS, read_adapter, write_adapter_json
 from seq2seq.adapters.lora import add_lora, embedding_keys, is_lora_key
@@ -28,6 +29,9 @@ from seq2seq.config.root import Config
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage.model_dir import ModelDir
 from seq2seq.training import distributed, finetune
+
+if TYPE_CHECKING:
+    from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,8 @@ class AdaptedTransformer(Seq2SeqTransformer):
             del full[key]
         return full
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+    def load_state_dict(self, state_dict: Mapping[str, object], strict: bool = True,
+                        assign: bool = False) -> _IncompatibleKeys:
         own = set(self.state_dict())
         missing, unexpected = sorted(own - set(state_dict)), sorted(set(state_dict) - own)
         if strict and (missing or unexpected):
@@ -115,7 +120,7 @@ def attach(cfg: Config, model: nn.Module, parent: finetune.Parent | None, out_di
     return names
 
 
-def own_checkpoints(trainer: Any) -> None:
+def own_checkpoints(trainer: Trainer) -> None:
     """Make `trainer` write its best weights as adapter.safetensors (`AdapterRunDir`)."""
     trainer.checkpoints.model_dir = AdapterRunDir(trainer.checkpoints.model_dir.path)
 

@@ -27,10 +27,12 @@ import os
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +170,7 @@ def broadcast_float(value: float, device: torch.device) -> float:
     return value if world_size() == 1 else float(_reduce(value, torch.float64, device, broadcast=True))
 
 
-def broadcast_object(obj: Any) -> Any:
+def broadcast_object(obj: T) -> T:
     """Rank 0's `obj` on every process."""
     if world_size() == 1:
         return obj
@@ -177,16 +179,16 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
-def gather_objects(obj: Any) -> list[Any]:
+def gather_objects(obj: T) -> list[T]:
     """Every process's `obj`, in rank order, on every process."""
     if world_size() == 1:
         return [obj]
-    out: list[Any] = [None] * world_size()
+    out = [obj] * world_size()  # every entry is replaced by the rank's own object
     dist.all_gather_object(out, obj)
     return out
 
 
-def shard(batches: list[Any]) -> list[Any]:
+def shard(batches: list[T]) -> list[T]:
     """This process's share of one step's batches: batches[rank::world_size]."""
     return batches[rank():: world_size()]
 

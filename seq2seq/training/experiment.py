@@ -15,7 +15,7 @@ import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 import torch
 
@@ -44,7 +44,10 @@ from seq2seq.data.media import collate_media, prepare_media, source_lengths
 from seq2seq.text.languages import model_languages, reserved_pieces
 from seq2seq.text.terminology import TERM, word_counts
 from seq2seq.text.tokenizer import PAD_ID, UNK_ID, TokenizerPair
-from seq2seq.training.trainer import Trainer, ValidData
+from seq2seq.training.trainer import Trainer, TrainResult, ValidData
+
+if TYPE_CHECKING:
+    import datasets
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +64,17 @@ class TrainingData:
     summary: str  # what cleaning kept and dropped
     n_train: int
     n_valid: int
-    examples: list[Any] = dataclasses.field(default_factory=list)  # image/audio: the training examples, loaded
-    corpora: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # data.corpora: each one's share
+    examples: list[object] = dataclasses.field(default_factory=list)  # image/audio: the training examples, loaded
+    corpora: list[dict[str, object]] = dataclasses.field(default_factory=list)  # data.corpora: each one's share
 
 
-def valid_batches(dataset: Any, max_tokens: int, multiple: int = 1) -> list[Batch]:
+class RunResult(TrainResult):
+    """What `run_training` returns: the trainer's result and the model directory."""
+
+    out_dir: str
+
+
+def valid_batches(dataset: datasets.Dataset, max_tokens: int, multiple: int = 1) -> list[Batch]:
     """Validation batches in length order (fixed across validations)."""
     sampler = TokenBatchSampler(list(dataset["src_len"]), list(dataset["tgt_len"]), max_tokens=max_tokens,
                                 shuffle=False, seed=0, multiple=multiple)
@@ -143,7 +152,7 @@ def text_training_data(cfg: Config, out_dir: Path) -> TrainingData:
             forced=len(prepared.valid_sets[0].tgt_prefix_ids) if prepared.valid_sets else 0,  # one tag per set
         )
     n_valid = 0 if prepared.valid is None else len(prepared.valid)
-    corpora = []
+    corpora: list[dict[str, object]] = []
     if mix is not None:
         counts = mix.counts(0)
         for i, part in enumerate(prepared.corpora):
@@ -194,7 +203,7 @@ def media_training_data(cfg: Config, out_dir: Path) -> TrainingData:
 
 def run_training(cfg: Config, resume: bool = False, config_source: str | None = None,
                  encoder: Encoder | None = None, init_from: str | Path | None = None,
-                 overwrite: bool = False) -> dict[str, Any]:
+                 overwrite: bool = False) -> RunResult:
     """Prepare data, build the model and train it into cfg.training.output_dir.
 
     A directory that already holds a finished model (its weights, and no run to resume) is refused
@@ -234,7 +243,7 @@ def run_training(cfg: Config, resume: bool = False, config_source: str | None = 
 
 
 def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder: Encoder | None,
-                  init_from: str | Path | None, overwrite: bool = False) -> dict[str, Any]:
+                  init_from: str | Path | None, overwrite: bool = False) -> RunResult:
     out_dir = Path(cfg.training.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"training.output_dir {out_dir} is a file; the model directory must be a directory")
@@ -289,9 +298,7 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     )
     if resume:
         trainer.resume()
-    result = trainer.train()
-    result["out_dir"] = str(out_dir)
-    return result
+    return RunResult(**trainer.train(), out_dir=str(out_dir))
 
 
 def training_data(cfg: Config, out_dir: Path) -> TrainingData:
@@ -342,7 +349,7 @@ def build_run(cfg: Config) -> Trainer:
 
 
 def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Seq2SeqTransformer,
-                       config_source: str | None, parent: Any) -> None:
+                       config_source: str | None, parent: finetune.Parent | None) -> None:
     """The model directory's static part (config, tokenizer, metadata), written before training so
     that a checkpoint is always usable. What a recipe chose for earlier weights is forgotten."""
     model_dir = ModelDir(out_dir)

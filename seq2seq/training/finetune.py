@@ -26,7 +26,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -37,6 +37,12 @@ from seq2seq.storage.model_dir import ModelDir
 from seq2seq.config.root import Config
 from seq2seq.text.tokenizer import TokenizerError, TokenizerPair
 from seq2seq.config import TokenizerConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T")
+SectionT = TypeVar("SectionT", bound="DataclassInstance")
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +139,7 @@ def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume
     return parent
 
 
-def record(meta: dict[str, Any], parent: Parent | None, out_dir: str | Path) -> None:
+def record(meta: dict[str, object], parent: Parent | None, out_dir: str | Path) -> None:
     """Note the parent in the run's metadata (kept across resumes; dropped for a run from scratch)."""
     if parent is None:
         meta.pop(METADATA_KEY, None)
@@ -195,12 +201,12 @@ def _check_tokenizer_files(tok: TokenizerConfig, parent: Parent, what: str) -> N
             )
 
 
-def _merged_value(own: Any, theirs: Any, default: Any) -> Any:
+def _merged_value(own: T, theirs: T, default: T) -> T:
     return theirs if own == default else own
 
 
-def _merged(own: Any, theirs: Any, section: str, problems: list[str], free: tuple[str, ...] = (),
-            skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> Any:
+def _merged(own: SectionT, theirs: SectionT, section: str, problems: list[str], free: tuple[str, ...] = (),
+            skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> SectionT:
     """A copy of dataclass `theirs` with `own`'s free keys; appends 'section.key=X (the model's: Y)' to
     `problems` for every other key that `own` sets (to a non-default value) differently."""
     defaults = type(own)()
@@ -219,9 +225,9 @@ def _merged(own: Any, theirs: Any, section: str, problems: list[str], free: tupl
     return dataclasses.replace(theirs, **values)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     return to_dict(a) == to_dict(b)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return "null" if value is None else str(to_dict(value)).replace("True", "true").replace("False", "false")

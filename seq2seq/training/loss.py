@@ -20,7 +20,7 @@ probabilities do not underflow before GradScaler's scale is applied.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -40,9 +40,21 @@ def _compute_dtype(t: Tensor) -> torch.dtype:
     return t.dtype
 
 
+class _LossContext(Protocol):
+    """What `_LinearCrossEntropy` uses of the context autograd passes it: the gradients computed in the
+    forward pass (saved tensors) and the input dtypes to return them in."""
+
+    dtypes: tuple[torch.dtype, torch.dtype]
+
+    @property
+    def saved_tensors(self) -> tuple[Tensor | None, ...]: ...
+
+    def save_for_backward(self, *tensors: Tensor | None) -> None: ...
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
+    def forward(ctx: _LossContext, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
                 need_grad: bool, token_weights: Tensor | None) -> Tensor:
         dtype = _compute_dtype(hidden)
         grad_dtype = torch.float32 if dtype == torch.float16 else dtype
@@ -97,9 +109,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: _LossContext, grad: Tensor) -> tuple[Tensor | None, ...]:
         grad_h, grad_w = ctx.saved_tensors
-        if grad_h is None:
+        if grad_h is None or grad_w is None:  # (saved together: both None without need_grad)
             raise RuntimeError("linear_cross_entropy was computed without gradients (grad mode was off)")
         hidden_dtype, weight_dtype = ctx.dtypes
         return (grad_h * grad).to(hidden_dtype), (grad_w * grad).to(weight_dtype), None, None, None, None, None
@@ -148,7 +160,7 @@ def ctc_loss(memory: Tensor, memory_pad_mask: Tensor, output_weight: Tensor, tgt
                       reduction="sum", zero_infinity=True)
 
 
-def sequence_loss(model: Seq2SeqTransformer, src: Any, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
+def sequence_loss(model: Seq2SeqTransformer, src: object, tgt_in: Tensor, tgt_out: Tensor, pad_id: int,
                   smoothing: float = 0.0, ctc_weight: float = 0.0, positions: Tensor | None = None,
                   token_weights: Tensor | None = None) -> Tensor:
     """Summed label-smoothed loss of a teacher-forced batch: tgt_in/tgt_out [B, T] padded with pad_id.

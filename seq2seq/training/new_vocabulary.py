@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -44,6 +44,19 @@ from seq2seq.storage.model_dir import ModelDir
 from seq2seq.text.languages import (language_tag, model_languages, reserved_pieces, tag_language,
                                     target_reserved_pieces)
 from seq2seq.text.tokenizer import Tokenizer, TokenizerPair
+
+NewPiece = TypedDict("NewPiece", {"id": int | None, "from": list[str]})
+"""A piece added to one side's tokenizer: its id and the old pieces its embedding rows are the mean of."""
+
+
+class AddedVocabulary(TypedDict):
+    """What metadata.json records of an `extend_model_dir` run (its `added_vocabulary`)."""
+
+    base: str
+    languages: dict[str, str | None]
+    pieces: list[str]
+    source: dict[str, NewPiece]
+    target: dict[str, NewPiece]
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +125,7 @@ class _Side:
         """The new rows [len(pieces), D] of a vocabulary-indexed weight [V_old, D]."""
         return torch.stack([weight[self.sources[p]].mean(0) for p in self.pieces])
 
-    def described(self) -> dict[str, Any]:
+    def described(self) -> dict[str, NewPiece]:
         return {p: {"id": self.new.piece_id(p), "from": [self.old.id_to_piece(i) for i in self.sources[p]]}
                 for p in self.pieces}
 
@@ -174,7 +187,7 @@ def _check(cfg: Config, tokenizers: TokenizerPair, languages: Sequence[NewLangua
 
 
 def extend_model_dir(base_dir: str | Path, out_dir: str | Path, languages: Sequence[NewLanguage] = (),
-                     pieces: Sequence[str] = ()) -> dict[str, Any]:
+                     pieces: Sequence[str] = ()) -> AddedVocabulary:
     """Write `out_dir`: `base_dir` with the new language codes and pieces (see the module docstring);
     returns what metadata.json records of them. Written as a temporary directory beside `out_dir` and
     renamed into place: nothing is left on failure; an `out_dir` that exists is refused."""
@@ -209,7 +222,7 @@ def extend_model_dir(base_dir: str | Path, out_dir: str | Path, languages: Seque
         state[key] = old
     model.load_state_dict(state)
 
-    record = {"base": str(base.path), "languages": {lang.code: lang.like for lang in languages},
+    record: AddedVocabulary = {"base": str(base.path), "languages": {lang.code: lang.like for lang in languages},
               "pieces": list(pieces), "source": src.described(), "target": tgt.described()}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))

@@ -11,7 +11,7 @@ forward, so that DDP's gradient hooks run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -68,7 +68,7 @@ class TeacherForcedLoss(nn.Module):
         super().__init__()
         self.model, self.pad_id, self.smoothing, self.ctc_weight = model, pad_id, smoothing, ctc_weight
 
-    def forward(self, src: Any, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
+    def forward(self, src: object, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
                 positions: torch.Tensor | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
         return sequence_loss(self.model, src, tgt_in, tgt_out, self.pad_id, self.smoothing, self.ctc_weight,
                              positions, weights)

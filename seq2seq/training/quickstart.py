@@ -129,12 +129,13 @@ def run_quickstart(output_dir: str | Path, minutes: float | None = None, device:
     if minutes is not None or steps is None or steps >= NEEDED_STEPS:
         log.info(speed_note(steps, cfg.training.max_time_minutes, *REFERENCE))
     else:  # a slow machine: its own settings, said at the start
-        cfg.training.max_tokens = SLOW_MAX_TOKENS
+        cfg.training = dataclasses.replace(cfg.training, max_tokens=SLOW_MAX_TOKENS)
         cfg.model = dataclasses.replace(cfg.model, **SLOW_MODEL)
         slow_steps = estimate_steps(cfg)
         assert slow_steps is not None  # cfg has a time budget (quickstart_config)
-        cfg.training.max_time_minutes = training_minutes(slow_steps, needed=NEEDED_SLOW_STEPS)
-        log.info(budget_note(slow_steps, cfg.training.max_time_minutes, steps))
+        budget = training_minutes(slow_steps, needed=NEEDED_SLOW_STEPS)
+        cfg.training = dataclasses.replace(cfg.training, max_time_minutes=budget)
+        log.info(budget_note(slow_steps, budget, steps))
     result = run_training(cfg, config_source="quickstart")
 
     translator = Translator.load(model_dir, device=device)

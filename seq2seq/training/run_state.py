@@ -33,11 +33,14 @@ import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
+
+from typing_extensions import NotRequired
 
 import torch
 from torch import nn
 
+from seq2seq.config.json_reader import JSONObject
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path, read_json
 from seq2seq.storage.model_dir import ModelDir
@@ -47,15 +50,42 @@ from seq2seq.training import distributed
 log = logging.getLogger(__name__)
 
 
-def rng_state() -> dict[str, Any]:
+class Progress(TypedDict):
+    """What a save keeps of the run besides weights and resume objects (state.json): the trainer's
+    counters and log (`trainer.PROGRESS`), the sampler's position, the log window's sums and the number
+    of processes. States written by earlier versions lack plateau_step, log_window and world."""
+
+    step: int
+    bad_steps: int
+    elapsed: float
+    best: float | None
+    best_step: int
+    validations_without_gain: int
+    history: list[dict[str, float]]
+    plateau_step: NotRequired[int | None]
+    sampler: dict[str, int]
+    log_window: NotRequired[tuple[int, float]]
+    world: NotRequired[int]
+
+
+class RngState(TypedDict):
+    """The random states `rng_state` takes and `set_rng_state` restores: torch's on the CPU, Python's
+    (`random.getstate()`; a list where read back from JSON) and, with CUDA, torch's per device."""
+
+    torch: torch.Tensor
+    python: tuple[int, tuple[int, ...], float | None]
+    cuda: NotRequired[list[torch.Tensor]]
+
+
+def rng_state() -> RngState:
     """The torch (CPU and CUDA) and Python random states, for an exact resume."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state: RngState = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["torch"])
     python = state["python"]  # (a tuple; older states kept it as saved)
     random.setstate((python[0], tuple(python[1]), python[2]))
@@ -92,12 +122,12 @@ class Snapshot:
 
     weights: dict[str, torch.Tensor]
     object_tensors: dict[str, torch.Tensor]
-    object_skeleton: Any
-    progress: dict[str, Any]
+    object_skeleton: JSONObject
+    progress: Progress
     ready: Callable[[], None]
 
     @classmethod
-    def take(cls, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any]) -> Snapshot:
+    def take(cls, model: nn.Module, objects: dict[str, object], progress: Progress) -> Snapshot:
         tensors, skeleton = split_tensors(objects)
         both, ready = host_copies({**{f"model.{k}": v for k, v in model.state_dict().items()},
                                    **{f"objects.{k}": v for k, v in tensors.items()}})
@@ -152,7 +182,7 @@ class Checkpoints:
         self.best_metric = best_metric
         self.writer = BackgroundWriter()
 
-    def save(self, model: nn.Module, objects: dict[str, Any], progress: dict[str, Any], best: bool,
+    def save(self, model: nn.Module, objects: dict[str, object], progress: Progress, best: bool,
              background: bool = False) -> None:
         """Save `model`'s weights (as step progress["step"]; also as the best weights if `best`),
         the resume state (`objects`: tensors and JSON values in dicts, lists and tuples; and
@@ -181,11 +211,11 @@ class Checkpoints:
             self.model_dir.save_weights(weights)
         self._finish_save(progress)
 
-    def _finish_save(self, progress: dict[str, Any]) -> None:
+    def _finish_save(self, progress: Progress) -> None:
         self._update_metadata(progress)
         self._write_log(progress["history"])
 
-    def load(self, model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def load(self, model: nn.Module) -> tuple[dict[str, Any], Progress] | None:
         """Load the last saved weights into `model`; return (objects, progress) as saved, or None when
         there is nothing to resume.
 
@@ -218,7 +248,7 @@ class Checkpoints:
             self._finish_save(progress)
         return objects, progress
 
-    def _update_metadata(self, progress: dict[str, Any]) -> None:
+    def _update_metadata(self, progress: Progress) -> None:
         history = progress["history"]
         self.model_dir.update_metadata(
             {
@@ -231,7 +261,7 @@ class Checkpoints:
             }
         )
 
-    def _write_log(self, history: list[dict[str, Any]]) -> None:
+    def _write_log(self, history: list[dict[str, float]]) -> None:
         keys: list[str] = []
         for row in history:
             keys += [k for k in row if k not in keys]

@@ -39,7 +39,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 import torch
 from tqdm import tqdm
@@ -51,7 +51,7 @@ from seq2seq.data.batching import Batch, TokenBatchSampler
 from seq2seq.data.prefetch import Prefetcher, Step, training_steps
 from seq2seq.model import sync
 from seq2seq.model.transformer import Seq2SeqTransformer
-from seq2seq.training.run_state import Checkpoints, rng_state, set_rng_state
+from seq2seq.training.run_state import Checkpoints, Progress, rng_state, set_rng_state
 from seq2seq.config import TrainingConfig
 from seq2seq.accel.device import autocast_context
 from seq2seq.training.log_window import LogWindow
@@ -61,6 +61,9 @@ from seq2seq.training.optim import build_optimizer, build_scheduler, plateau_bud
 from seq2seq.training.placement import place
 from seq2seq.config.search import SearchConfig
 
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Trainer", "TrainingAborted"]
@@ -68,6 +71,18 @@ __all__ = ["Trainer", "TrainingAborted"]
 # Trainer attributes saved in the resume state (state.json), with the sampler's position.
 PROGRESS = ("step", "bad_steps", "elapsed", "best", "best_step", "validations_without_gain", "history",
             "plateau_step")
+
+
+class TrainResult(TypedDict):
+    """What `Trainer.train` returns: the last step, the best score and its step, why training stopped,
+    the seconds trained and the last log row."""
+
+    step: int
+    best: float | None
+    best_step: int
+    stop_reason: str
+    elapsed_s: float
+    last: dict[str, float]
 
 
 class TrainingAborted(Seq2SeqError, RuntimeError):
@@ -105,7 +120,7 @@ class Trainer:
         self.elapsed = 0.0  # seconds of training so far, across resumes
         self.best: float | None = None
         self.plateau_step: int | None = None  # where cfg.cooldown_patience started the cooldown
-        self.history: list[dict[str, Any]] = []
+        self.history: list[dict[str, float]] = []
         self.window = LogWindow()  # the training loss since the last log line
         # Where host reads stop the device, the step reads nothing (see the module docstring).
         self.deferred = not sync.host_reads_are_free(self.device)
@@ -134,7 +149,7 @@ class Trainer:
             return steps
         return Prefetcher(steps, self.cfg.prefetch, prepare=Step.pinned if self.device.type == "cuda" else None)
 
-    def train(self) -> dict[str, Any]:
+    def train(self) -> TrainResult:
         """Train until max_steps, max_epochs, max_time_minutes or early stopping; validate and save
         at the end. Returns the step, best score and step, the stop reason and the last log row."""
         cfg = self.cfg
@@ -240,7 +255,7 @@ class Trainer:
             self.window.add(distributed.sum_float(loss_sum.item(), self.device) / total_tokens, total_tokens)
         return True
 
-    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[None]:
         """Where a micro-batch's forward and backward run: under DDP, gradients are all-reduced with the
         step's `last` micro-batch only (`no_sync` before)."""
         return contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
@@ -385,14 +400,18 @@ class Trainer:
         rngs = distributed.gather_objects(rng_state())  # every process's random state, for an exact resume
         if not distributed.is_main():
             return
-        objects = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+        objects: dict[str, object] = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                    "scaler": self.scaler.state_dict(), "rng": rngs[0]}
         if self.world > 1:
             objects["rng_ranks"] = rngs
-        progress = {name: getattr(self, name) for name in PROGRESS}
-        progress["sampler"] = dict(self.sampler_state)  # (the sampler itself may be running ahead)
-        progress["log_window"] = [self.window.tokens, self.window.loss]  # a resumed run logs the same means
-        progress["world"] = self.world  # (an elastic restart may resume with another number of processes)
+        progress: Progress = {  # the PROGRESS attributes, in that order, then:
+            "step": self.step, "bad_steps": self.bad_steps, "elapsed": self.elapsed, "best": self.best,
+            "best_step": self.best_step, "validations_without_gain": self.validations_without_gain,
+            "history": self.history, "plateau_step": self.plateau_step,
+            "sampler": dict(self.sampler_state),  # (the sampler itself may be running ahead)
+            "log_window": (self.window.tokens, self.window.loss),  # a resumed run logs the same means
+            "world": self.world,  # (an elastic restart may resume with another number of processes)
+        }
         self.checkpoints.save(self.model, objects, progress, best, background)
         if self.tensorboard is not None:
             self.tensorboard.flush()
@@ -421,8 +440,9 @@ class Trainer:
             self._log_world_change(saved_world)
         self.sampler.load_state_dict(progress["sampler"])
         self.sampler_state = self.sampler.state_dict()
-        for name in PROGRESS:
-            setattr(self, name, progress.get(name, getattr(self, name)))  # (older states lack plateau_step)
+        for name, value in progress.items():  # the PROGRESS attributes saved (older states lack plateau_step)
+            if name in PROGRESS:
+                setattr(self, name, value)
         self.window.tokens, self.window.loss = progress.get("log_window", (0, 0.0))
         return True
 
@@ -438,7 +458,7 @@ class Trainer:
                  "; every process continues from rank 0's random state" if self.world > 1 else "")
 
 
-def open_tensorboard(out_dir: Path) -> Any:
+def open_tensorboard(out_dir: Path) -> SummaryWriter:
     """A SummaryWriter for out_dir/tensorboard; TrainingAborted naming the extra when it is missing."""
     try:
         from torch.utils.tensorboard import SummaryWriter

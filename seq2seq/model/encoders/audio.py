@@ -47,7 +47,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, Union
 
 import numpy as np
 import torch
@@ -64,7 +64,7 @@ from seq2seq.model.encoders.audio_features import (
 )
 from seq2seq.model.encoders.augment import AudioAugmentConfig, augment_waveform
 from seq2seq.model.encoders.base import Encoder, Modality, register
-from seq2seq.model.encoders.media_io import WaveformProcessor
+from seq2seq.model.encoders.media_io import AudioBatch, WaveformProcessor
 from seq2seq.model.encoders.sources import AttentionView
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,11 @@ class ConvSubsampling(nn.Module):
         return x.transpose(1, 2), lengths
 
 
-def unpack_src(src: Any) -> tuple[Tensor, Tensor]:
+AudioSource = Union[Tensor, tuple[Tensor, Tensor], list[Tensor], dict[str, Tensor]]
+"""What the audio encoder takes: an `AudioBatch`, a [waveforms, lengths] list, or bare waveforms [B, T] (or one [T])."""
+
+
+def unpack_src(src: AudioSource) -> tuple[Tensor, Tensor]:
     """(waveforms, lengths) tuple/list, {"waveforms", "lengths"} dict, or a bare [B, T] tensor."""
     if isinstance(src, Tensor):
         if src.dim() == 1:
@@ -212,7 +216,7 @@ def unpack_src(src: Any) -> tuple[Tensor, Tensor]:
     return waveforms, lengths
 
 
-class AudioEncoder(Encoder):
+class AudioEncoder(Encoder[AudioSource]):
     """(waveforms [B, T], lengths [B]) -> (memory [B, S, D], pad mask [B, S]), S = subsampled frames."""
 
     positions: Tensor  # buffer [n, D], grown by position_table
@@ -240,7 +244,7 @@ class AudioEncoder(Encoder):
             self.positions = sinusoidal_table(size, self.d_model).to(self.positions.device)
         return self.positions[:n]
 
-    def fit_statistics(self, examples: Sequence[Any]) -> None:
+    def fit_statistics(self, examples: Sequence[Tensor]) -> None:
         """normalize: corpus: the per-bin statistics from up to cfg.corpus_utterances of `examples`
         (training waveforms [T], evenly spaced through the list); nothing for the other settings."""
         if self.cfg.normalize != "corpus" or not examples:
@@ -250,7 +254,7 @@ class AudioEncoder(Encoder):
         frames = self.features.fit_corpus_statistics(picked)
         log.info("normalize: corpus: log-mel mean and std per bin from %d training utterances (%d frames)", n, frames)
 
-    def forward(self, src: Any) -> tuple[Tensor, Tensor]:
+    def forward(self, src: AudioSource) -> tuple[Tensor, Tensor]:
         waveforms, lengths = unpack_src(src)
         lengths = lengths.to(waveforms.device)
         warp = src.get("warp") if isinstance(src, dict) else None  # VTLP, training batches only
@@ -294,7 +298,7 @@ class AudioProcessor(WaveformProcessor):
     def length(self, example: Tensor) -> int:
         return int(subsampled_length(num_frames(int(example.numel()), self.cfg)))
 
-    def collate_augmented(self, examples: Sequence[Tensor], rngs: Sequence[np.random.Generator]) -> Any:
+    def collate_augmented(self, examples: Sequence[Tensor], rngs: Sequence[np.random.Generator]) -> AudioBatch:
         """Training: each waveform augmented with its generator (`augment.augment_waveform`), then
         collated; with VTLP a dict {"waveforms", "lengths", "warp" [B]}. Augmentation off: `collate`."""
         aug = self.cfg.augment

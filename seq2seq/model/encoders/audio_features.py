@@ -12,7 +12,7 @@ pipeline step by step; this module names only the fields it reads (the `MelSetti
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, overload
+from typing import Protocol, overload
 
 import numpy as np
 import torch
@@ -64,11 +64,11 @@ NORM_EPS = 1e-5  # variance floor of the per-utterance normalisation
 # --------------------------------------------------------------------------------------------
 
 
-def _hz_to_mel(f: float | np.ndarray) -> Any:
+def _hz_to_mel(f: float | np.ndarray) -> np.ndarray:
     return 2595.0 * np.log10(1.0 + np.asarray(f, dtype=np.float64) / 700.0)
 
 
-def _mel_to_hz(m: float | np.ndarray) -> Any:
+def _mel_to_hz(m: float | np.ndarray) -> np.ndarray:
     return 700.0 * (10.0 ** (np.asarray(m, dtype=np.float64) / 2595.0) - 1.0)
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ from torch import Tensor
 
 from seq2seq.config import ConfigError
 
+T = TypeVar("T")
 VTLP_BOUNDARY = 0.6  # F_hi of the VTLP warp as a fraction of Nyquist (4.8 kHz at 16 kHz, as in the paper)
 NOISE_EXPONENTS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectral density ~ 1 / f^exponent
 
@@ -248,7 +249,7 @@ def _lerp(bounds: Sequence[float] | np.ndarray, u: float) -> float:
     return float(bounds[0] + (bounds[1] - bounds[0]) * u)
 
 
-def _pick(choices: Sequence[Any], u: float) -> Any:
+def _pick(choices: Sequence[T], u: float) -> T:
     """One of `choices`, uniformly for a uniform u in [0, 1)."""
     return choices[min(int(u * len(choices)), len(choices) - 1)]
 

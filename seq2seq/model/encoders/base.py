@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeGuard
+from typing import TYPE_CHECKING, Callable, Generic, TypeGuard, TypeVar
 
 from torch import Tensor, nn
 
@@ -31,6 +31,8 @@ from seq2seq.config import ConfigError
 from seq2seq.config.encoder_section import EncoderConfig, discover_encoder_types
 from seq2seq.model.encoders.sources import SourceError, SourceKind, SourceProcessor
 from seq2seq.model.encoders.text_processor import TextProcessor
+
+SrcT = TypeVar("SrcT")  # the batch an encoder's forward takes (its processor's `collate` makes it)
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.config.model_section import ModelConfig
@@ -43,7 +45,7 @@ __all__ = ["Encoder", "Modality", "SourceError", "SourceKind", "SourceProcessor"
            "register", "resolve_encoder_config", "source_kind", "source_processor"]
 
 
-class Encoder(nn.Module):
+class Encoder(nn.Module, Generic[SrcT]):
     """Maps a source batch to the memory the decoder attends to.
 
     forward(src) -> (memory [B, S, d_model], memory_pad_mask [B, S], True at padding), d_model being the
@@ -56,10 +58,10 @@ class Encoder(nn.Module):
 
     d_model: int
 
-    def forward(self, src: Any) -> tuple[Tensor, Tensor]:  # pragma: no cover - interface
+    def forward(self, src: SrcT) -> tuple[Tensor, Tensor]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def source_lengths(self, src: Any) -> Tensor | None:
+    def source_lengths(self, src: SrcT) -> Tensor | None:
         """Source length per example [B] for search's max length (max_len_a * len + max_len_b);
         None (the default) counts the memory's real positions instead."""
         return None
@@ -68,7 +70,7 @@ class Encoder(nn.Module):
         """Called by the trainer before each optimizer step (`step`: the steps done so far, also after a
         resume), e.g. to unfreeze a pretrained backbone at a given step. Default: nothing."""
 
-    def fit_statistics(self, examples: Sequence[Any]) -> None:
+    def fit_statistics(self, examples: Sequence[Tensor]) -> None:
         """Called once before training (fresh runs; fine-tuning and --resume then load the saved
         weights over it) with the training examples as `SourceProcessor.load` made them, for an
         encoder that normalises with corpus statistics kept in its buffers. Default: nothing."""

@@ -10,7 +10,8 @@ import importlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
@@ -19,7 +20,7 @@ from seq2seq.config.encoder_section import EncoderConfig, register_encoder_confi
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, SourceKind
 
 if TYPE_CHECKING:  # an optional dependency (the hf extra)
-    from transformers import PreTrainedModel
+    from transformers import PretrainedConfig, PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ BACKBONES = {
 }
 
 
-def require_transformers() -> Any:
+def require_transformers() -> ModuleType:
     """transformers, or a one-line ConfigError naming the extra that installs it."""
     try:
         return importlib.import_module("transformers")
@@ -58,7 +59,7 @@ def require_transformers() -> Any:
                           f"pip install \"seq2seq[{EXTRA}]\"") from None
 
 
-def transformers_class(name: str) -> Any:
+def transformers_class(name: str) -> type[PreTrainedModel]:
     """A transformers class by its top-level name ("ViTModel") or its dotted path below the package
     ("models.whisper.modeling_whisper.WhisperEncoder": classes the package does not export)."""
     module, _, cls = name.rpartition(".")
@@ -96,7 +97,7 @@ def read_backbone(name_or_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return backbone, json.loads(processor.to_json_string())
 
 
-def image_size(settings: dict[str, Any]) -> tuple[int, int] | None:
+def image_size(settings: Mapping[str, object]) -> tuple[int, int] | None:
     """(height, width) of the images an image processor with these settings makes (None: it depends on
     the image, e.g. a shortest-edge resize without a crop)."""
     for key, on in (("crop_size", "do_center_crop"), ("size", "do_resize")):
@@ -106,8 +107,8 @@ def image_size(settings: dict[str, Any]) -> tuple[int, int] | None:
     return None
 
 
-def backbone_spec(model_type: Any) -> Backbone:
-    if model_type not in BACKBONES:
+def backbone_spec(model_type: object) -> Backbone:
+    if not isinstance(model_type, str) or model_type not in BACKBONES:
         raise ConfigError(f"{KEY}: backbones of model_type {model_type!r} are not supported; "
                           f"supported: {', '.join(sorted(BACKBONES))} (and clip, for its vision tower)")
     return BACKBONES[model_type]
@@ -204,7 +205,7 @@ def source_kind_of(cfg: EncoderConfig) -> SourceKind:
     return cfg.spec.kind
 
 
-def backbone_config(cfg: HFEncoderConfig) -> Any:
+def backbone_config(cfg: HFEncoderConfig) -> PretrainedConfig:
     transformers = require_transformers()
     return transformers.CONFIG_MAPPING[cfg.backbone["model_type"]].from_dict(dict(cfg.backbone))
 

@@ -43,7 +43,7 @@ def hf_preprocessor(cfg: HFEncoderConfig) -> Any:
     return cls.from_dict(settings)
 
 
-class HFImageProcessor(SourceProcessor):
+class HFImageProcessor(SourceProcessor[Tensor, Tensor]):
     """Image file -> uint8 [C, H, W], resized and cropped by the backbone's image processor (`load`);
     examples -> float [B, C, H, W] rescaled and normalised as that processor does (`collate`)."""
 

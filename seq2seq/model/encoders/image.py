@@ -227,7 +227,7 @@ def sinusoidal_2d(gh: int, gw: int, d_model: int) -> Tensor:
     return torch.cat([rows, cols], dim=-1).reshape(gh * gw, d_model)
 
 
-class ImageEncoder(Encoder):
+class ImageEncoder(Encoder[Tensor]):
     """ViT-style encoder: (optional conv stem or ResNet) -> patch embedding -> + 2-D positions -> dropout ->
     `model_cfg.n_encoder_layers` self-attention layers -> final LayerNorm (pre-norm models).
 
@@ -301,7 +301,7 @@ class ImageEncoder(Encoder):
 # --------------------------------------------------------------------------------------------
 
 
-class ImageProcessor(SourceProcessor):
+class ImageProcessor(SourceProcessor[Tensor, Tensor]):
     """Image file -> uint8 [C, H, W] (`load`, read by `media_io.read_image`); examples -> normalised
     float [B, C, H, W] (`collate`)."""
 

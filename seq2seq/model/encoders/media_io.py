@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Union, cast
 
 import numpy as np
 
@@ -27,6 +27,12 @@ from torch import Tensor
 
 from seq2seq.model.encoders.audio_windows import Window, split_windows
 from seq2seq.model.encoders.sources import AUDIO, SourceError, SourceInfo, SourceProcessor
+
+if TYPE_CHECKING:
+    import PIL.Image
+
+AudioBatch = Union[tuple[Tensor, Tensor], dict[str, Tensor]]
+"""Waveforms collated: (waveforms [B, T], lengths [B]), or with VTLP (training) a dict of them and "warp" [B]."""
 
 # --------------------------------------------------------------------------------------------
 # Images
@@ -52,7 +58,7 @@ def probe_image(path: str | Path) -> SourceInfo | None:
     return SourceInfo(size=(width, height), pixels=width * height)
 
 
-def read_image(path: str | Path, channels: int, max_pixels: int | None) -> Any:
+def read_image(path: str | Path, channels: int, max_pixels: int | None) -> PIL.Image.Image:
     """One image file as a Pillow image, upright (EXIF), transparency flattened on white, 8-bit RGB
     (channels 3) or grey (1), not resized. SourceError naming the path when the file is missing,
     empty, not an image, truncated/corrupt, or over `max_pixels` (model.encoder.max_pixels, checked
@@ -87,7 +93,7 @@ def read_image(path: str | Path, channels: int, max_pixels: int | None) -> Any:
         raise SourceError(f"cannot read image {path}: {type(e).__name__}: {e}") from None
 
 
-def to_8bit(image: Any, channels: int) -> Any:
+def to_8bit(image: PIL.Image.Image, channels: int) -> PIL.Image.Image:
     """Any Pillow image -> mode "RGB" (channels 3) or "L" (channels 1); transparency flattened on white."""
     from PIL import Image
 
@@ -96,7 +102,7 @@ def to_8bit(image: Any, channels: int) -> Any:
         # exceed 255, as 8-bit when they do not, and as 0..1 when a float image stays within it.
         mode = image.mode
         image = image.convert("F")
-        hi = image.getextrema()[1]
+        hi = cast(float, image.getextrema()[1])  # one band ("F"): (min, max) as floats
         top = 65535.0 if mode.startswith("I;16") or hi > 255 else 1.0 if mode == "F" and hi <= 1.0 else 255.0
         image = image.point(lambda v: v * 255.0 / top + 0.5).convert("L")  # rounded (convert truncates)
     has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
@@ -177,7 +183,7 @@ def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
     return soxr.resample(wave, rate, target, quality="HQ").astype(np.float32, copy=False)
 
 
-class WaveformProcessor(SourceProcessor):
+class WaveformProcessor(SourceProcessor[Tensor, AudioBatch]):
     """What every audio processor shares (our audio encoder's, a Hugging Face backbone's): its examples
     are mono float32 waveforms [T] at `sample_rate`, probed from the header, read and resampled here,
     split into windows at their pauses and cropped to one. A subclass sets `sample_rate` and

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError, Warn
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.model.encoders.audio_windows import Window
     from seq2seq.text.tokenizer import Tokenizer
+
+ExampleT = TypeVar("ExampleT")  # one source as a processor's `load`/`prepare` make it
+BatchT = TypeVar("BatchT")  # what its `collate` makes of examples: the src its encoder's forward takes
 
 
 class SourceError(Seq2SeqError, ValueError):
@@ -83,7 +86,7 @@ class SourceTooLarge(SourceError):
     """A source over a caller's `SourceLimits` (the server answers 413)."""
 
 
-class SourceProcessor:
+class SourceProcessor(Generic[ExampleT, BatchT]):
     """The contract of one kind of source: how a source is opened and probed, checked against limits,
     prepared into an example, measured, collated and described. Built from the encoder config alone
     (`Modality.processor`); every consumer (training data, `Translator` and `Generator`, the CTranslate2
@@ -126,7 +129,7 @@ class SourceProcessor:
         if limits.max_seconds is not None and info.seconds is not None and info.seconds > limits.max_seconds:
             raise SourceTooLarge(f"{name} lasts {info.seconds:.1f} s; the limit is {limits.max_seconds:g} s")
 
-    def load(self, path: str) -> Any:
+    def load(self, path: str) -> ExampleT:
         """Read and preprocess one source file into a compact example (what `collate` takes);
         SourceError naming the path when it is missing, empty, unreadable or over the model's limits."""
         raise NotImplementedError
@@ -147,12 +150,12 @@ class SourceProcessor:
         model.max_positions. Sentences are tokenized and truncated with them; files need neither."""
 
     def prepare(self, sources: Sequence[str], first_line: int = 1, warn: Warn | None = None,
-                skipped: dict[int, str] | None = None) -> dict[int, Any]:
+                skipped: dict[int, str] | None = None) -> dict[int, ExampleT]:
         """A call's sources -> {index: example}. A source without an example (an empty sentence) gets
         no entry. A file that cannot be read raises `SourceError` naming it; or, given a `skipped`
         dict, gets no entry and its message in `skipped[index]` (and `warn`, "...; its output is
         empty"). `first_line`: the line number of sources[0], for messages."""
-        examples: dict[int, Any] = {}
+        examples: dict[int, ExampleT] = {}
         for i, path in enumerate(sources):
             try:
                 examples[i] = self.load(str(path))
@@ -164,21 +167,21 @@ class SourceProcessor:
                     warn(Diagnostic(f"{e}; its output is empty", code="unreadable_source"))
         return examples
 
-    def describe(self, source: str, example: Any) -> dict[str, Any]:
+    def describe(self, source: str, example: ExampleT) -> dict[str, object]:
         """The fields of a `Translation` that tell about its source."""
         return {"source": str(source)}
 
     # ---- batches ---------------------------------------------------------------------------
 
-    def length(self, example: Any) -> int:
+    def length(self, example: ExampleT) -> int:
         """Encoder positions this example becomes (memory rows), for token-bounded batching."""
         raise NotImplementedError
 
-    def collate(self, examples: Sequence[Any]) -> Any:
+    def collate(self, examples: Sequence[ExampleT]) -> BatchT:
         """Examples -> one src batch for `Encoder.forward`, padded where lengths differ."""
         raise NotImplementedError
 
-    def collate_augmented(self, examples: Sequence[Any], rngs: Sequence[np.random.Generator]) -> Any:
+    def collate_augmented(self, examples: Sequence[ExampleT], rngs: Sequence[np.random.Generator]) -> BatchT:
         """Training batches only: each example randomly transformed with its own generator (seeded
         from training.seed, epoch and row index by `seq2seq.data.media.example_rng`), then collated.
         Default, and whenever the modality's augmentation is off: `collate(examples)`, unchanged."""
@@ -186,7 +189,7 @@ class SourceProcessor:
 
     # ---- display ---------------------------------------------------------------------------
 
-    def attention_view(self, example: Any) -> AttentionView | None:
+    def attention_view(self, example: ExampleT) -> AttentionView | None:
         """What cross-attention is drawn over for this example (`seq2seq.report.source_attention`
         draws it); None: not supported for this kind."""
         return None
@@ -211,7 +214,7 @@ class AttentionView:
 
 
 @runtime_checkable
-class WindowedSource(Protocol):
+class WindowedSource(Protocol[ExampleT]):
     """A capability of recordings (`WaveformProcessor`, an ensemble of them): a long example cut into
     windows at its pauses (`seq2seq.model.encoders.audio_windows`) and each window cropped out as an
     example of its own; checked with isinstance where it is used (`Transcriber`). Other kinds are
@@ -219,9 +222,9 @@ class WindowedSource(Protocol):
 
     sample_rate: int  # what `split` counts in
 
-    def split(self, example: Any, max_seconds: float) -> list[Window]: ...
+    def split(self, example: ExampleT, max_seconds: float) -> list[Window]: ...
 
-    def crop(self, example: Any, window: Window) -> Any: ...
+    def crop(self, example: ExampleT, window: Window) -> ExampleT: ...
 
 
 @runtime_checkable

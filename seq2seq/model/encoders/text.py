@@ -11,7 +11,7 @@ from seq2seq.model.encoders.base import Encoder, Modality, register
 from seq2seq.model.encoders.text_processor import TextProcessor
 
 
-class TextEncoder(Encoder):
+class TextEncoder(Encoder[Tensor]):
     """src token ids [B, S] (padded with pad_id) -> (memory [B, S, D], pad mask [B, S])."""
 
     def __init__(self, cfg: ModelConfig, embedding: Embedding | None = None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 from torch import Tensor
@@ -38,7 +38,7 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-class TextProcessor(SourceProcessor):
+class TextProcessor(SourceProcessor[list[int], Tensor]):
     """Sentences: stripped, tokenized by the model's source tokenizer in one call, truncated to the
     model's positions (a warning names the line), EOS appended; an empty sentence has no example.
     Examples are id lists ending in EOS (as the training data's "src_ids"), batches [B, S] ids padded
@@ -91,7 +91,7 @@ class TextProcessor(SourceProcessor):
         is `seq2seq.text.languages.model_languages` / `source_prefix` of its config."""
         return self.with_prefix(([language_tag(lang)] if lang is not None else []) + list(tags))
 
-    def load(self, path: str) -> Any:
+    def load(self, path: str) -> NoReturn:
         raise SourceError(f"{path}: this model reads sentences (tokenized by its source tokenizer), not files")
 
     def prepare(self, sources: Sequence[str], first_line: int = 1, warn: Warn | None = None,
@@ -112,7 +112,7 @@ class TextProcessor(SourceProcessor):
             examples[i] = prefix + ids + [EOS_ID]
         return examples
 
-    def describe(self, source: str, example: list[int]) -> dict[str, Any]:
+    def describe(self, source: str, example: list[int]) -> dict[str, object]:
         assert self.tokenizer is not None
         n_text = len(example) - 1 - len(self.prefix_ids)
         return {"src_pieces": [*self.prefix_pieces, *self.tokenizer.pieces(source.strip())[:n_text], "</s>"]}
