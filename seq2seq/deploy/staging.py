@@ -27,7 +27,6 @@ from typing import TypedDict
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.root import Config
 from seq2seq.config import from_dict
-from seq2seq.config.json_reader import JSONObject
 from seq2seq.storage.atomic import read_json, shared_mode, write_json_atomic
 from seq2seq.storage.model_dir import ModelDir
 
@@ -52,7 +51,7 @@ class ExportInfo(TypedDict, total=False):
     weights_sha256: str
     tokenizer: list[str]
     parameters: int
-    config: JSONObject
+    config: dict[str, object]
 
 
 class ExportError(Seq2SeqError, ValueError):
