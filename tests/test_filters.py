@@ -304,6 +304,25 @@ def test_the_benchmark_runs_at_its_smallest():
     assert "pairs/s" in out and "peak RSS" in out
 
 
+def test_the_benchmark_trains_on_the_clean_noisy_and_cleaned_corpus_at_its_smallest():
+    require_data(MULTI30K)
+    tiny = ["model.d_model=32", "model.heads=2", "model.ffn_dim=64", "model.layers=1", "tokenizer.vocab_size=300",
+            "training.warmup_steps=2", "training.max_tokens=800", "training.precision=fp32", "decoding.beam=1"]
+    out = run_benchmark("clean.py", "--limit", 400, "--workers", 1, "--rate", 0.05, "--train-steps", 10,
+                        "--eval-limit", 20, *[a for kv in tiny for a in ("--train-set", kv)]).stdout
+    table = out.split("\ncorpus ", 1)[1].split("\nBLEU: sacreBLEU", 1)[0].splitlines()
+    rows = {line.split()[0]: line.split() for line in table[1:4]}
+    assert list(rows) == ["clean", "noisy", "cleaned"], out
+    pairs = {name: int(row[1].replace(",", "")) for name, row in rows.items()}
+    assert pairs["clean"] == 400 < pairs["noisy"] and 0 < pairs["cleaned"] < pairs["noisy"], out
+    scores = {name: [float(v) for v in row[3:]] for name, row in rows.items()}
+    differences = {line.split(" - ")[0] + "-" + line.split(" - ")[1].split()[0]: [float(v) for v in line.split()[3:]]
+                   for line in table[4:7]}
+    for a, b in (("cleaned", "clean"), ("cleaned", "noisy"), ("noisy", "clean")):
+        assert differences[f"{a}-{b}"] == pytest.approx([x - y for x, y in zip(scores[a], scores[b])], abs=0.011)
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in out.split("BLEU: sacreBLEU", 1)[1], out
+
+
 # ---- `seq2seq train` with a clean: section ---------------------------------------------------------------
 
 def test_train_cleans_each_corpus_once_into_the_cache_and_reads_the_kept_pairs(tmp_path):
