@@ -40,7 +40,7 @@ from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import (
     STEERING_FIELDS, Call, CallKeywords, SourceInput, call_of, read_input, source_inputs,
 )
-from seq2seq.inference.options import resolve_search
+from seq2seq.config.search import resolve_search
 from seq2seq.inference.results import Translation
 from seq2seq.inference.steering import (
     AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, check_steering, encode_steering, term_mode,
