@@ -72,7 +72,8 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
     from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
     from seq2seq.config.diagnostics import ByInput
-    from seq2seq.inference.formats import decode_stream, file_formatter
+    from seq2seq.inference.engine import decode_stream
+    from seq2seq.inference.results import file_formatter
 
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
