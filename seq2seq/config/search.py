@@ -93,7 +93,7 @@ class SearchConfig:
     constraint_lenpen: the lenpen of the sentences that have constraints (None: `lenpen`); the others
     are searched with `lenpen`, exactly as without it (`constrained`).
     term_bias: with terms only annotated (`--terms annotate`), a bonus in nats added to the next piece of
-    each term an output has not met yet (`seq2seq.inference.lexical_controls.TermBias`): a push, not a guarantee; 0: off.
+    each term an output has not met yet (`seq2seq.inference.controls.TermBias`): a push, not a guarantee; 0: off.
     max_len_a, max_len_b, max_len: the per-sentence length limit (`max_length`); max_len (optional)
     is a hard cap. min_len: EOS is forbidden before this many tokens.
     no_repeat_ngram: if n > 0, no n-gram occurs twice in a hypothesis.

@@ -21,11 +21,11 @@
                         `translate_inputs` (any engine)
     steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
                         checked and encoded to token ids (`encode_steering`)
-    controls            `SourceControls`: one source's controls as token ids; the search's `Control`
-    constraints         lexically constrained beam search (dynamic beam allocation)
-    lexical_controls    the other controls (`TargetPrefix`: the output starts with given tokens; `BannedPhrases`:
-                        phrases that never appear; `TermBias`: a bonus on each annotated term's next piece)
-                        and a batch's controls (`build_controls`)
+    controls            `SourceControls`: one source's controls as token ids; the search's `Control`; each
+                        control (`TargetPrefix`: the output starts with given tokens; `BannedPhrases`: phrases
+                        that never appear; `TermBias`: a bonus on each annotated term's next piece; the
+                        constraints: lexically constrained beam search, dynamic beam allocation) and a
+                        batch's controls (`build_controls`)
     glossary            `Glossary`: a termbase's target terms as constraints where its source terms occur
     scoring             forced decoding: the log-probability of given targets (`score_pairs` -> `PairScore`)
 """

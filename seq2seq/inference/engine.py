@@ -188,7 +188,7 @@ class Engine(ABC):
         terms: how constraints and glossary terms reach the model: "annotate", "constrain" or "both"
         (`seq2seq.inference.steering.term_mode`; default: "both" for a model trained with terms on its
         sources, docs/terminology.md, else "constrain"); with "annotate", the option term_bias > 0 gives each
-        term's pieces a bonus (`seq2seq.inference.lexical_controls.TermBias`); term_forms "inflected": the beam takes any
+        term's pieces a bonus (`seq2seq.inference.controls.TermBias`); term_forms "inflected": the beam takes any
         inflected form of a term given as a lemma ("exact": only the term as written).
         tgt_lang: the target language of a multilingual model, which needs one; a bilingual model
         refuses it (LanguageError, a ValueError). src_lang: the source language, for a model whose
