@@ -181,8 +181,12 @@ def _command(name: str, api: str, noun: str, summary: str, audio: bool = False) 
     @model_options
     @(_audio_options if audio else lambda fn: fn)
     @user_errors
-    def command(**kwargs: Any) -> None:  # (click's keyword arguments: `_run`'s parameters)
-        _run(api, **kwargs)
+    def command(model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str, as_json: bool,
+                with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool, device: str,
+                precision: str, weights: str | None, batch_tokens: int, chunk_lines: int, **kw: object) -> None:
+        # (kw: the search, steering, ensemble and audio options, read by `_run`)
+        _run(api, model_dir, files, input_path, output_path, as_json, with_path, show_attention, attention_layer,
+             skip_bad, device, precision, weights, batch_tokens, chunk_lines, **kw)
 
     return command
 
