@@ -287,7 +287,7 @@ def test_the_demo_can_be_turned_off_and_adds_nothing_to_the_api(tiny_model_dir):
     with serving(create_app(model)) as (port, _):
         status, info = call(port, "GET", "/info")
         assert status == 200 and info["kind"] == "text" and info["endpoint"] == "/translate"
-        from seq2seq.inference.options import SEARCH_OPTIONS
+        from seq2seq.config.search import SEARCH_OPTIONS
 
         assert [o["name"] for o in info["options"]] == list(SEARCH_OPTIONS)  # the API's own option definitions
         assert call(port, "POST", "/attention", {"text": "A dog.", "beam": 0})[0] == 422  # the API's own checks

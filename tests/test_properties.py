@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from seq2seq.cli import cli
 from seq2seq.config.search import SearchConfig
-from seq2seq.inference.options import resolve_search
+from seq2seq.config.search import resolve_search
 from seq2seq.serve.requests import Limits, RequestError, parse_options, parse_texts
 
 if os.environ.get("SEQ2SEQ_REQUIRE_DATA"):  # CI: the serve extra is installed, these tests must run

@@ -15,7 +15,7 @@ from seq2seq.inference.engine import Capabilities, Engine
 from seq2seq.inference.generator import Captioner, Generator, Transcriber
 from seq2seq.config.search import SearchOptions
 from seq2seq.inference.inputs import CALL_FIELDS, CallKeywords
-from seq2seq.inference.options import FIELD_TYPES, SWITCHES
+from seq2seq.config.search import FIELD_TYPES, SWITCHES
 from seq2seq.inference.translator import Translator
 from conftest import translated
 

@@ -415,11 +415,9 @@ def test_length_penalty_and_score_are_gnmts_with_the_earlier_golden_values():
 
 
 def test_rows_per_source():
-    from seq2seq.inference.options import rows_per_source
-
     for cfg, rows in [(SearchConfig(beam=4, nbest=2), 4), (SearchConfig(strategy="sample", nbest=3), 3),
                       (SearchConfig(strategy="greedy", beam=5), 1)]:
-        assert cfg.rows_per_source == rows_per_source(cfg) == rows
+        assert cfg.rows_per_source == rows
 
 
 @pytest.mark.parametrize("fields, options, message", [
@@ -437,7 +435,7 @@ def test_rows_per_source():
 def test_a_config_file_and_a_calls_options_are_refused_with_the_same_message(fields, options, message):
     """One validator (`check_search`) for both: the config file's message names the section."""
     from seq2seq.config.search import check_search
-    from seq2seq.inference.options import resolve_search
+    from seq2seq.config.search import resolve_search
 
     with pytest.raises(ValueError) as config_file:
         SearchConfig(**fields)

@@ -18,7 +18,7 @@ from seq2seq.config import json_reader
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference import memory
-from seq2seq.inference.options import resolve_search
+from seq2seq.config.search import resolve_search
 from seq2seq.inference.search import search
 from seq2seq.inference.strategies import top_p_filter
 

@@ -8,8 +8,7 @@ import random
 import pytest
 import torch
 
-from seq2seq.inference.constraints import ConstraintTracker, _stripes
-from seq2seq.inference.controls import ControlError, SourceControls
+from seq2seq.inference.controls import ConstraintTracker, ControlError, SourceControls, _stripes
 from seq2seq.inference.search import SearchConfig, search
 from test_search import EOS, LENGTHS, V, assert_same, scripted, sources, tiny_model
 

@@ -1,4 +1,4 @@
-"""Soft terms (decoding.term_bias, seq2seq.inference.lexical_controls.TermBias): a bonus on the next piece of each annotated
+"""Soft terms (decoding.term_bias, seq2seq.inference.controls.TermBias): a bonus on the next piece of each annotated
 term an output has not met yet."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from seq2seq.cli import cli
 from seq2seq.config import SearchConfig
-from seq2seq.inference.lexical_controls import TermBias
+from seq2seq.inference.controls import TermBias
 from seq2seq.inference.translator import Translator
 from seq2seq.text.terminology import TERM
 

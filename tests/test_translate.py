@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.weights import load_weights
 from seq2seq.cli import cli
-from seq2seq.inference.formats import formatter, translate_stream
+from seq2seq.inference.engine import translate_stream
+from seq2seq.inference.results import formatter
 from seq2seq.text.lines import decoded_lines
 from seq2seq.documents.line_translation import translate_lines
 from seq2seq.inference.translator import Translator

@@ -168,7 +168,7 @@ def search_options(nbest: str | None = None) -> Callable[[Callable], Callable]:
     and --greedy/--sample); unset ones keep the model's `decoding` config. nbest: the help text of
     --nbest for this command, None to leave --nbest out. The values are checked by
     `resolve_search` (in `load_translator`), as a server request's are."""
-    from seq2seq.inference.options import SEARCH_OPTIONS
+    from seq2seq.config.search import SEARCH_OPTIONS
 
     options = []
     for o in SEARCH_OPTIONS.values():
@@ -190,7 +190,7 @@ def search_options(nbest: str | None = None) -> Callable[[Callable], Callable]:
 
 def search_overrides(kw: Mapping[str, object]) -> SearchOptions:
     """The search options given on the command line (a switch only when set; 0 is a value)."""
-    from seq2seq.inference.options import SEARCH_OPTIONS
+    from seq2seq.config.search import SEARCH_OPTIONS
 
     given = {k: kw[k] for k in SEARCH_OPTIONS if kw.get(k) is not None and kw[k] is not False}
     # the `SEARCH_OPTIONS` names, each value of the type its click option parses (`search_options`);

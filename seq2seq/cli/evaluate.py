@@ -16,7 +16,8 @@ from seq2seq.cli.common import (
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.config.diagnostics import Diagnostic
-from seq2seq.inference.formats import formatter, translate_stream
+from seq2seq.inference.engine import translate_stream
+from seq2seq.inference.results import formatter
 from seq2seq.text.lines import read_input_lines
 
 

@@ -72,7 +72,8 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
     from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
     from seq2seq.config.diagnostics import ByInput
-    from seq2seq.inference.formats import decode_stream, file_formatter
+    from seq2seq.inference.engine import decode_stream
+    from seq2seq.inference.results import file_formatter
 
     steer = Steerer.from_options(kw)
     ensemble = ensemble_settings(kw)
@@ -180,8 +181,12 @@ def _command(name: str, api: str, noun: str, summary: str, audio: bool = False) 
     @model_options
     @(_audio_options if audio else lambda fn: fn)
     @user_errors
-    def command(**kwargs: Any) -> None:  # (click's keyword arguments: `_run`'s parameters)
-        _run(api, **kwargs)
+    def command(model_dir: str, files: tuple[str, ...], input_path: str | None, output_path: str, as_json: bool,
+                with_path: bool, show_attention: str | None, attention_layer: int, skip_bad: bool, device: str,
+                precision: str, weights: str | None, batch_tokens: int, chunk_lines: int, **kw: object) -> None:
+        # (kw: the search, steering, ensemble and audio options, read by `_run`)
+        _run(api, model_dir, files, input_path, output_path, as_json, with_path, show_attention, attention_layer,
+             skip_bad, device, precision, weights, batch_tokens, chunk_lines, **kw)
 
     return command
 

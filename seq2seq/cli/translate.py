@@ -15,7 +15,8 @@ from seq2seq.cli.deploy import check_engine_choice, engine_options, load_ctransl
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.documents.formats import FORMAT_NAMES, format_of_path, read_document, translate_documents
 from seq2seq.documents.line_translation import PIPELINE_STEPS
-from seq2seq.inference.formats import NBEST_FORMATS, formatter, translate_stream
+from seq2seq.inference.engine import translate_stream
+from seq2seq.inference.results import NBEST_FORMATS, formatter
 from seq2seq.inference.engine import Engine
 
 if TYPE_CHECKING:

@@ -20,32 +20,36 @@ refuse it, before any decoding.
 
 `translate_nbest(texts, prefix=[...], beam=5, ...)` and `translate(texts, ...)` are the Python API's
 shape of the same call: they build the `SourceInput`s and the `Call` (`seq2seq.inference.inputs`)
-and run it.
+and run it. `translate_stream` runs an engine over a stream of lines chunk by chunk (`seq2seq translate`,
+`test`; `decode_stream` for any decoding call, `caption` and `transcribe`'s), each chunk's output
+written as `seq2seq.inference.results.formatter` writes it before the next chunk is read.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from typing_extensions import Unpack
 
-from seq2seq.config.diagnostics import Diagnostic, Warn
-from seq2seq.config.search import SearchConfig, SearchOptions
+from seq2seq.config.diagnostics import ByInput, Diagnostic, Warn
+from seq2seq.config.search import SearchConfig, SearchOptions, resolve_search
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import (
     STEERING_FIELDS, Call, CallKeywords, SourceInput, call_of, read_input, source_inputs,
 )
-from seq2seq.inference.options import resolve_search
 from seq2seq.inference.results import Translation
 from seq2seq.inference.steering import (
     AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, check_steering, encode_steering, term_mode,
     with_terms,
 )
+from seq2seq.text.lines import warn as stderr_warn
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -184,7 +188,7 @@ class Engine(ABC):
         terms: how constraints and glossary terms reach the model: "annotate", "constrain" or "both"
         (`seq2seq.inference.steering.term_mode`; default: "both" for a model trained with terms on its
         sources, docs/terminology.md, else "constrain"); with "annotate", the option term_bias > 0 gives each
-        term's pieces a bonus (`seq2seq.inference.lexical_controls.TermBias`); term_forms "inflected": the beam takes any
+        term's pieces a bonus (`seq2seq.inference.controls.TermBias`); term_forms "inflected": the beam takes any
         inflected form of a term given as a lemma ("exact": only the term as written).
         tgt_lang: the target language of a multilingual model, which needs one; a bilingual model
         refuses it (LanguageError, a ValueError). src_lang: the source language, for a model whose
@@ -301,4 +305,71 @@ def _steering(inputs: Sequence[SourceInput], glossary: Glossary | None) -> list[
     return out
 
 
-__all__ = ["Capabilities", "Engine", "PreparedCall"]
+# ---- an engine over a stream of lines ---------------------------------------------------------
+
+def translate_stream(
+    translator: Engine,
+    lines: Iterator[str],
+    out: BinaryIO,
+    emit: Callable[..., str],
+    chunk_lines: int,
+    batch_tokens: int,
+    search: dict[str, Any],
+    warn: Warn = stderr_warn,
+    progress: bool = False,
+    total: int | None = None,
+    steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
+    pipeline: Callable[..., list[list[Translation]]] | None = None,
+) -> int:
+    """Translate `lines` with `translator.translate_nbest` (`decode_stream`; each chunk sorted into
+    token-bounded batches by the translator), or with `pipeline`, a call with translate_nbest's
+    arguments that takes lines as people write them (the command line's: the documents layer's
+    `translate_lines` bound to the translator, sentences split and cased). Each warning goes to `warn`,
+    and those about one line to its output too (`emit`'s notes: `--json` prints them). Returns the
+    number of lines."""
+    by_line = ByInput(warn)
+    call = pipeline or translator.translate_nbest
+
+    def decode(texts: list[str], first_line: int, steering: dict[str, Any]) -> list:
+        return call(texts, batch_tokens=batch_tokens, first_line=first_line, warn=by_line, **steering, **search)
+
+    return decode_stream(lines, out, decode, lambda i, _, r: emit(i, r, by_line.pop(i)), chunk_lines, progress,
+                         total, steer)
+
+
+def decode_stream(
+    lines: Iterator[str],
+    out: BinaryIO,
+    decode: Callable[[list[str], int, dict[str, Any]], list],
+    emit: Callable[[int, str, list], str],
+    chunk_lines: int,
+    progress: bool = False,
+    total: int | None = None,
+    steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
+) -> int:
+    """Decode `lines` (texts, or media file paths) chunk by chunk, writing and flushing each chunk's
+    output before reading the next: one `emit(index, line, n-best list)` per line, in order. Returns
+    the number of lines. decode(lines, first_line, steering arguments) -> one n-best list per line.
+    `progress`: a progress bar on stderr (lines done, of `total` if known). steer: turns a chunk's
+    lines into the lines and the steering arguments to decode them with
+    (`seq2seq.cli.steering.Steerer`; its `close()` is called at the end of the input)."""
+    from tqdm import tqdm
+
+    done = 0
+    with tqdm(total=total, unit=" lines", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        while True:
+            chunk = list(itertools.islice(lines, chunk_lines))
+            if not chunk:
+                if steer is not None and hasattr(steer, "close"):
+                    steer.close()
+                return done
+            chunk, steering = steer(chunk) if steer is not None else (chunk, {})
+            results = decode(chunk, done + 1, steering)
+            text = "".join(emit(done + i, line, r) for i, (line, r) in enumerate(zip(chunk, results)))
+            out.write(text.encode("utf-8"))
+            out.flush()
+            done += len(chunk)
+            bar.update(len(chunk))
+
+
+__all__ = ["Capabilities", "Engine", "PreparedCall", "decode_stream", "translate_stream"]

@@ -9,7 +9,7 @@ fails naming both lines; given twice with the same target term, it is kept once.
 Matching: a source term occurs where it stands in the input as whole words (not inside a longer
 word), compared case-insensitively ("Account" at the start of a sentence matches "account"); where
 terms overlap, the longest wins ("user account" over "account"). The target term is used exactly as
-written (its case included) as a constraint of that input (`seq2seq.inference.constraints`).
+written (its case included) as a constraint of that input (`seq2seq.inference.controls.ConstraintTracker`).
 
 Precisely, this is what one regular expression per term, `(?<!\\w)TERM(?!\\w)` with `re.IGNORECASE`,
 finds (Python's Unicode `\\w`), taking the terms longest first (equal lengths in file order), each

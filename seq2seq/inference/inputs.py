@@ -21,7 +21,7 @@ or true, and text that UTF-8 cannot write (a lone surrogate such as "\\ud800", w
     translator.translate_inputs(inputs, beam=5)      # n-best lists, in input order
 
 A `Call` holds what the call's inputs share: the search options (`SearchOptions`, resolved against the
-model's defaults by the engine, `seq2seq.inference.options.resolve_search`), the glossary, how terms
+model's defaults by the engine, `seq2seq.config.search.resolve_search`), the glossary, how terms
 reach the model, the target language, the batch size and a recording's windows. `call_of` splits the
 keywords of the Python API (`CallKeywords`) into one; `Engine.run(inputs, call)` decodes it.
 """

@@ -125,7 +125,7 @@ def search_bytes(cfg: SearchConfig, model: ModelConfig, sources: int, src_len: i
 def tracker_bytes(beam: int, constraints: int, sources: int = 1) -> int:
     """Peak bytes of the constraint tracker's step for `sources` sources with `constraints` constraints
     each in a beam of `beam`: a unit's beam * (constraints + 4) candidates, each against every phrase
-    and constraint (`seq2seq.inference.constraints`, `ConstraintTracker.banks`)."""
+    and constraint (`seq2seq.inference.controls.ConstraintTracker.banks`)."""
     return sources * beam * (constraints + 4) * constraints * constraints * TRACKER_BYTES
 
 

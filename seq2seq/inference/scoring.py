@@ -40,7 +40,7 @@ from seq2seq.config.clean_section import CleanConfig
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError, Warn
 from seq2seq.data.batching import length_batches, make_target, to_device
 from seq2seq.data.dcce import DcceScore, DualCrossEntropyFilter
-from seq2seq.inference.options import MAX_STEP_LOGITS
+from seq2seq.config.search import MAX_STEP_LOGITS
 from seq2seq.inference.protocol import SearchableModel
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -37,7 +37,7 @@ while fewer than `min_len` tokens have been generated and forced once `max_len` 
 generated.
 
 Controls (`seq2seq.inference.controls`), per source: a target prefix the output starts with, phrases
-it must contain (the constrained beam, `seq2seq.inference.constraints`, replaces `Beam`) and phrases
+it must contain (the constrained beam, `ConstrainedBeam`, replaces `Beam`) and phrases
 it must not. Each masks the step's log-probabilities after the rules above and follows the rows as
 they are kept, reordered and extended; a batch without controls runs none of their code.
 
@@ -52,7 +52,7 @@ S padded source length, t tokens generated so far.
 Here too, the loop's state and result: `Units` (per unit) and `Rows` (per decoder row), the state
 between steps, each narrowed by one `select`; `EndedHypotheses`, those a step ended, until the host
 reads them; `Hypothesis`, one output sequence; and the n-gram block (`block_repeated_ngrams`). The
-making of a batch's controls is `seq2seq.inference.lexical_controls`.
+making of a batch's controls is `seq2seq.inference.controls.build_controls`.
 
 Stopping a search between two decoding steps, for a caller that may stop wanting its result: a server
 request past its time budget, or whose client went away, should free the model at once, not after
@@ -81,11 +81,9 @@ from torch import Tensor
 
 from seq2seq.config.diagnostics import Seq2SeqError
 from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
-from seq2seq.inference.constraints import ConstrainedBeam
-from seq2seq.inference.controls import Control, SourceControls
+from seq2seq.inference.controls import ConstrainedBeam, Control, SourceControls, build_controls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
 from seq2seq.inference.protocol import DecodingCache, SearchableModel, reorder_memory
-from seq2seq.inference.lexical_controls import build_controls
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
 
 

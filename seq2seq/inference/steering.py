@@ -164,7 +164,7 @@ WORD_JOINERS = frozenset("-'’")  # inside a word: "Equinox-Stand", "Männer's"
 def continuation_pieces(tokenizer: Tokenizer, vocab_size: int) -> torch.Tensor:
     """[vocab_size] bool: the target pieces that continue a word (no leading "▁", starting with a letter, a
     digit or a hyphen or apostrophe, which joins the word to the next: "Equinox-Stand" is one word): a
-    constraint followed by one is not met as a word (`seq2seq.inference.constraints`)."""
+    constraint followed by one is not met as a word (`seq2seq.inference.controls.ConstraintTracker`)."""
     from seq2seq.text.tokenizer import SPECIAL_IDS
 
     special = set(SPECIAL_IDS.values())

@@ -8,7 +8,7 @@
 Search options are the fields of `SearchConfig` (beam, nbest, lenpen, max_len_a, max_len_b,
 max_len, min_len, no_repeat_ngram, topk, topp, temperature, seed, attention_layer, ...) plus two
 switches, `greedy=True` and `sample=True`; unset options keep the model's `decoding` config
-(`seq2seq.inference.options.resolve_search`). `beam=1` means greedy search, `beam>1` beam search.
+(`seq2seq.config.search.resolve_search`). `beam=1` means greedy search, `beam>1` beam search.
 
 A `Translator` is an `Engine` (seq2seq.inference.engine: the one prepare -> search -> finish loop);
 its search step serves every kind of source: the sources are prepared by the model's
@@ -42,7 +42,7 @@ from seq2seq.data.batching import length_batches, to_device
 from seq2seq.inference.controls import ControlError, SourceControls
 from seq2seq.inference.ensemble import EnsembleModel, EnsembleProcessor, check_members
 from seq2seq.inference import memory
-from seq2seq.inference.options import MAX_STEP_LOGITS
+from seq2seq.config.search import MAX_STEP_LOGITS
 from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.inference.results import Translation
 from seq2seq.inference.search import Hypothesis, search

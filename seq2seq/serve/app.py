@@ -9,7 +9,7 @@
 
 Each result object is what `seq2seq translate --json` (or `caption/transcribe --json`) prints for
 that input, with an "nbest" list when nbest > 1. Search options are those of the command line
-(`seq2seq.inference.options.SEARCH_OPTIONS`: beam, nbest, greedy, sample, lenpen, max_len_a,
+(`seq2seq.config.search.SEARCH_OPTIONS`: beam, nbest, greedy, sample, lenpen, max_len_a,
 max_len_b, min_len, no_repeat_ngram, topk, topp, temperature, seed), checked by the same rules
 (seq2seq.serve.requests); unset ones keep the model's `decoding` config.
 

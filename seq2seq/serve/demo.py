@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from seq2seq.inference.generator import Generator
-from seq2seq.inference.options import SEARCH_OPTIONS
+from seq2seq.config.search import SEARCH_OPTIONS
 from seq2seq.inference.engine import Engine
 from seq2seq.inference.results import Translation
 from seq2seq.model.encoders.sources import AttentionView

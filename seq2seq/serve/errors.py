@@ -53,7 +53,7 @@ class RequireApiKey:
 
 def as_request_field(message: str) -> str:
     """`message` with the command line's search flags named as request fields ("--beam 5" -> "beam 5")."""
-    from seq2seq.inference.options import SEARCH_OPTIONS
+    from seq2seq.config.search import SEARCH_OPTIONS
 
     def field(m: re.Match) -> str:
         name = m[1].replace("-", "_")

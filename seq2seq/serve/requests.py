@@ -1,6 +1,6 @@
 """Reading and checking request bodies: limits, JSON, the texts of /translate, search options, steering.
 
-The search options a request may hold are `seq2seq.inference.options.SEARCH_OPTIONS` (the options
+The search options a request may hold are `seq2seq.config.search.SEARCH_OPTIONS` (the options
 of the command line), each checked by the same `check_type` and, in the app, resolved by the
 model's `search_config` (`resolve_search`): a request and the command line accept and refuse the
 same values with the same message. Every refusal is a `RequestError` with its HTTP status.
@@ -37,7 +37,7 @@ from seq2seq.inference.inputs import (
     STEERING_FIELDS, CallOptions, FieldError, SourceInput, read_input, read_steering_fields,
 )
 from seq2seq.inference.inputs import check_unicode as check_field_unicode
-from seq2seq.inference.options import SEARCH_OPTIONS, check_type
+from seq2seq.config.search import SEARCH_OPTIONS, check_type
 from seq2seq.inference.steering import Steering
 from seq2seq.model.encoders.sources import SourceLimits, SourceProcessor, SourceTooLarge
 

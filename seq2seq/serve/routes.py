@@ -25,7 +25,7 @@ from seq2seq.adapters.serving import check_adapter
 from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.config.search import SearchConfig
 from seq2seq.documents.line_translation import PIPELINE_STEPS
-from seq2seq.inference.formats import formatter
+from seq2seq.inference.results import formatter
 from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.memory import SearchMemoryError

@@ -5,7 +5,7 @@
   the line; a line that is not UTF-8 and holds NUL bytes (a binary or UTF-16 file) is an error
   naming the line. '-' is stdin/stdout, a name ending in .gz is read/written through gzip.
 * Output lines never contain a line break of their own (`one_line`), whatever the model produced.
-  Turning results into output lines is seq2seq.inference.formats.
+  Turning results into output lines is seq2seq.inference.results.
 """
 
 from __future__ import annotations
