@@ -328,6 +328,8 @@ def load_engine(model_dir: ModelDirs, device: str = "auto", precision: str = "fp
         engine = export(Path(dirs[0]), Path(engine_dir) if engine_dir else None, device=device, precision=precision,
                         seed=call.search.get("seed") if call is not None else None, warn=warn)
     else:
+        if engine_dir is not None:
+            raise ValueError("engine_dir is where an export is: it goes with export=")
         if decodes is None:
             directory = ModelDir(Path(dirs[0]))
             if not directory.config_path.is_file():
