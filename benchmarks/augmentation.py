@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from seq2seq.accel.device import autocast_context, choose_device, resolve_precision
 from seq2seq.config import from_dict
 from seq2seq.config.root import load_config
-from seq2seq.model.encoders.augment import AudioAugmentConfig
+from seq2seq.config.encoder_section import AudioAugmentConfig
 from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.training.experiment import media_training_data
 from seq2seq.training.loss import sequence_loss

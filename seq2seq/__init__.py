@@ -2,6 +2,9 @@
 
 The public API, importable from here (each loads torch and the model code only when first used):
 
+    load_engine                                     the engine that decodes a model directory: the one loader
+                                                    (its class chosen from what the model reads, or named;
+                                                    a CTranslate2 export with export=...)
     Translator, Captioner, Transcriber, Generator   decoding with a model directory (seq2seq.inference)
     Engine                                          what every engine is: run(inputs, call) (seq2seq.inference.engine)
     SourceInput, Call                               the typed request: each input with its own steering, and
@@ -31,6 +34,7 @@ _API = {
     "Transcriber": "seq2seq.inference.generator",
     "Generator": "seq2seq.inference.generator",
     "Engine": "seq2seq.inference.engine",
+    "load_engine": "seq2seq.inference.generator",
     "SourceInput": "seq2seq.inference.inputs",
     "Call": "seq2seq.inference.inputs",
     "load_model_dir": "seq2seq.storage.model_dir",
@@ -48,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.documents.formats import translate_documents
     from seq2seq.documents.line_translation import translate_lines
     from seq2seq.inference.engine import Engine
-    from seq2seq.inference.generator import Captioner, Generator, Transcriber
+    from seq2seq.inference.generator import Captioner, Generator, Transcriber, load_engine
     from seq2seq.inference.inputs import Call, SourceInput
     from seq2seq.inference.translator import Translator
     from seq2seq.storage.model_dir import load_model_dir

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +82,30 @@ def test_one_loader_picks_the_engine_from_what_the_model_reads(tiny_model_dir, t
     assert type(engine) is Translator and isinstance(engine, Engine)
     with pytest.raises(CheckpointError, match=f"^{tmp_path} is not a model directory"):
         load_engine(tmp_path, device="cpu")
+
+
+def test_the_one_loader_takes_a_class_an_export_and_the_call_it_checks(tiny_model_dir, tmp_path):
+    from seq2seq.inference.generator import load_engine
+    from seq2seq.inference.inputs import Call
+    from seq2seq.model.encoders.sources import SourceError
+
+    with pytest.raises(SourceError, match="use `seq2seq translate`"):  # a command's class refuses another kind
+        load_engine(tiny_model_dir, device="cpu", decodes=Captioner)
+    with pytest.raises(ValueError, match="beam"):  # the call's search options, checked once at loading
+        load_engine(tiny_model_dir, device="cpu", decodes=Translator, call=Call({"beam": 0}))
+    exported: list[Path] = []
+
+    def export(model_dir, engine_dir, *, device, precision, seed, warn):  # an `ExportLoader`
+        exported.append(model_dir)
+        return load_engine(model_dir, device=device, precision=precision)
+
+    assert isinstance(load_engine(tiny_model_dir, device="cpu", export=export), Translator)
+    assert exported == [Path(tiny_model_dir)]
+    for bad in ({"weights": tmp_path / "w.safetensors"}, {"last_checkpoints": 2}):
+        with pytest.raises(ValueError, match="an exported engine runs one model directory"):
+            load_engine(tiny_model_dir, device="cpu", export=export, **bad)
+    with pytest.raises(ValueError, match="engine_dir"):
+        load_engine(tiny_model_dir, device="cpu", engine_dir=tmp_path)
 
 
 def test_the_server_serves_a_ctranslate2_export_as_the_engine_translates(tiny_model_dir, tmp_path):

@@ -3,13 +3,14 @@ for loading a model and choosing a search."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TypedDict, TypeVar, cast
 
 import click
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from seq2seq.config.search import SearchOptions
     from seq2seq.inference.engine import Engine
     from seq2seq.inference.results import Translation
-    from seq2seq.inference.translator import EnsembleKeywords, Translator
+    from seq2seq.inference.translator import EnsembleKeywords
     from seq2seq.serve.requests import PipelineSteps
 
 log = logging.getLogger("seq2seq")
@@ -167,7 +168,7 @@ def search_options(nbest: str | None = None) -> Callable[[Callable], Callable]:
     """Decoding options, one per `SEARCH_OPTIONS` entry (the `SearchConfig` fields marked as options,
     and --greedy/--sample); unset ones keep the model's `decoding` config. nbest: the help text of
     --nbest for this command, None to leave --nbest out. The values are checked by
-    `resolve_search` (in `load_translator`), as a server request's are."""
+    `resolve_search` (in `load_engine`), as a server request's are."""
     from seq2seq.config.search import SEARCH_OPTIONS
 
     options = []
@@ -213,7 +214,7 @@ def ensemble_options(fn: Callable) -> Callable:
 
 
 def ensemble_settings(kw: Options) -> EnsembleKeywords:
-    """The `Translator.load` keywords of `ensemble_options` (popped from kw); a malformed weight list is
+    """The `load_engine` ensemble keywords of `ensemble_options` (popped from kw); a malformed weight list is
     a one-line error."""
     weights = pop_option(kw, "ensemble_weights", str)
     settings: EnsembleKeywords = {"ensemble_combine": pop_option(kw, "ensemble_combine", str) or "prob",
@@ -227,25 +228,18 @@ def ensemble_settings(kw: Options) -> EnsembleKeywords:
     return settings
 
 
-def load_translator(model_dir: str | tuple[str, ...], device: str, precision: str, weights: str | None,
-                    search: SearchOptions, ensemble: EnsembleKeywords | None = None,
-                    language: Languages | None = None, cls: type[Translator] | None = None) -> Translator:
-    """Load MODEL_DIR (several: an ensemble; `cls`: `Translator` or a subclass) and check the search
-    options and the target language ({"tgt_lang": ...} or none) once, as one-line errors."""
-    from seq2seq.inference.translator import Translator
-
-    cls = cls or Translator
-    dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+@contextlib.contextmanager
+def loading_errors(model_dirs: str | Sequence[str], device: str) -> Iterator[None]:
+    """`load_engine`'s problems as one-line errors: a ValueError's message (CheckpointError, TokenizerError,
+    SourceError, ExportError: missing files, a vocabulary mismatch, a model of another kind, a bad search
+    option or language) and a RuntimeError's first line (e.g. a device torch cannot use)."""
     try:
-        translator = cls.load(dirs if len(dirs) > 1 else dirs[0], device=device, precision=precision, weights=weights,
-                              **(ensemble or {}))
-        translator.search_config(**search)
-        translator.processor_for((language or {}).get("tgt_lang"), (language or {}).get("src_lang"))
-    except ValueError as e:  # also CheckpointError and TokenizerError: missing files, vocab mismatch
+        yield
+    except ValueError as e:
         raise click.ClickException(str(e)) from None
-    except RuntimeError as e:  # e.g. a device torch cannot use
-        raise click.ClickException(f"cannot load {model_dir} on device {device!r}: {str(e).splitlines()[0]}") from None
-    return translator
+    except RuntimeError as e:
+        named = model_dirs if isinstance(model_dirs, str) else " ".join(model_dirs)
+        raise click.ClickException(f"cannot load {named} on device {device!r}: {str(e).splitlines()[0]}") from None
 
 
 TGT_LANG_OPTION = click.option(

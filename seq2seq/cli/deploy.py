@@ -1,6 +1,6 @@
 """`seq2seq export` and `seq2seq import-hf`: a model directory for the engines users deploy with, and
 existing Hugging Face weights as a model directory; plus `translate --engine`'s and `serve --engine`'s
-loading.
+choice of engine (`export_loader`: the option as `load_engine`'s `export`).
 
     seq2seq export runs/mine --to ctranslate2 [OUT] [--quantize int8]   # OUT: runs/mine/ctranslate2
     seq2seq export runs/mine --to hf [OUT]                              # OUT: runs/mine/hf
@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import click
 
 from seq2seq.cli.common import user_errors
-from seq2seq.text.lines import warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.cli.common import Languages
     from seq2seq.config.model_section import ModelConfig
-    from seq2seq.config.search import SearchOptions
-    from seq2seq.deploy.engine import CTranslate2Translator
+    from seq2seq.inference.generator import ExportLoader
     from seq2seq.inference.translator import EnsembleKeywords
 
 TARGETS = ("ctranslate2", "hf")
@@ -161,9 +159,9 @@ def engine_options(fn: Callable) -> Callable:
 
 
 def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequence[str], ensemble: EnsembleKeywords,
-                        language: Languages | None = None) -> None:
+                        language: Languages | None = None, weights: str | None = None) -> None:
     """UsageError for what the chosen engine cannot run: --engine-dir without ctranslate2, and with it an
-    ensemble or a target language."""
+    ensemble, a target language or --weights."""
     if engine == "torch":
         if engine_dir:
             raise click.UsageError("--engine-dir is for --engine ctranslate2")
@@ -172,30 +170,15 @@ def check_engine_choice(engine: str, engine_dir: str | None, model_dirs: Sequenc
         raise click.UsageError("--engine ctranslate2 decodes one model; ensembles run with --engine torch")
     if language:
         raise click.UsageError("--tgt-lang runs with --engine torch (the CTranslate2 engine has no language tags)")
-
-
-def load_ctranslate2(engine: str, model_dir: str, engine_dir: str | None, device: str, precision: str,
-                weights: str | None, search: SearchOptions) -> CTranslate2Translator:
-    """`--engine ctranslate2`'s translator (`translate`, `serve`), its search options checked once;
-    every problem as a one-line error."""
-    from seq2seq.deploy.engine import CTranslate2Translator
-    from seq2seq.deploy.export_lookup import find_export, stale_export_warning
-    from seq2seq.deploy.staging import ExportError
-
-    if engine != "ctranslate2":
-        raise click.UsageError(f"unknown engine {engine!r}")
     if weights:
         raise click.UsageError("--weights is for the torch engine; export those weights instead "
                                "(seq2seq export MODEL_DIR --to ctranslate2 --weights FILE)")
-    try:
-        path = find_export(model_dir, engine_dir)
-        message = stale_export_warning(model_dir, path)
-        if message:
-            warn(message)
-        translator = CTranslate2Translator.load(path, device=device, precision=precision, seed=search.get("seed"))
-        translator.search_config(**search)
-    except ExportError as e:
-        raise click.ClickException(str(e)) from None
-    except ValueError as e:  # also CheckpointError / TokenizerError: a broken export directory
-        raise click.ClickException(str(e)) from None
-    return translator
+
+
+def export_loader(engine: str) -> ExportLoader | None:
+    """`load_engine`'s `export` for --engine: None for torch, the CTranslate2 export's loader for ctranslate2."""
+    if engine == "torch":
+        return None
+    from seq2seq.deploy.engine import CTranslate2Translator
+
+    return CTranslate2Translator.from_model_dir

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import click
 
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_path, ensemble_options, ensemble_settings, languages, load_translator, model_files, model_options, output_file, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_path, ensemble_options, ensemble_settings, languages, loading_errors, model_files, model_options, output_file, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
 from seq2seq.cli.steering import Steerer, steering_options
@@ -110,7 +110,13 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
     if not sources:
         raise click.ClickException(f"{src_path} is empty: nothing to translate")
     refs = _read_references(ref_paths, len(sources), src_path, "sources")
-    translator = load_translator(model_dir, device, precision, weights, search, ensemble, language)
+    from seq2seq.inference.generator import load_engine
+    from seq2seq.inference.inputs import Call
+    from seq2seq.inference.translator import Translator
+
+    with loading_errors(model_dir, device):
+        translator = load_engine(model_dir, device, precision, weights, decodes=Translator,
+                                 call=Call(search, **language), **ensemble)
     hyps: list[str] = []
     plain = formatter("text", 1)
 

@@ -19,7 +19,7 @@ from seq2seq.cli.common import (
     check_output_paths,
     ensemble_options,
     ensemble_settings,
-    load_translator,
+    loading_errors,
     model_files,
     model_options,
     pop_option,
@@ -71,6 +71,7 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
          **kw: object) -> None:
     from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
+    from seq2seq.inference.inputs import Call
     from seq2seq.config.diagnostics import ByInput
     from seq2seq.inference.engine import decode_stream
     from seq2seq.inference.results import file_formatter
@@ -95,8 +96,9 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                        [*files, *([input_path] if input_path else []), *(steer.paths if steer else []),
                         *model_files((model_dir, *members), weights)])
     # SourceError (wrong kind of model), CheckpointError, TokenizerError, bad options: one line
-    generator = load_translator((model_dir, *members), device, precision, weights, search, ensemble, cls=cls)
-    assert isinstance(generator, generators.Generator)  # (`load_translator` loads `cls`)
+    with loading_errors((model_dir, *members), device):
+        generator = generators.load_engine((model_dir, *members), device, precision, weights, decodes=cls,
+                                           call=Call(search), **ensemble)
     nbest = generator.search_config(**search).nbest
     emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest, timestamps)
     sources = _sources(files, input_path)

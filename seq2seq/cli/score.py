@@ -13,7 +13,7 @@ import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, load_translator, model_files, model_options, output_file,
+    PROGRESS_OPTION, TGT_LANG_OPTION, check_output_paths, loading_errors, model_files, model_options, output_file,
     show_progress, user_errors,
 )
 from seq2seq.config.diagnostics import ByInput, Diagnostic
@@ -75,9 +75,16 @@ def score(model_dir: str, src_path: str | None, tgt_path: str | None, input_path
     check_output_paths({"-o": output_path}, [*paths, *model_files(model_dir, weights),
                                              *(model_files(backward_dir) if backward_dir else [])])
     total = _check_parallel(src_path, tgt_path)
-    forward = load_translator(model_dir, device, precision, weights, {}, language={"tgt_lang": tgt_lang})
-    backward = None if backward_dir is None else \
-        load_translator(backward_dir, device, precision, None, {}, language={"tgt_lang": src_lang})
+    from seq2seq.inference.generator import load_engine
+    from seq2seq.inference.inputs import Call
+    from seq2seq.inference.translator import Translator
+
+    with loading_errors(model_dir, device):
+        forward = load_engine(model_dir, device, precision, weights, decodes=Translator, call=Call(tgt_lang=tgt_lang))
+    backward = None
+    if backward_dir is not None:
+        with loading_errors(backward_dir, device):
+            backward = load_engine(backward_dir, device, precision, decodes=Translator, call=Call(tgt_lang=src_lang))
     if total is None and len(paths) == 1 and is_regular_file(paths[0]):
         total = count_lines(paths[0])
     bar = show_progress(progress, output_path)

@@ -7,8 +7,8 @@ import os
 import click
 
 from seq2seq.accel.device import INFERENCE_PRECISIONS
-from seq2seq.cli.common import ensemble_options, ensemble_settings, user_errors
-from seq2seq.cli.deploy import check_engine_choice, engine_options, load_ctranslate2
+from seq2seq.cli.common import ensemble_options, ensemble_settings, loading_errors, user_errors
+from seq2seq.cli.deploy import check_engine_choice, engine_options, export_loader
 
 API_KEY_ENV = "SEQ2SEQ_API_KEY"
 EXTRA_MISSING = ("`seq2seq serve` needs the optional 'serve' dependencies, FastAPI and uvicorn ({name} is not "
@@ -106,7 +106,6 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
     import torch
 
     from seq2seq.inference.glossary import Glossary
-    from seq2seq.inference.engine import Engine
     from seq2seq.inference.generator import load_engine
     from seq2seq.serve.app import check_glossary, create_app, run_server
     from seq2seq.serve.requests import Limits, check_key_format
@@ -127,22 +126,13 @@ def serve(model_dir: tuple[str, ...], host: str, port: int, device: str, precisi
         except ValueError as e:
             raise click.UsageError(f"--api-key (or {API_KEY_ENV}): {e}") from None
     ensemble = ensemble_settings(ensemble_kw)
-    check_engine_choice(engine, engine_dir, model_dir, ensemble)
+    check_engine_choice(engine, engine_dir, model_dir, ensemble, weights=weights)
     terms = Glossary.load(glossary) if glossary else None  # a bad file: one line (SteeringError), before loading
     if threads:
         torch.set_num_threads(threads)
-    model: Engine
-    try:
-        if engine == "ctranslate2":
-            model = load_ctranslate2(engine, model_dir[0], engine_dir, device, precision, weights, {})
-        else:
-            model = load_engine(model_dir if len(model_dir) > 1 else model_dir[0], device=device,
-                                precision=precision, weights=weights, **ensemble)
-    except ValueError as e:  # CheckpointError, TokenizerError, SourceError, bad device or precision
-        raise click.ClickException(str(e)) from None
-    except RuntimeError as e:
-        raise click.ClickException(f"cannot load {' '.join(model_dir)} on device {device!r}: "
-                                   f"{str(e).splitlines()[0]}") from None
+    with loading_errors(model_dir, device):  # the engine of what the model reads: the server serves any kind
+        model = load_engine(model_dir, device, precision, weights, export=export_loader(engine),
+                            engine_dir=engine_dir, **ensemble)
     if adapters:  # (a bad NAME=DIR, another base's adapter: one line each)
         from seq2seq.adapters.serving import attach_adapters, parse_adapter_option
 

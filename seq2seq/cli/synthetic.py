@@ -11,7 +11,7 @@ import click
 
 from seq2seq.cli.common import (
     PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_path, ensemble_options, ensemble_settings,
-    load_translator, model_files, model_options, pop_option, pop_required, search_options, search_overrides,
+    loading_errors, model_files, model_options, pop_option, pop_required, search_options, search_overrides,
     show_progress, user_errors,
 )
 from seq2seq.corpora.translation import (
@@ -89,8 +89,13 @@ def _run(kind: str, model_dir: tuple[str, ...], input_path: str, output_dir: str
         read = [input_path, *inputs, *model_files(model_dir, weights)]
         for name in OUTPUT_FILES:
             check_output_path(Path(output_dir) / name, read, "-o")
-    translator = load_translator(model_dir, device, precision, weights, {}, ensemble,
-                                 {"tgt_lang": tgt_lang} if tgt_lang else {})
+    from seq2seq.inference.generator import load_engine
+    from seq2seq.inference.inputs import Call
+    from seq2seq.inference.translator import Translator
+
+    with loading_errors(model_dir, device):
+        translator = load_engine(model_dir, device, precision, weights, decodes=Translator,
+                                 call=Call(tgt_lang=tgt_lang), **ensemble)
     try:
         corpus = corpus_of(translator)
         CorpusConfig(train_src=SRC_FILE, train_tgt=TGT_FILE, **corpus).check("the corpus entry")

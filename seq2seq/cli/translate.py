@@ -8,16 +8,15 @@ import click
 
 from seq2seq.cli import common
 from seq2seq.cli.common import (
-    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_paths, ensemble_options, ensemble_settings, load_translator, languages, model_files, model_options, output_file, pipeline_steps, search_options, search_overrides,
+    PROGRESS_OPTION, TGT_LANG_OPTION, Options, check_output_paths, ensemble_options, ensemble_settings, languages, loading_errors, model_files, model_options, output_file, pipeline_steps, search_options, search_overrides,
     show_progress, text_pipeline, text_pipeline_options, user_errors,
 )
-from seq2seq.cli.deploy import check_engine_choice, engine_options, load_ctranslate2
+from seq2seq.cli.deploy import check_engine_choice, engine_options, export_loader
 from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.documents.formats import FORMAT_NAMES, format_of_path, read_document, translate_documents
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.engine import translate_stream
 from seq2seq.inference.results import NBEST_FORMATS, formatter
-from seq2seq.inference.engine import Engine
 
 if TYPE_CHECKING:
     from seq2seq.config.search import SearchOptions
@@ -103,12 +102,15 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
             raise click.ClickException(
                 f"--show-attention plots one sentence, but the input has {what}; give exactly one non-empty line"
             )
-    check_engine_choice(engine, engine_dir, model_dir, ensemble, language)
-    if engine == "torch":
-        translator: Engine = load_translator(model_dir, device, precision, weights, search, ensemble,
-                                                        language)
-    else:
-        translator = load_ctranslate2(engine, model_dir[0], engine_dir, device, precision, weights, search)
+    check_engine_choice(engine, engine_dir, model_dir, ensemble, language, weights)
+    from seq2seq.inference.generator import load_engine
+    from seq2seq.inference.inputs import Call
+    from seq2seq.inference.translator import Translator
+
+    with loading_errors(model_dir, device):
+        translator = load_engine(model_dir, device, precision, weights, decodes=Translator,
+                                 export=export_loader(engine), engine_dir=engine_dir,
+                                 call=Call(search, **language), **ensemble)
     if document is not None:
         text = translate_documents(translator, [document], doc_format, names=[document_name], warn=warn,
                                    batch_tokens=batch_tokens, **pipeline_steps(translator, steps),

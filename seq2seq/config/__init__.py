@@ -4,7 +4,7 @@
     schema.py              the generic dataclass <-> dict mapping (from_dict, to_dict, load, save, overrides)
     ranges.py              `check_ranges`: a section's numeric keys inside their bounds
     json_reader.py         `loads`: user JSON, any failure a one-line JSONDecodeError
-    encoder_section.py     the polymorphic `model.encoder` section and the registry of encoder types
+    encoder_section.py     the polymorphic `model.encoder` section: each encoder's config type, registered by its class
     model_section.py       the model section (`ModelConfig`), `check_fits_in_memory`
     data_section.py        the data section: corpora, validation sets, language codes, reserved pieces
     tokenizer_section.py   the tokenizer section

@@ -2,6 +2,7 @@
 
     from seq2seq.deploy.engine import CTranslate2Translator
     t = CTranslate2Translator.load("runs/mine/ctranslate2")    # from `seq2seq export ... --to ctranslate2`
+    t = load_engine("runs/mine", export=CTranslate2Translator.from_model_dir)  # the same, as the commands load it
     t.translate(["A man rides a bike."], beam=5)
     t.translate_nbest(["..."], beam=5, nbest=3)                # -> [[Translation, ...], ...]
 
@@ -64,6 +65,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.data.batching import length_batches
+from seq2seq.deploy.export_lookup import find_export, stale_export_warning
 from seq2seq.deploy.staging import read_export_info, require
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import prefix_too_long
@@ -160,6 +162,19 @@ class CTranslate2Translator(Engine):
                         "when loading, which can lose much quality on CPUs without VNNI (most AVX2 ones); "
                         "export with `seq2seq export --quantize int8` (7-bit weights) instead")
         return cls(path, device=device, compute_type=COMPUTE_TYPES[precision], threads=threads, seed=seed)
+
+    @classmethod
+    def from_model_dir(cls, model_dir: Path, engine_dir: Path | None, *, device: str, precision: str,
+                       seed: int | None, warn: Warn) -> CTranslate2Translator:
+        """The engine of a model directory's export (`seq2seq.inference.generator.ExportLoader`, the way
+        `load_engine` runs one): `engine_dir`, else MODEL_DIR itself when it is an export, else
+        MODEL_DIR/ctranslate2 (`find_export`; ExportError saying how to make one when there is none); a
+        warning where MODEL_DIR's weights changed since it was exported."""
+        path = find_export(model_dir, engine_dir)
+        message = stale_export_warning(model_dir, path)
+        if message:
+            warn(Diagnostic(message, code="stale_export"))
+        return cls.load(path, device=device, precision=precision, seed=seed)
 
     # ---- what the server reads of the engine it serves ----
 

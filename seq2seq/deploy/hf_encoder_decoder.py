@@ -33,7 +33,8 @@ from seq2seq.deploy.hf import (
 )
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require
 from seq2seq.model.encoders.sources import IMAGE
-from seq2seq.model.encoders.hf import HFEncoderConfig, backbone_config, hf_preprocessor
+from seq2seq.config.encoder_section import HFEncoderConfig
+from seq2seq.model.encoders.hf import backbone_config, hf_preprocessor
 from seq2seq.model.layers import sinusoidal_table
 from seq2seq.storage.model_dir import LoadedModel, load_model_dir
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -103,7 +104,7 @@ def hf_encoder_decoder(loaded: LoadedModel) -> PreTrainedModel:
             "a Whisper backbone has no transformers encoder-decoder to go to: SpeechEncoderDecoderModel builds it as "
             "the whole WhisperModel, and would attend to the padding of the 30 s window that this model masks")
     m = loaded.config.model
-    vision = enc.spec.kind is IMAGE
+    vision = enc.spec.kind == IMAGE.name
     prefix = "VisionEncoderDecoder" if vision else "SpeechEncoderDecoder"
     config = getattr(transformers, f"{prefix}Config").from_encoder_decoder_configs(backbone_config(enc),
                                                                                    decoder_config(loaded))

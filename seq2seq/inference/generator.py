@@ -11,15 +11,19 @@ saved in the model directory (the same preprocessing as in training). A file tha
 raises `SourceError` naming it, or with `skip_bad=True` gives an empty n-best list and a warning, so
 that every input still has exactly one result. Each result's `source` is its file.
 
-One loader for every torch engine, which class decodes a model directory chosen from what it reads:
+One loader for every engine and every front-end (the commands, the server, the Python API): the class
+that decodes a model directory is chosen from what it reads, or named by the caller:
 
     engine = load_engine("runs/m30k")          # a Translator (sentences)
     engine = load_engine("runs/speech")        # a Transcriber (recordings of any length, in windows)
     engine = load_engine("runs/captions")      # a Generator (other files: images)
+    engine = load_engine("runs/m30k", decodes=Translator)   # `translate`: refuses an image or audio model
+    engine = load_engine("runs/m30k", export=CTranslate2Translator.from_model_dir)  # its CTranslate2 export
 
-`engine_class(kind)` is the choice itself; the server (and `seq2seq serve`) loads its model with `load_engine`, and the
-commands that decode one kind of source (`translate`, `caption`, `transcribe`) load their own class,
-which refuses a model of another kind naming the command that decodes it.
+`engine_class(kind)` is the choice itself. The commands that decode one kind of source (`translate`,
+`caption`, `transcribe`) name their class, which refuses a model of another kind naming the command that
+decodes it; the server takes the model's own. An exported engine (`seq2seq.deploy`, a layer above this
+one) is passed in as its loader (`ExportLoader`), so this module imports none.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar, overload
 
 from typing_extensions import Unpack
 
@@ -38,7 +42,7 @@ from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
-from seq2seq.inference.engine import Call, PreparedCall
+from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.config.search import SearchOptions
 from seq2seq.inference.inputs import CallKeywords
 from seq2seq.inference.steering import Steering, SteeringError
@@ -48,6 +52,7 @@ from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceEr
 from seq2seq.model.encoders.base import source_kind
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.model_dir import LoadedModel, ModelDir
+from seq2seq.text import lines
 
 log = logging.getLogger(__name__)
 
@@ -274,14 +279,65 @@ def engine_class(kind: SourceKind) -> type[Translator]:
     return Transcriber if Transcriber.decodes(kind) else Generator
 
 
-def load_engine(model_dir: str | Path | Sequence[str | Path], device: str = "auto", precision: str = "fp32",
-                weights: str | Path | None = None, **ensemble: Unpack[EnsembleKeywords]) -> Translator:
-    """The engine of `model_dir` (`engine_class` of what it reads); several directories (or
-    ensemble["last_checkpoints"]) are one ensemble (`Translator.load`'s keywords). CheckpointError for
-    a path that is not a model directory."""
-    path = Path(model_dir if isinstance(model_dir, (str, Path)) else model_dir[0])
-    directory = ModelDir(path)
-    if not directory.config_path.is_file():
-        raise CheckpointError(f"{path} is not a model directory ({ModelDir.CONFIG} is missing)")
-    cls = engine_class(source_kind(directory.config().model.encoder))
-    return cls.load(model_dir, device=device, precision=precision, weights=weights, **ensemble)
+class ExportLoader(Protocol):
+    """Loads a model directory's export on another engine (`CTranslate2Translator.from_model_dir`): the
+    export `model_dir` is or holds, or the one in `engine_dir`; seed: for sampling; warn: where a warning
+    (an export older than the weights) goes."""
+
+    def __call__(self, model_dir: Path, engine_dir: Path | None, *, device: str, precision: str, seed: int | None,
+                 warn: Warn) -> Engine: ...
+
+
+ModelDirs = str | Path | Sequence[str | Path]
+T = TypeVar("T", bound=Translator)
+
+
+@overload
+def load_engine(model_dir: ModelDirs, device: str = "auto", precision: str = "fp32", weights: str | Path | None = None,
+                *, decodes: type[T], call: Call | None = None, **ensemble: Unpack[EnsembleKeywords]) -> T: ...
+
+
+@overload
+def load_engine(model_dir: ModelDirs, device: str = "auto", precision: str = "fp32", weights: str | Path | None = None,
+                *, decodes: type[Translator] | None = None, export: ExportLoader | None = None,
+                engine_dir: str | Path | None = None, call: Call | None = None, warn: Warn = lines.warn,
+                **ensemble: Unpack[EnsembleKeywords]) -> Engine: ...
+
+
+def load_engine(model_dir: ModelDirs, device: str = "auto", precision: str = "fp32", weights: str | Path | None = None,
+                *, decodes: type[Translator] | None = None, export: ExportLoader | None = None,
+                engine_dir: str | Path | None = None, call: Call | None = None, warn: Warn = lines.warn,
+                **ensemble: Unpack[EnsembleKeywords]) -> Engine:
+    """The engine that decodes `model_dir`: the one loader of every front-end (the commands, the server,
+    the Python API). Every problem is a ValueError (CheckpointError, TokenizerError, SourceError, ExportError,
+    a bad device, precision, search option or language) or a RuntimeError from the device.
+
+    decodes: the torch engine class a caller insists on (`Translator`, `Captioner`, `Transcriber`; a model
+    of another kind is refused naming the command that decodes it); None: `engine_class` of what the model
+    reads. Several directories (or ensemble["last_checkpoints"]) are one ensemble (`Translator.load`'s
+    keywords). export: run the model's export on that engine instead (`CTranslate2Translator.from_model_dir`:
+    the export MODEL_DIR is or holds, or `engine_dir`); one model directory, its own weights.
+    call: the call the engine is loaded for, its search options and languages checked here, once (and
+    its seed the export's sampling seed); None: nothing checked."""
+    dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
+    engine: Engine
+    if export is not None:
+        if len(dirs) > 1 or ensemble.get("last_checkpoints") or weights is not None:
+            raise ValueError("an exported engine runs one model directory with its own weights (no ensemble, "
+                             "no weights): export those weights instead")
+        engine = export(Path(dirs[0]), Path(engine_dir) if engine_dir else None, device=device, precision=precision,
+                        seed=call.search.get("seed") if call is not None else None, warn=warn)
+    else:
+        if engine_dir is not None:
+            raise ValueError("engine_dir is where an export is: it goes with export=")
+        if decodes is None:
+            directory = ModelDir(Path(dirs[0]))
+            if not directory.config_path.is_file():
+                raise CheckpointError(f"{dirs[0]} is not a model directory ({ModelDir.CONFIG} is missing)")
+            decodes = engine_class(source_kind(directory.config().model.encoder))
+        engine = decodes.load(dirs if len(dirs) > 1 else dirs[0], device=device, precision=precision,
+                              weights=weights, **ensemble)
+    if call is not None:
+        engine.search_config(**call.search)
+        engine.processor_for(call.tgt_lang, call.src_lang)
+    return engine

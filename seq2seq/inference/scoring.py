@@ -222,11 +222,13 @@ class DualScorer:
 def dcce_filter(cfg: CleanConfig) -> DualCrossEntropyFilter:
     """The `dcce` filter of a `clean` section: its forward and backward models loaded (CPU or the
     default device), judged by `clean.dcce`'s threshold or keep_share (`CleanConfig` checked them)."""
+    from seq2seq.inference.generator import load_engine
     from seq2seq.inference.translator import Translator
 
     rules = cfg.dcce
     assert rules.forward is not None and rules.backward is not None  # (`DcceRules.check`)
-    scorer = DualScorer(Translator.load(rules.forward), Translator.load(rules.backward), rules.batch_tokens)
+    scorer = DualScorer(load_engine(rules.forward, decodes=Translator), load_engine(rules.backward, decodes=Translator),
+                        rules.batch_tokens)
     return DualCrossEntropyFilter(scorer, threshold=rules.threshold, keep_share=rules.keep_share)
 
 

@@ -26,6 +26,7 @@ from seq2seq.text.metrics import format_scores, score
 from seq2seq.config.search import SearchConfig
 from seq2seq.data.synthetic import make_splits, write_splits
 from seq2seq.config import TokenizerConfig
+from seq2seq.inference.generator import load_engine
 from seq2seq.inference.translator import Translator
 from seq2seq.training.throughput import estimate_steps, speed_note
 
@@ -138,7 +139,7 @@ def run_quickstart(output_dir: str | Path, minutes: float | None = None, device:
         log.info(budget_note(slow_steps, budget, steps))
     result = run_training(cfg, config_source="quickstart")
 
-    translator = Translator.load(model_dir, device=device)
+    translator = load_engine(model_dir, device, decodes=Translator)
     test_src = [en for en, _ in splits["test"]]
     test_ref = [de for _, de in splits["test"]]
     hyps = translator.translate(test_src)

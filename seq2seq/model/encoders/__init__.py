@@ -1,7 +1,9 @@
 """Encoders: anything that maps an input batch to (memory [B, S, D], memory_pad_mask [B, S]).
 
-A new modality is a new module here (see `base`): its config, `Encoder` and `SourceProcessor` (of a
-`SourceKind`; see `sources`), registered under the name `model.encoder.type` uses. The decoder,
+A new modality is a new module here (see `base`): its `Encoder` and `SourceProcessor` (of a `SourceKind`;
+see `sources`), registered as a `Modality` under the name `model.encoder.type` uses; its config type is
+registered on the config side (`seq2seq.config.encoder_section`; a plugin's module holds both). This
+package imports the built-in modules below, which registers them: nothing is imported by name. The decoder,
 trainer, search, server and CLI need no change: they call the processor.
 """
 

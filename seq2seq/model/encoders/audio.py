@@ -46,8 +46,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Union
 
 import numpy as np
 import torch
@@ -55,14 +54,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.encoder_section import EncoderConfig, register_encoder_config
+from seq2seq.config.encoder_section import AudioEncoderConfig, EncoderConfig
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.model import sync
 from seq2seq.model.layers import Dropout, EncoderLayer, sinusoidal_table
 from seq2seq.model.encoders.audio_features import (
-    LogMel, conv_length, empty_mel_filters, log_mel, num_frames, padding_mask, spec_augment, subsampled_length,
+    LogMel, conv_length, log_mel, num_frames, padding_mask, spec_augment, subsampled_length,
 )
-from seq2seq.model.encoders.augment import AudioAugmentConfig, augment_waveform
+from seq2seq.model.encoders.augment import augment_waveform
 from seq2seq.model.encoders.base import Encoder, Modality, register
 from seq2seq.model.encoders.media_io import AudioBatch, WaveformProcessor
 from seq2seq.model.encoders.sources import AttentionView
@@ -70,90 +69,6 @@ from seq2seq.model.encoders.sources import AttentionView
 log = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------------------------
-# Config
-# --------------------------------------------------------------------------------------------
-
-
-@register_encoder_config
-@dataclass
-class AudioEncoderConfig(EncoderConfig):
-    """`model.encoder` for `type: audio`. Sizes in samples (n_fft, win_length, hop_length) at
-    `sample_rate`; the Transformer sizes (d_model, heads, encoder_layers, ...) are the model's.
-
-    win_length: None = n_fft. f_max: None = sample_rate / 2.
-    normalize: feature normalisation over real frames: global (per utterance, one mean/std over all
-        bins; the default), per_bin (per utterance, mean/variance of each bin: this hides which bins
-        hold the energy), corpus (global CMVN: one mean/std per mel bin over the training set, computed
-        before training from up to `corpus_utterances` utterances evenly spread over the training
-        table, unaugmented, and saved with the weights; level differences between utterances stay)
-        or none.
-    corpus_utterances: how many training utterances give the `corpus` statistics (at most).
-    subsampling: conv2d (ESPnet-style) | conv1d; conv_channels: C of both convolutions.
-    freq_masks / freq_mask_width: SpecAugment frequency masks (count, max width in mel bins).
-    time_masks / time_mask_width / time_mask_max_frac: time masks (count, max width in frames, and
-        at most this fraction of the utterance's frames). Counts of 0 turn a kind off.
-    max_seconds: longer audio files are refused (SourceError) when loaded; None = no limit.
-    augment: on-the-fly waveform augmentation of training utterances and VTLP (speed, vtlp, noise,
-        gain, reverb; off by default): `seq2seq.model.encoders.augment.AudioAugmentConfig`,
-        docs/augmentation.md.
-    """
-
-    type: str = "audio"
-    sample_rate: int = 16000
-    n_fft: int = 512
-    win_length: int | None = 400
-    hop_length: int = 160
-    n_mels: int = 80
-    f_min: float = 0.0
-    f_max: float | None = None
-    normalize: Literal["per_bin", "global", "corpus", "none"] = "global"
-    corpus_utterances: int = 2000
-    subsampling: Literal["conv2d", "conv1d"] = "conv2d"
-    conv_channels: int = 64
-    freq_masks: int = 2
-    freq_mask_width: int = 15
-    time_masks: int = 2
-    time_mask_width: int = 20
-    time_mask_max_frac: float = 0.1
-    max_seconds: float | None = None
-    augment: AudioAugmentConfig = field(default_factory=AudioAugmentConfig)
-
-    def __post_init__(self) -> None:
-        def fail(key: str, message: str) -> None:
-            raise ConfigError(f"model.encoder.{key} {message}")
-
-        for key in ("sample_rate", "n_fft", "hop_length", "n_mels", "conv_channels", "corpus_utterances"):
-            if getattr(self, key) <= 0:
-                fail(key, f"must be positive, got {getattr(self, key)}")
-        if self.win_length is not None and not 0 < self.win_length <= self.n_fft:
-            fail("win_length", f"must be in [1, n_fft={self.n_fft}], got {self.win_length}")
-        nyquist = self.sample_rate / 2
-        if not 0.0 <= self.f_min < nyquist:
-            fail("f_min", f"must be in [0, sample_rate/2={nyquist:g}), got {self.f_min}")
-        if self.f_max is not None and not self.f_min < self.f_max <= nyquist:
-            fail("f_max", f"must be in (f_min={self.f_min:g}, sample_rate/2={nyquist:g}], got {self.f_max}")
-        for key in ("freq_masks", "freq_mask_width", "time_masks", "time_mask_width"):
-            if getattr(self, key) < 0:
-                fail(key, f"must be >= 0, got {getattr(self, key)}")
-        if self.freq_mask_width > self.n_mels:
-            fail("freq_mask_width", f"must be at most n_mels={self.n_mels}, got {self.freq_mask_width}")
-        if not 0.0 <= self.time_mask_max_frac <= 1.0:
-            fail("time_mask_max_frac", f"must be in [0, 1], got {self.time_mask_max_frac}")
-        if self.max_seconds is not None and self.max_seconds <= 0:
-            fail("max_seconds", f"must be positive, got {self.max_seconds}")
-        empty = empty_mel_filters(self)
-        if empty:
-            fail("n_mels", f"({self.n_mels}) is too large for n_fft={self.n_fft} between f_min={self.f_min:g} and "
-                 f"f_max={self.fmax:g} Hz: mel filters {empty[:5]} contain no FFT bin; lower n_mels or raise n_fft")
-
-    @property
-    def window(self) -> int:
-        return self.n_fft if self.win_length is None else self.win_length
-
-    @property
-    def fmax(self) -> float:
-        return self.sample_rate / 2 if self.f_max is None else self.f_max
 
 
 # --------------------------------------------------------------------------------------------

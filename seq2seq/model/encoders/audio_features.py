@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.config.encoder_section import mel_band_edges
 from seq2seq.model.encoders.augment import vtlp_warp
 
 
 
 class MelSettings(Protocol):
-    """What these functions read of their `cfg`: the fields of `seq2seq.model.encoders.audio.AudioEncoderConfig`
-    (the one config class, `model.encoder` of type audio), declared here by shape so that this module
-    need not import the one that imports it."""
+    """What these functions read of their `cfg`: the fields of `seq2seq.config.encoder_section.AudioEncoderConfig`
+    (the one config class, `model.encoder` of type audio), declared here by shape."""
 
     @property
     def sample_rate(self) -> int: ...
@@ -64,14 +64,6 @@ NORM_EPS = 1e-5  # variance floor of the per-utterance normalisation
 # --------------------------------------------------------------------------------------------
 
 
-def _hz_to_mel(f: float | np.ndarray) -> np.ndarray:
-    return 2595.0 * np.log10(1.0 + np.asarray(f, dtype=np.float64) / 700.0)
-
-
-def _mel_to_hz(m: float | np.ndarray) -> np.ndarray:
-    return 700.0 * (10.0 ** (np.asarray(m, dtype=np.float64) / 2595.0) - 1.0)
-
-
 def mel_filterbank(cfg: MelSettings, warp: np.ndarray | None = None) -> np.ndarray:
     """HTK-scale triangular filters [n_fft // 2 + 1, n_mels] (float64), peak 1, no area normalisation.
 
@@ -80,17 +72,11 @@ def mel_filterbank(cfg: MelSettings, warp: np.ndarray | None = None) -> np.ndarr
     freqs = np.linspace(0.0, cfg.sample_rate / 2, cfg.n_fft // 2 + 1)
     if warp is not None:
         freqs = vtlp_warp(freqs[None, :], np.asarray(warp, dtype=np.float64)[:, None], cfg.sample_rate / 2)
-    mel_points = np.linspace(_hz_to_mel(cfg.f_min), _hz_to_mel(cfg.fmax), cfg.n_mels + 2)
-    hz = _mel_to_hz(mel_points)
+    hz = mel_band_edges(cfg.f_min, cfg.fmax, cfg.n_mels)
     lower, center, upper = hz[:-2], hz[1:-1], hz[2:]
     up = (freqs[..., None] - lower) / (center - lower)
     down = (upper - freqs[..., None]) / (upper - center)
     return np.maximum(0.0, np.minimum(up, down))
-
-
-def empty_mel_filters(cfg: MelSettings) -> list[int]:
-    fb = mel_filterbank(cfg)
-    return [int(i) for i in np.flatnonzero(fb.max(axis=0) <= 0.0)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Training-time augmentation of audio and image examples: the `model.encoder.augment` sections and
-the transforms. Off by default; docs/augmentation.md lists every key.
+"""Training-time augmentation of audio and image examples: the transforms of the `model.encoder.augment`
+sections (their config types: `seq2seq.config.encoder_section`). Off by default; docs/augmentation.md lists every key.
 
 Each training example is transformed on the fly, before collation, with its own numpy Generator,
 which `seq2seq.data.media.example_rng` seeds from (training.seed, epoch, row index) alone: a
@@ -36,133 +36,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from seq2seq.config import ConfigError
+from seq2seq.config.encoder_section import AudioAugmentConfig, ImageAugmentConfig
 
 T = TypeVar("T")
 VTLP_BOUNDARY = 0.6  # F_hi of the VTLP warp as a fraction of Nyquist (4.8 kHz at 16 kHz, as in the paper)
 NOISE_EXPONENTS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectral density ~ 1 / f^exponent
 
 
-def _check_range(key: str, values: Sequence[float], low: float, high: float) -> None:
-    """[a, b] with low <= a <= b <= high, else ConfigError naming model.encoder.augment.<key>."""
-    if len(values) != 2 or not low <= values[0] <= values[1] <= high:
-        raise ConfigError(f"model.encoder.augment.{key} must be [low, high] with {low:g} <= low <= high <= {high:g}, "
-                          f"got {list(values)}")
-
-
-def _check_probability(key: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"model.encoder.augment.{key} must be a probability in [0, 1], got {value}")
-
-
-# --------------------------------------------------------------------------------------------
-# Config
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class AudioAugmentConfig:
-    """`model.encoder.augment` for `type: audio`: each training waveform, on the fly (see the module
-    docstring). The defaults change nothing.
-
-    speed: speed factors, one drawn uniformly per example (1.0: unchanged; e.g. [0.9, 1.0, 1.1]).
-    vtlp: [low, high] of the VTLP warp factor alpha, drawn uniformly ([1.0, 1.0]: off; the paper:
-        [0.9, 1.1]). alpha > 1 moves energy to higher mel bins (a shorter vocal tract).
-    noise_prob: probability of adding noise; noise_snr: [low, high] SNR in dB, uniform;
-        noise_colors: the colours to draw from, uniformly (white, pink, brown).
-    gain_prob: probability of a gain; gain_db: [low, high] in dB, uniform. With per-utterance
-        normalisation (normalize: global or per_bin) a gain is taken out again by the features;
-        it matters for normalize: corpus or none.
-    reverb_prob: probability of reverberation; reverb_rt60: [low, high] in seconds (the time the
-        impulse response takes to fall by 60 dB); reverb_drr: [low, high] direct-to-reverberant
-        energy ratio in dB.
-    """
-
-    speed: list[float] = field(default_factory=lambda: [1.0])
-    vtlp: list[float] = field(default_factory=lambda: [1.0, 1.0])
-    noise_prob: float = 0.0
-    noise_snr: list[float] = field(default_factory=lambda: [10.0, 30.0])
-    noise_colors: list[Literal["white", "pink", "brown"]] = field(default_factory=lambda: ["white", "pink"])
-    gain_prob: float = 0.0
-    gain_db: list[float] = field(default_factory=lambda: [-6.0, 6.0])
-    reverb_prob: float = 0.0
-    reverb_rt60: list[float] = field(default_factory=lambda: [0.2, 0.7])
-    reverb_drr: list[float] = field(default_factory=lambda: [0.0, 10.0])
-
-    def __post_init__(self) -> None:
-        if not self.speed or any(not 0.5 <= s <= 2.0 for s in self.speed):
-            raise ConfigError(f"model.encoder.augment.speed must list factors in [0.5, 2], got {self.speed}")
-        _check_range("vtlp", self.vtlp, 0.5, 2.0)
-        _check_range("noise_snr", self.noise_snr, -30.0, 100.0)
-        _check_range("gain_db", self.gain_db, -60.0, 60.0)
-        _check_range("reverb_rt60", self.reverb_rt60, 0.01, 5.0)
-        _check_range("reverb_drr", self.reverb_drr, -30.0, 60.0)
-        for key in ("noise_prob", "gain_prob", "reverb_prob"):
-            _check_probability(key, getattr(self, key))
-        if not self.noise_colors:
-            raise ConfigError("model.encoder.augment.noise_colors must name at least one of white, pink, brown")
-
-    @property
-    def warps(self) -> bool:
-        """Does VTLP draw a warp factor other than 1?"""
-        return self.vtlp != [1.0, 1.0]
-
-    @property
-    def active(self) -> bool:
-        """Does any transform change anything?"""
-        return (any(s != 1.0 for s in self.speed) or self.warps
-                or any(p > 0 for p in (self.noise_prob, self.gain_prob, self.reverb_prob)))
-
-
-@dataclass
-class ImageAugmentConfig:
-    """`model.encoder.augment` for `type: image`: each training image, on the fly (see the module
-    docstring). The defaults change nothing.
-
-    crop_scale: [low, high] area of the random crop as a fraction of the image, uniform; the crop is
-        resized back to the full size ([1.0, 1.0]: no crop; e.g. [0.8, 1.0]). Above 1 the window is
-        larger than the image, which stays whole inside it (a zoom out, the border filled with the
-        image's mean colour): for images whose content may reach the edges, such as a line of
-        handwriting, [1.0, 1.3] moves and shrinks the content without ever cutting any of it off.
-    crop_ratio: [low, high] aspect ratio of the crop relative to the image's, log-uniform
-        (e.g. [0.75, 1.333]); a crop (area below 1) is shrunk to fit inside the image, a zoom-out
-        window (area above 1) is grown to hold all of it.
-    rotate: the rotation in degrees is drawn uniformly from [-rotate, rotate] (0: none).
-    brightness: pixel values are multiplied by a factor uniform in [1 - brightness, 1 + brightness].
-    contrast: the distance of each pixel value from the image's mean is multiplied by a factor
-        uniform in [1 - contrast, 1 + contrast].
-    """
-
-    crop_scale: list[float] = field(default_factory=lambda: [1.0, 1.0])
-    crop_ratio: list[float] = field(default_factory=lambda: [1.0, 1.0])
-    rotate: float = 0.0
-    brightness: float = 0.0
-    contrast: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check_range("crop_scale", self.crop_scale, 0.01, 4.0)
-        _check_range("crop_ratio", self.crop_ratio, 0.1, 10.0)
-        if not 0.0 <= self.rotate <= 180.0:
-            raise ConfigError(f"model.encoder.augment.rotate must be in [0, 180] degrees, got {self.rotate}")
-        for key in ("brightness", "contrast"):
-            if not 0.0 <= getattr(self, key) <= 1.0:
-                raise ConfigError(f"model.encoder.augment.{key} must be in [0, 1], got {getattr(self, key)}")
-
-    @property
-    def moves(self) -> bool:
-        """Is there a crop or a rotation?"""
-        return self.crop_scale != [1.0, 1.0] or self.crop_ratio != [1.0, 1.0] or self.rotate > 0
-
-    @property
-    def active(self) -> bool:
-        return self.moves or self.brightness > 0 or self.contrast > 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,9 +4,10 @@ inputs into encoder batches.
 
 A modality is one module under `seq2seq/model/encoders/` that defines
 
-* a config dataclass (a subclass of `seq2seq.config.encoder_section.EncoderConfig`, registered with
-  `@register_encoder_config`), saved in the model directory's config.yaml, so that training and
-  inference preprocess alike;
+* (for a plugin) a config dataclass (a subclass of `seq2seq.config.encoder_section.EncoderConfig`,
+  registered with `@register_encoder_config`), saved in the model directory's config.yaml, so that
+  training and inference preprocess alike; the built-in modalities' config types are in
+  `seq2seq.config.encoder_section`, the config layer;
 * an `Encoder`: src batch -> (memory [B, S, D], memory_pad_mask [B, S], True at padding);
 * a `SourceProcessor` of a `SourceKind` (TEXT, IMAGE, AUDIO, or its own): the one owner of what
   follows from the kind of source: probing a file and checking limits, splitting a long source,
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Generic, TypeGuard, TypeVar
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.encoder_section import EncoderConfig, discover_encoder_types
+from seq2seq.config.encoder_section import EncoderConfig, load_encoder_plugins
 from seq2seq.model.encoders.sources import SourceError, SourceKind, SourceProcessor
 from seq2seq.model.encoders.text_processor import TextProcessor
 
@@ -132,15 +133,16 @@ def register(modality: Modality) -> Modality:
 
 
 def load_plugins() -> None:
-    """Register the built-in modalities and those of installed packages: a package adds a modality
-    by naming a module in the `seq2seq.model.encoders` entry-point group, e.g. in its pyproject.toml
+    """Register the modalities of installed packages (the built-in ones are registered by importing this
+    package, whose `__init__` imports their modules): a package adds a modality by naming a module in the
+    `seq2seq.model.encoders` entry-point group, e.g. in its pyproject.toml
 
         [project.entry-points."seq2seq.model.encoders"]
         my_encoder = "my_package.my_encoder"
 
-    (importing that module registers its config and `Modality`). The config layer finds them
-    (`seq2seq.config.encoder_section.discover_encoder_types`), importing them by name."""
-    discover_encoder_types(loaded=_MODALITIES)
+    (importing that module registers its config type and its `Modality`; the config layer loads the
+    group, `seq2seq.config.encoder_section.load_encoder_plugins`)."""
+    load_encoder_plugins()
 
 
 def get_modality(name: str) -> Modality:

@@ -51,9 +51,8 @@ from seq2seq.config import ConfigError
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.encoders.audio_features import padding_mask
 from seq2seq.model.encoders.base import Encoder, Modality, register
-from seq2seq.model.encoders.hf_backbone import (
-    KEY, HFEncoderConfig, backbone_config, build_backbone, resolve_backbone, source_kind_of,
-)
+from seq2seq.config.encoder_section import KEY, HFEncoderConfig
+from seq2seq.model.encoders.hf_backbone import backbone_config, build_backbone, resolve_backbone, source_kind_of
 from seq2seq.model.encoders.hf_sources import hf_preprocessor, hf_processor
 
 if TYPE_CHECKING:  # an optional dependency (the hf extra)

@@ -27,7 +27,8 @@ from seq2seq.config import ConfigError
 from seq2seq.config.encoder_section import EncoderConfig
 from seq2seq.model.encoders.audio_windows import Window
 from seq2seq.model.encoders.sources import IMAGE, AttentionView, SourceError, SourceInfo, SourceProcessor
-from seq2seq.model.encoders.hf_backbone import KEY, HFEncoderConfig, require_transformers, resolve_backbone
+from seq2seq.config.encoder_section import KEY, HFEncoderConfig
+from seq2seq.model.encoders.hf_backbone import require_transformers, resolve_backbone
 from seq2seq.model.encoders.media_io import WaveformProcessor, probe_image, read_image
 
 
@@ -156,4 +157,4 @@ def hf_processor(cfg: EncoderConfig) -> SourceProcessor:
     """The processor of a `type: hf` encoder: images or audio, after its backbone."""
     resolve_backbone(cfg)
     assert isinstance(cfg, HFEncoderConfig)
-    return HFImageProcessor(cfg) if cfg.spec.kind is IMAGE else HFAudioProcessor(cfg)
+    return HFImageProcessor(cfg) if cfg.spec.kind == IMAGE.name else HFAudioProcessor(cfg)

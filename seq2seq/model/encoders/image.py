@@ -17,162 +17,22 @@ antialiasing bicubic filter (the aspect ratio is not kept: a 200x100 photo fills
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ConfigError
-from seq2seq.config.encoder_section import EncoderConfig, register_encoder_config
+from seq2seq.config.encoder_section import EncoderConfig, ImageEncoderConfig
 from seq2seq.config.model_section import ModelConfig
 from seq2seq.model.layers import EncoderLayer, sinusoidal_table
-from seq2seq.model.encoders.augment import ImageAugmentConfig, augment_image
+from seq2seq.model.encoders.augment import augment_image
 from seq2seq.model.encoders.base import Encoder, Modality, register
 from seq2seq.model.encoders.sources import IMAGE, AttentionView, SourceInfo, SourceProcessor
 from seq2seq.model.encoders.media_io import probe_image, read_image
 
 
-@register_encoder_config
-@dataclass
-class ImageEncoderConfig(EncoderConfig):
-    """`model.encoder` for `type: image`.
-
-    image_size: images are resized to image_size x image_size, unless height and width are set
-        (both; then height x width).
-    patch_size: side of the square patches; height and width must be multiples of it. The encoder
-        sees (height / patch_size) * (width / patch_size) positions.
-    patch_height: patches patch_height high and patch_size wide instead (None, the default: square).
-        A line of text or digits as high as the image (patch_height = height) becomes one row of
-        positions read left to right: 192x32 pixels with patch 8 give 24 positions, not 4x24.
-    channels: 3 (RGB) or 1 (grey); inputs of any mode are converted.
-    conv_stem: a small convolutional stem before the patch embedding (as in Xiao et al. 2021, "Early
-        convolutions help transformers see better"): two 3x3 stride-2 convolutions (stem_channels / 2,
-        then stem_channels wide, each followed by GELU), then the patch embedding as a
-        (patch_size / 4)-sized convolution over that 4x smaller feature map, so the grid is the same.
-        Needs patch_size divisible by 4.
-    resnet_widths: a ResNet-style CNN before the patch embedding instead (He et al. 2016, the basic
-        block, with BatchNorm), for fine-grained images such as handwriting: a 3x3 convolution to
-        resnet_widths[0] channels at full resolution, then one stage per width, each of
-        resnet_blocks residual blocks, the first of which halves height and width. The patch
-        embedding is then a (patch_size / 2^stages)-sized convolution over the last stage's map, so
-        the grid is the same; patch_size (and patch_height) must be divisible by 2^stages. [] (the
-        default): no CNN.
-        E.g. [32, 64, 128]: 8x smaller maps, patch_size 8 -> one position per 8x8 input pixels.
-    resnet_stem_stride: 1 (the default: the stem convolution keeps full resolution) or 2 (as in
-        ResNet's own stem: the stem convolution halves height and width and the first stage keeps
-        them, so the maps, and the downsampling 2^stages, are the same). On CPU the two convolutions
-        at full resolution cost about half of the CNN's training step; stride 2 drops them.
-    positions: how patch positions are encoded: "sinusoidal" (fixed 2-D: the first half of d_model
-        encodes the row, the second half the column; needs d_model divisible by 4) or "learned"
-        (a learned row vector plus a learned column vector).
-    mean, std: normalisation of pixel values scaled to [0, 1]: one value per channel, or a single
-        value for every channel (the default, 0.5 and 0.5, maps pixels to [-1, 1]).
-    augment: on-the-fly augmentation of training images (random resized crop, rotation, brightness,
-        contrast; off by default): `seq2seq.model.encoders.augment.ImageAugmentConfig`,
-        docs/augmentation.md.
-    max_pixels: larger images (width x height, read from the file's header before decoding) are
-        refused (SourceError) when loaded, so one huge file cannot take gigabytes of memory; None =
-        no limit. The default is 40 megapixels.
-
-    Search counts an image's length as its number of patches, so the default output limit
-    (decoding.max_len_a * patches + max_len_b) depends on the grid: with few patches, set
-    decoding.max_len_a: 0 and max_len_b above the longest caption, or captions are cut short.
-    """
-
-    type: str = "image"
-    image_size: int = 64
-    height: int | None = None
-    width: int | None = None
-    patch_size: int = 8
-    patch_height: int | None = None
-    channels: int = 3
-    conv_stem: bool = False
-    stem_channels: int = 32
-    resnet_widths: list[int] = field(default_factory=list)
-    resnet_blocks: int = 1
-    resnet_stem_stride: int = 1
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    mean: list[float] = field(default_factory=lambda: [0.5])
-    std: list[float] = field(default_factory=lambda: [0.5])
-    augment: ImageAugmentConfig = field(default_factory=ImageAugmentConfig)
-    max_pixels: int | None = 40_000_000
-
-    def __post_init__(self) -> None:
-        key = "model.encoder"
-        if self.type != "image":
-            raise ConfigError(f"{key}.type must be 'image' for an ImageEncoderConfig, got {self.type!r}")
-        if (self.height is None) != (self.width is None):
-            raise ConfigError(f"{key}.height and {key}.width must be set together (or neither: {key}.image_size)")
-        if self.channels not in (1, 3):
-            raise ConfigError(f"{key}.channels must be 3 (RGB) or 1 (grey), got {self.channels}")
-        patches = {"patch_size": self.patch_size} if self.patch_height is None else \
-            {"patch_height": self.patch_height, "patch_size": self.patch_size}
-        for name, value in patches.items():
-            if value < 1:
-                raise ConfigError(f"{key}.{name} must be positive, got {value}")
-        if self.height is None or self.width is None:  # both None (checked above)
-            sizes = {"image_size": self.image_size}
-        else:
-            sizes = {"height": self.height, "width": self.width}
-        for name, value in sizes.items():
-            if value < 1:
-                raise ConfigError(f"{key}.{name} must be positive, got {value}")
-        (h, w), (ph, pw) = self.size, self.patch
-        for name, value, patch, patch_name in (("height", h, ph, "patch_height" if self.patch_height else "patch_size"),
-                                               ("width", w, pw, "patch_size")):
-            if value % patch:
-                name = "image_size" if self.height is None else name
-                raise ConfigError(f"{key}.{name} ({value}) must be divisible by {key}.{patch_name} ({patch})")
-        if self.conv_stem and self.stem_channels < 2:
-            raise ConfigError(f"{key}.stem_channels must be at least 2, got {self.stem_channels}")
-        for name, value in patches.items():
-            if self.conv_stem and value % 4:
-                raise ConfigError(f"{key}.conv_stem needs {key}.{name} divisible by 4 (the stem downsamples 4x), "
-                                  f"got {value}")
-        if self.resnet_widths:
-            if self.conv_stem:
-                raise ConfigError(f"{key}.conv_stem and {key}.resnet_widths are two alternative stems: set one")
-            if any(w < 1 for w in self.resnet_widths):
-                raise ConfigError(f"{key}.resnet_widths must be positive channel counts, got {self.resnet_widths}")
-            if self.resnet_blocks < 1:
-                raise ConfigError(f"{key}.resnet_blocks must be at least 1, got {self.resnet_blocks}")
-            if self.resnet_stem_stride not in (1, 2):
-                raise ConfigError(f"{key}.resnet_stem_stride must be 1 or 2, got {self.resnet_stem_stride}")
-            factor = 2 ** len(self.resnet_widths)
-            for name, value in patches.items():
-                if value % factor:
-                    raise ConfigError(f"{key}.{name} ({value}) must be divisible by {factor}: the "
-                                      f"{len(self.resnet_widths)} stages of {key}.resnet_widths downsample {factor}x")
-        for name in ("mean", "std"):
-            values = getattr(self, name)
-            if len(values) not in (1, self.channels):
-                raise ConfigError(f"{key}.{name} needs one value, or one per channel ({self.channels}); got {values}")
-        if any(not s > 0 for s in self.std):
-            raise ConfigError(f"{key}.std must be positive, got {self.std}")
-        if self.max_pixels is not None and self.max_pixels < 1:
-            raise ConfigError(f"{key}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """(height, width) in pixels after resizing."""
-        if self.height is None:
-            return (self.image_size, self.image_size)
-        assert self.width is not None  # set together with height (__post_init__)
-        return (self.height, self.width)
-
-    @property
-    def patch(self) -> tuple[int, int]:
-        """(patch height, patch width) in pixels."""
-        return (self.patch_height or self.patch_size, self.patch_size)
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        """(gh, gw): patches per column and per row."""
-        (h, w), (ph, pw) = self.size, self.patch
-        return h // ph, w // pw
 
 
 # --------------------------------------------------------------------------------------------
