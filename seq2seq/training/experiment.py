@@ -263,7 +263,7 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
     cfg, parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
     adapter_run.check_start(cfg, parent, out_dir, overwrite)
-    resolve_encoder_config(cfg.model.encoder)  # e.g. a pretrained backbone's config, read from name_or_path
+    cfg = resolved_encoder(cfg)
     check_fits_in_memory(cfg.model)
     out_dir.mkdir(parents=True, exist_ok=True)
     if distributed.is_main():
@@ -299,6 +299,15 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     if resume:
         trainer.resume()
     return RunResult(**trainer.train(), out_dir=str(out_dir))
+
+
+def resolved_encoder(cfg: Config) -> Config:
+    """cfg with model.encoder as a run starts with it (e.g. a pretrained backbone's config, read from
+    name_or_path: `resolve_encoder_config`); cfg itself where there is nothing to resolve."""
+    encoder = resolve_encoder_config(cfg.model.encoder)
+    if encoder is cfg.model.encoder:
+        return cfg
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoder=encoder))
 
 
 def training_data(cfg: Config, out_dir: Path) -> TrainingData:
@@ -341,7 +350,7 @@ def make_trainer(cfg: Config, data: TrainingData, model: Seq2SeqTransformer, out
 def build_run(cfg: Config) -> Trainer:
     """A Trainer for cfg as `run_training` builds it (data prepared or read from the cache, a fresh
     model), writing nothing but the tokenizer into training.output_dir: what the throughput probe times."""
-    resolve_encoder_config(cfg.model.encoder)
+    cfg = resolved_encoder(cfg)
     out_dir = Path(cfg.training.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = training_data(cfg, out_dir)
