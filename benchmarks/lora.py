@@ -203,11 +203,10 @@ def _serve_memory(args: argparse.Namespace, root) -> dict:
     tok = train_tokenizer(texts, 2000, TokenizerConfig(vocab_size=2000))
     base = ModelDir(root / "base")
     base.path.mkdir()
-    cfg = Config()
     s = PRESETS[args.preset]
-    cfg.model = ModelConfig(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=s["d_model"],
-                            heads=s["heads"], ffn_dim=s["ffn_dim"], layers=s["layers"], share_embeddings=True,
-                            pad_id=PAD_ID)
+    cfg = Config(model=ModelConfig(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=s["d_model"],
+                                   heads=s["heads"], ffn_dim=s["ffn_dim"], layers=s["layers"], share_embeddings=True,
+                                   pad_id=PAD_ID))
     base.write_config(cfg)
     TokenizerPair(tok, tok, joint=True).save(base.path)
     torch.manual_seed(0)

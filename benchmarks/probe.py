@@ -58,7 +58,7 @@ def main() -> int:
             cfg = load_config(args.config, [f"training.max_time_minutes={args.minutes}",
                                             f"training.output_dir={out / 'model'}", f"training.device={args.device}",
                                             "training.max_steps=10000000", *args.overrides])
-        cfg.training = dataclasses.replace(cfg.training, max_time_minutes=args.minutes)
+        cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_time_minutes=args.minutes))
         started = time.perf_counter()
         probe = probe_run(cfg)
         probe_seconds = time.perf_counter() - started

@@ -17,6 +17,7 @@ by its step count, so that is the conversion to apply there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import statistics
 import sys
@@ -39,8 +40,8 @@ from seq2seq.training.trainer import Trainer  # noqa: E402
 
 def trainer(cfg, data, out_dir: Path) -> Trainer:
     torch.manual_seed(0)
-    model_cfg = cfg.model
-    model_cfg.src_vocab_size = model_cfg.tgt_vocab_size = data.tokenizers.src.vocab_size
+    vocab_size = data.tokenizers.src.vocab_size
+    model_cfg = dataclasses.replace(cfg.model, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
     return Trainer(Seq2SeqTransformer(model_cfg), cfg.training, data.sampler, data.collate, None, out_dir, pad_id=PAD_ID)
 
 

@@ -129,7 +129,7 @@ def test_the_parents_own_settings_and_tokenizer_file_are_accepted(tmp_path, tiny
     cfg = load_config(config)
     from seq2seq.training import finetune
 
-    parent = finetune.setup(cfg, tiny_model_dir, tmp_path / "ft", resume=False)
+    cfg, parent = finetune.setup(cfg, tiny_model_dir, tmp_path / "ft", resume=False)
     assert parent is not None and cfg.model.d_model == 64
     assert cfg.tokenizer.src_model == str(tiny_model_dir.resolve() / "spm.model")
     with pytest.raises(ConfigError, match="fine-tuning keeps"):

@@ -10,6 +10,7 @@ directory after the backbone's directory is deleted.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -160,8 +161,7 @@ def model_cfg(path: Path, **encoder) -> ModelConfig:
     """The model config naming the backbone at `path`, resolved as a run resolves it when it starts."""
     cfg = from_dict(ModelConfig, {"d_model": 32, "heads": 2, "ffn_dim": 64, "layers": 1, "tgt_vocab_size": 20,
                                   "encoder": {"type": "hf", "name_or_path": str(path), **encoder}})
-    resolve_encoder_config(cfg.encoder)
-    return cfg
+    return dataclasses.replace(cfg, encoder=resolve_encoder_config(cfg.encoder))
 
 
 def train_config(data: Path, backbone: Path, out: Path, steps: int = 30, **overrides) -> dict:

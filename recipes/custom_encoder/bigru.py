@@ -28,7 +28,7 @@ from seq2seq.model.encoders import Encoder, Modality, register
 
 
 @register_encoder_config
-@dataclass
+@dataclass(frozen=True)
 class BiGRUConfig(EncoderConfig):
     """`model.encoder: {type: bigru, hidden: 128, layers: 1}`."""
 

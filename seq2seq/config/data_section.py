@@ -40,7 +40,7 @@ def _check_piece(piece: str, key: str) -> None:
         raise ConfigError(f"{key} {piece!r} is a language tag; the language tag comes from tgt_lang")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CorpusConfig:
     """One training corpus of `data.corpora`: its files, languages, sampling weight and tag.
 
@@ -82,7 +82,7 @@ class CorpusConfig:
         return files + (f" ({', '.join(notes)})" if notes else "")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ValidSetConfig:
     """One validation set of `data.valid_sets`, scored on its own (BLEU per direction).
 
@@ -148,7 +148,7 @@ class ModifierConfig:
         return any(getattr(self, name) > 0 for name in MODIFIERS)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """Where the parallel data is and how to clean it.
 
@@ -233,10 +233,12 @@ class DataConfig:
     modifiers: ModifierConfig = field(default_factory=ModifierConfig)  # training-time text modifiers
 
     def __post_init__(self) -> None:
-        self.corpora = [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict) else c
-                        for i, c in enumerate(self.corpora)]
-        self.valid_sets = [from_dict(ValidSetConfig, v, f"data.valid_sets[{i}].") if isinstance(v, dict) else v
-                           for i, v in enumerate(self.valid_sets)]
+        # Entries given as dicts become their dataclasses, checked with their keys named. The class is
+        # frozen, so the normalised lists are set with object.__setattr__ (the frozen-dataclass idiom).
+        object.__setattr__(self, "corpora", [from_dict(CorpusConfig, c, f"data.corpora[{i}].") if isinstance(c, dict)
+                                             else c for i, c in enumerate(self.corpora)])
+        object.__setattr__(self, "valid_sets", [from_dict(ValidSetConfig, v, f"data.valid_sets[{i}].")
+                                                if isinstance(v, dict) else v for i, v in enumerate(self.valid_sets)])
         self._check_corpora()
         if self.subword_alpha is not None and not 0.0 < self.subword_alpha <= 1.0:
             raise ConfigError(f"data.subword_alpha must be in (0, 1] (or null: off), got {self.subword_alpha}")

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from seq2seq.config.schema import ConfigError
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncoderConfig:
     """The `model.encoder` section: which encoder reads the source, and that encoder's settings.
 
@@ -59,8 +59,8 @@ KEY = "model.encoder"
 
 
 def register_encoder_config(cls: type[EncoderConfig]) -> type[EncoderConfig]:
-    """Class decorator: make `cls` (a dataclass whose `type` field defaults to its name) the config of
-    `model.encoder.type: <name>`."""
+    """Class decorator: make `cls` (a frozen dataclass, as its base, whose `type` field defaults to its
+    name) the config of `model.encoder.type: <name>`."""
     _ENCODER_CONFIGS[cls().type] = cls
     return cls
 
@@ -117,7 +117,7 @@ def _check_probability(key: str, value: float) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class AudioAugmentConfig:
     """`model.encoder.augment` for `type: audio`: each training waveform, on the fly (see the module
     docstring of seq2seq.model.encoders.augment). The defaults change nothing.
@@ -171,7 +171,7 @@ class AudioAugmentConfig:
                 or any(p > 0 for p in (self.noise_prob, self.gain_prob, self.reverb_prob)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class ImageAugmentConfig:
     """`model.encoder.augment` for `type: image`: each training image, on the fly (see the module
     docstring of seq2seq.model.encoders.augment). The defaults change nothing.
@@ -220,7 +220,7 @@ class ImageAugmentConfig:
 
 
 @register_encoder_config
-@dataclass
+@dataclass(frozen=True)
 class ImageEncoderConfig(EncoderConfig):
     """`model.encoder` for `type: image`.
 
@@ -388,7 +388,7 @@ def empty_mel_filters(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f
 
 
 @register_encoder_config
-@dataclass
+@dataclass(frozen=True)
 class AudioEncoderConfig(EncoderConfig):
     """`model.encoder` for `type: audio`. Sizes in samples (n_fft, win_length, hop_length) at
     `sample_rate`; the Transformer sizes (d_model, heads, encoder_layers, ...) are the model's.
@@ -513,11 +513,11 @@ def backbone_spec(model_type: object) -> Backbone:
 
 
 @register_encoder_config
-@dataclass
+@dataclass(frozen=True)
 class HFEncoderConfig(EncoderConfig):
     """`model.encoder` for `type: hf` (see seq2seq.model.encoders.hf). Pure data: nothing is read when
-    it is parsed; `resolve_backbone` fills `backbone` and `preprocessor` from `name_or_path` when a
-    run starts.
+    it is parsed; when a run starts, `resolve_backbone` makes the config with `backbone` and
+    `preprocessor` read from `name_or_path`.
 
     name_or_path: a hub id or a directory written by `save_pretrained` (with the preprocessor's
         preprocessor_config.json); read once, when a run starts, into `backbone` and `preprocessor`.

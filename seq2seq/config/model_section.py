@@ -15,7 +15,7 @@ from seq2seq.config.ranges import check_ranges
 from seq2seq.config.schema import ConfigError
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """Sizes and choices of the encoder-decoder Transformer.
 

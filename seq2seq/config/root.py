@@ -26,7 +26,7 @@ from seq2seq.config.tokenizer_section import TokenizerConfig
 from seq2seq.config.training_section import TrainingConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     """The whole experiment, as written in a YAML file under configs/."""
 

@@ -13,7 +13,7 @@ from seq2seq.config.schema import ConfigError
 N_SPECIAL_IDS = 4
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenizerConfig:
     """How to build the subword vocabularies (the `tokenizer` section; used by `seq2seq.text.tokenizer`).
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from seq2seq.config import DataConfig, ModelConfig
+from seq2seq.config import DataConfig, ModelConfig, TokenizerConfig
 from seq2seq.config.data_section import LANGUAGE_CODE
 from seq2seq.config.root import Config
 from seq2seq.deploy.fairseq_export import keep_family_files
@@ -318,9 +318,8 @@ def import_fairseq(hf_dir: Path, out: Path, config: PreTrainedConfig, state: dic
     m = _model_config(config, state)
     model = _our_model(m, state, hf_dir, mbart)
     tokenizers = v.reindexed.tokenizers
-    cfg = Config(model=m, data=DataConfig(languages=list(v.languages), language_tag="both"))
-    cfg.tokenizer.joint = True
-    cfg.tokenizer.vocab_size = m.tgt_vocab_size
+    cfg = Config(model=m, data=DataConfig(languages=list(v.languages), language_tag="both"),
+                 tokenizer=TokenizerConfig(joint=True, vocab_size=m.tgt_vocab_size))
     with Staging(out) as tmp:
         model_dir = ModelDir(tmp)
         model_dir.save_weights(model.state_dict())

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from seq2seq.config.root import Config
-from seq2seq.config import DataConfig, ModelConfig, from_dict, load_dict
+from seq2seq.config import DataConfig, ModelConfig, TokenizerConfig, from_dict, load_dict
 from seq2seq.deploy.hf import HF_CONFIG, layer_problems, our_tensors
 from seq2seq.deploy.hf_fairseq import FAIRSEQ_ARCHITECTURES
 from seq2seq.deploy.hf_vocab import gather_rows, hf_tokenizers, json_file, needs_reindexing, reindex
@@ -202,12 +202,10 @@ def _read_weights(hf_dir: Path, files: list[Path], config: PreTrainedConfig) -> 
 def _default_config(m: ModelConfig, tokenizers: TokenizerPair, languages: Sequence[str] = ()) -> Config:
     """Our defaults with the model's sizes: the run config of an import that is not one of our exports;
     `languages`: the target languages of a multilingual model (its `>>xx<<` tokens), `data.languages`."""
-    cfg = Config(model=m, data=DataConfig(languages=list(languages)))
-    cfg.tokenizer.joint = tokenizers.joint
-    cfg.tokenizer.vocab_size = m.tgt_vocab_size
-    if not tokenizers.joint:
-        cfg.tokenizer.src_vocab_size, cfg.tokenizer.tgt_vocab_size = m.src_vocab_size, m.tgt_vocab_size
-    return cfg
+    joint = tokenizers.joint  # separate tokenizers: each side's size too
+    tokenizer = TokenizerConfig(joint=joint, vocab_size=m.tgt_vocab_size, src_vocab_size=None if joint else m.src_vocab_size,
+                                tgt_vocab_size=None if joint else m.tgt_vocab_size)
+    return Config(model=m, data=DataConfig(languages=list(languages)), tokenizer=tokenizer)
 
 
 def _load_model(m: ModelConfig, state: dict[str, torch.Tensor], hf_dir: Path) -> torch.nn.Module:

@@ -25,7 +25,7 @@ Shapes: N sources, S_m member m's memory length, D_m its width, M members, B dec
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
@@ -119,8 +119,8 @@ class EnsembleModel(nn.Module):
         self.weights = [w / total for w in weights]
         self.combine = combine
         self.encoder = _FirstMemberLengths(members[0])
-        self.cfg = copy.copy(members[0].cfg)
-        self.cfg.max_positions = min(m.cfg.max_positions for m in members)  # BOS + tokens fit every member
+        # the first member's config, with the positions that fit every member (BOS + tokens)
+        self.cfg = dataclasses.replace(members[0].cfg, max_positions=min(m.cfg.max_positions for m in members))
 
     def encode(self, src: Sequence[object]) -> tuple[EnsembleMemory, Tensor]:
         """src: one batch per member -> (each member's (memory, pad mask), the first member's pad mask [N, S_0])."""

@@ -261,9 +261,9 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
         )
     if resume and state_dir is None:
         log.warning("--resume: nothing to resume in %s, starting a new run", out_dir)
-    parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
+    cfg, parent = finetune.setup(cfg, init_from, out_dir, resume)  # fine-tuning: cfg takes the parent's model + tokenizer
     adapter_run.check_start(cfg, parent, out_dir, overwrite)
-    resolve_encoder_config(cfg.model.encoder)  # e.g. a pretrained backbone's config, read from name_or_path
+    cfg = resolved_encoder(cfg)
     check_fits_in_memory(cfg.model)
     out_dir.mkdir(parents=True, exist_ok=True)
     if distributed.is_main():
@@ -275,7 +275,7 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     source: Encoder | Callable[[ModelConfig], Encoder] | None = encoder
     if encoder is None and pretrained is not None and parent is None and state_dir is None:
         source = pretrained  # a fresh run starts from a pretrained backbone's weights
-    model = build_model(cfg, data, source)
+    cfg, model = build_model(cfg, data, source)
     if parent is not None:
         parent.init_weights(model)
     adapted = adapter_run.attach(cfg, model, parent, out_dir)  # training.adapter: LoRA updates only (seq2seq.adapters)
@@ -301,6 +301,15 @@ def _run_training(cfg: Config, resume: bool, config_source: str | None, encoder:
     return RunResult(**trainer.train(), out_dir=str(out_dir))
 
 
+def resolved_encoder(cfg: Config) -> Config:
+    """cfg with model.encoder as a run starts with it (e.g. a pretrained backbone's config, read from
+    name_or_path: `resolve_encoder_config`); cfg itself where there is nothing to resolve."""
+    encoder = resolve_encoder_config(cfg.model.encoder)
+    if encoder is cfg.model.encoder:
+        return cfg
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoder=encoder))
+
+
 def training_data(cfg: Config, out_dir: Path) -> TrainingData:
     """The run's data (`text_training_data` or `media_training_data`, by the encoder's kind of source);
     under torchrun rank 0 prepares it first, the others then read what it cached."""
@@ -310,13 +319,13 @@ def training_data(cfg: Config, out_dir: Path) -> TrainingData:
 
 
 def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[ModelConfig], Encoder] | None = None
-                ) -> Seq2SeqTransformer:
-    """The model cfg describes, for `data`'s vocabularies (which cfg.model then records), initialised
+                ) -> tuple[Config, Seq2SeqTransformer]:
+    """cfg with its model section sized for `data`'s vocabularies, and the model it describes, initialised
     from training.seed; `encoder`: an instance to use, or a function of cfg.model that makes one."""
     tok = data.tokenizers
-    cfg.model = dataclasses.replace(
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, src_vocab_size=tok.src.vocab_size, tgt_vocab_size=tok.tgt.vocab_size, pad_id=PAD_ID
-    )
+    ))
     check_fits_in_memory(cfg.model)  # with the vocabularies' real sizes
     if cfg.model.share_embeddings and not tok.joint:
         raise ConfigError("model.share_embeddings needs a joint tokenizer (tokenizer.joint: true)")
@@ -329,7 +338,7 @@ def build_model(cfg: Config, data: TrainingData, encoder: Encoder | Callable[[Mo
     fit = getattr(model.encoder, "fit_statistics", None)
     if fit is not None and data.examples:
         fit(data.examples)  # e.g. normalize: corpus; a parent's or resumed weights replace it
-    return model
+    return cfg, model
 
 
 def make_trainer(cfg: Config, data: TrainingData, model: Seq2SeqTransformer, out_dir: Path) -> Trainer:
@@ -341,11 +350,12 @@ def make_trainer(cfg: Config, data: TrainingData, model: Seq2SeqTransformer, out
 def build_run(cfg: Config) -> Trainer:
     """A Trainer for cfg as `run_training` builds it (data prepared or read from the cache, a fresh
     model), writing nothing but the tokenizer into training.output_dir: what the throughput probe times."""
-    resolve_encoder_config(cfg.model.encoder)
+    cfg = resolved_encoder(cfg)
     out_dir = Path(cfg.training.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = training_data(cfg, out_dir)
-    return make_trainer(cfg, data, build_model(cfg, data), out_dir)
+    cfg, model = build_model(cfg, data)
+    return make_trainer(cfg, data, model, out_dir)
 
 
 def write_static_files(out_dir: Path, cfg: Config, data: TrainingData, model: Seq2SeqTransformer,

@@ -108,10 +108,10 @@ def recorded_parent(out_dir: str | Path) -> str | None:
         return None
 
 
-def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume: bool) -> Parent | None:
-    """Merge a fine-tuning run's config with its parent, in place (see the module docstring).
+def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume: bool) -> tuple[Config, Parent | None]:
+    """A fine-tuning run's config merged with its parent (see the module docstring), and the parent.
 
-    Returns the parent, or None for a run from scratch. Resuming a fine-tuning run (resume=True and a
+    Returns cfg as it is and None for a run from scratch. Resuming a fine-tuning run (resume=True and a
     train state in out_dir) needs no init_from: the run's own config and tokenizer, copied from the
     parent at its start, stand in for the parent's, and the weights come from the train state.
     Raises ConfigError (one message, naming every difference) when CONFIG does not fit the parent.
@@ -124,7 +124,7 @@ def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume
         log.info("--resume: the run in %s has no checkpoint yet; fine-tuning %s from the start", out_dir, recorded)
     if init_from is None:
         if recorded is None:
-            return None
+            return cfg, None
         parent = load_parent(out_dir, weights=False, what="resuming the fine-tuning run in")
         log.info("resuming a fine-tuning run (from %s)", recorded)
     else:
@@ -135,8 +135,7 @@ def setup(cfg: Config, init_from: str | Path | None, out_dir: str | Path, resume
         if resuming and recorded is not None and Path(recorded).resolve() != parent.path:
             raise ConfigError(f"--init-from {init_from}: the run in {out_dir} was fine-tuned from {recorded}; "
                               f"resume it with --init-from {recorded} or without --init-from")
-    _merge(cfg, parent, init_from if init_from is not None else out_dir)
-    return parent
+    return _merge(cfg, parent, init_from if init_from is not None else out_dir), parent
 
 
 def record(meta: dict[str, object], parent: Parent | None, out_dir: str | Path) -> None:
@@ -150,8 +149,8 @@ def record(meta: dict[str, object], parent: Parent | None, out_dir: str | Path) 
 # ---- merging the configs ------------------------------------------------------------------------
 
 
-def _merge(cfg: Config, parent: Parent, source: str | Path) -> None:
-    """cfg.model and cfg.tokenizer become the parent's (with cfg's free keys); ConfigError for a mismatch."""
+def _merge(cfg: Config, parent: Parent, source: str | Path) -> Config:
+    """cfg with the parent's model and tokenizer sections (with cfg's free keys); ConfigError for a mismatch."""
     pcfg = parent.config
     what = f"--init-from {source}"
     own_type, parent_type = cfg.model.encoder.type, pcfg.model.encoder.type
@@ -180,9 +179,8 @@ def _merge(cfg: Config, parent: Parent, source: str | Path) -> None:
     files = parent.tokenizer_files
     tokenizer = dataclasses.replace(tokenizer, joint=parent.tokenizers.joint, src_model=str(files[0]),
                                     tgt_model=str(files[-1]) if not parent.tokenizers.joint else None)
-    cfg.model = dataclasses.replace(model, encoder=encoder)
-    cfg.tokenizer = tokenizer
-    cfg.data = dataclasses.replace(cfg.data, lowercase=lowercase)
+    return dataclasses.replace(cfg, model=dataclasses.replace(model, encoder=encoder), tokenizer=tokenizer,
+                               data=dataclasses.replace(cfg.data, lowercase=lowercase))
 
 
 def _check_tokenizer_files(tok: TokenizerConfig, parent: Parent, what: str) -> None:

@@ -130,12 +130,12 @@ def run_quickstart(output_dir: str | Path, minutes: float | None = None, device:
     if minutes is not None or steps is None or steps >= NEEDED_STEPS:
         log.info(speed_note(steps, cfg.training.max_time_minutes, *REFERENCE))
     else:  # a slow machine: its own settings, said at the start
-        cfg.training = dataclasses.replace(cfg.training, max_tokens=SLOW_MAX_TOKENS)
-        cfg.model = dataclasses.replace(cfg.model, **SLOW_MODEL)
+        cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_tokens=SLOW_MAX_TOKENS),
+                                  model=dataclasses.replace(cfg.model, **SLOW_MODEL))
         slow_steps = estimate_steps(cfg)
         assert slow_steps is not None  # cfg has a time budget (quickstart_config)
         budget = training_minutes(slow_steps, needed=NEEDED_SLOW_STEPS)
-        cfg.training = dataclasses.replace(cfg.training, max_time_minutes=budget)
+        cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_time_minutes=budget))
         log.info(budget_note(slow_steps, budget, steps))
     result = run_training(cfg, config_source="quickstart")
 

@@ -91,9 +91,9 @@ class Modality:
         pretrained backbone read from the config's `name_or_path`), kept as they are (the model
         initialises only the rest); None (the default): `build_encoder`'s fresh initialisation. A model
         directory is always loaded through `build_encoder`, its weights replacing the initial ones.
-    resolve(encoder_cfg): fills in, when a run starts, what the config names but does not hold (`type:
-        hf` reads its backbone's config from `name_or_path`), so that parsing a config reads nothing;
-        ConfigError naming the key. None: nothing to resolve.
+    resolve(encoder_cfg) -> EncoderConfig: the config with what it names but does not hold filled in,
+        when a run starts (`type: hf` reads its backbone's config from `name_or_path`), so that parsing a
+        config reads nothing; ConfigError naming the key. None: nothing to resolve.
     """
 
     name: str
@@ -101,7 +101,7 @@ class Modality:
     processor: Callable[[EncoderConfig], SourceProcessor] = TextProcessor
     kind: SourceKind | Callable[[EncoderConfig], SourceKind] | None = None
     pretrained: Callable[["ModelConfig"], Encoder] | None = None
-    resolve: Callable[[EncoderConfig], None] | None = None
+    resolve: Callable[[EncoderConfig], EncoderConfig] | None = None
 
     def __post_init__(self) -> None:
         if self.processor is None:  # given as None: left out
@@ -159,11 +159,11 @@ def source_kind(encoder_cfg: EncoderConfig) -> SourceKind:
     return get_modality(encoder_cfg.type).source_kind(encoder_cfg)
 
 
-def resolve_encoder_config(encoder_cfg: EncoderConfig) -> None:
-    """What a run does first with `model.encoder`: its modality's `resolve` (see `Modality`)."""
+def resolve_encoder_config(encoder_cfg: EncoderConfig) -> EncoderConfig:
+    """What a run does first with `model.encoder`: its modality's `resolve` (see `Modality`); the
+    config as it is where the modality resolves nothing."""
     resolve = get_modality(encoder_cfg.type).resolve
-    if resolve is not None:
-        resolve(encoder_cfg)
+    return encoder_cfg if resolve is None else resolve(encoder_cfg)
 
 
 def source_processor(model_cfg: ModelConfig, tokenizer: Tokenizer | None = None) -> SourceProcessor:

@@ -157,9 +157,7 @@ class HFEncoder(Encoder):
 
 
 def _encoder_config(cfg: ModelConfig) -> HFEncoderConfig:
-    resolve_backbone(cfg.encoder)
-    assert isinstance(cfg.encoder, HFEncoderConfig)
-    return cfg.encoder
+    return resolve_backbone(cfg.encoder)
 
 
 register(Modality(

@@ -5,6 +5,7 @@ seq2seq.model.encoders.hf, its sources seq2seq.model.encoders.hf_sources.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from seq2seq.config import ConfigError
-from seq2seq.config.encoder_section import KEY, EncoderConfig, HFEncoderConfig, backbone_spec, check_backbone
+from seq2seq.config.encoder_section import KEY, EncoderConfig, HFEncoderConfig, backbone_spec
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, SourceKind
 
 if TYPE_CHECKING:  # an optional dependency (the hf extra)
@@ -71,26 +72,24 @@ def read_backbone(name_or_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return backbone, json.loads(processor.to_json_string())
 
 
-def resolve_backbone(cfg: EncoderConfig) -> None:
-    """At the start of a run (training, or building the encoder or processor): read the backbone's
-    config and preprocessor settings from `name_or_path` into `backbone` and `preprocessor` where the
-    config does not hold them yet, and check that transformers is installed. ConfigError naming the
-    key, in one line, when either cannot be read."""
+def resolve_backbone(cfg: EncoderConfig) -> HFEncoderConfig:
+    """At the start of a run (training, or building the encoder or processor): cfg with the backbone's
+    config and preprocessor settings, read from `name_or_path`, as `backbone` and `preprocessor` where
+    it does not hold them yet (a new config, checked as parsing checks one: `check_backbone`); checks
+    that transformers is installed. ConfigError naming the key, in one line, when either cannot be read."""
     if not isinstance(cfg, HFEncoderConfig):
         raise ConfigError(f"the hf encoder needs {KEY}.type: hf, got {cfg.type!r}")
     if cfg.name_or_path and not cfg.backbone:
         backbone, preprocessor = read_backbone(cfg.name_or_path)
-        cfg.backbone, cfg.preprocessor = backbone, cfg.preprocessor or preprocessor
-        check_backbone(cfg)
+        cfg = dataclasses.replace(cfg, backbone=backbone, preprocessor=cfg.preprocessor or preprocessor)
     if cfg.backbone:
         require_transformers()
+    return cfg
 
 
 def source_kind_of(cfg: EncoderConfig) -> SourceKind:
     """IMAGE or AUDIO, after the backbone (read from name_or_path if the config does not hold it)."""
-    resolve_backbone(cfg)
-    assert isinstance(cfg, HFEncoderConfig)
-    return IMAGE if cfg.spec.kind == IMAGE.name else AUDIO
+    return IMAGE if resolve_backbone(cfg).spec.kind == IMAGE.name else AUDIO
 
 
 def backbone_config(cfg: HFEncoderConfig) -> PretrainedConfig:

@@ -155,6 +155,5 @@ class HFAudioProcessor(WaveformProcessor):
 
 def hf_processor(cfg: EncoderConfig) -> SourceProcessor:
     """The processor of a `type: hf` encoder: images or audio, after its backbone."""
-    resolve_backbone(cfg)
-    assert isinstance(cfg, HFEncoderConfig)
+    cfg = resolve_backbone(cfg)
     return HFImageProcessor(cfg) if cfg.spec.kind == IMAGE.name else HFAudioProcessor(cfg)
