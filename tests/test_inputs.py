@@ -86,10 +86,11 @@ def test_a_bad_input_gets_the_same_message_from_every_front_end(value, message):
 
 def test_a_server_item_and_a_command_line_line_give_the_same_steering():
     items = [{"text": "A dog.", "prefix": "Ein", "avoid": ["Katze"]}, "A cat.", {"text": "A man.", "constraints": ["Mann"]}]
-    texts, single, steering, _ = parse_texts({"texts": items}, Limits())
+    inputs, single, _ = parse_texts({"texts": items}, Limits())
     cli_texts, fields = _json_lines([json.dumps(x) for x in items], 1)
-    assert texts == cli_texts == ["A dog.", "A cat.", "A man."] and not single
-    assert steering == [Steering("Ein", [], ["Katze"]), Steering(), Steering("", ["Mann"], [])]
+    assert [x.text for x in inputs] == cli_texts == ["A dog.", "A cat.", "A man."] and not single
+    assert inputs == [SourceInput("A dog.", "Ein", None, ["Katze"]), SourceInput("A cat."),
+                      SourceInput("A man.", constraints=["Mann"])]
     assert fields == {"prefix": ["Ein", None, None], "constraints": [None, None, ["Mann"]],
                       "avoid": [["Katze"], None, None]}
 

@@ -32,7 +32,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar
+from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar, cast
 
 from typing_extensions import Unpack
 
@@ -139,6 +139,33 @@ class SourceInput:
         if self.prefix is None and self.constraints is None and self.avoid is None:
             return None
         return Steering(self.prefix or "", list(self.constraints or []), list(self.avoid or []))
+
+    @property
+    def steered(self) -> bool:
+        """Does it ask for any steering (a field that is given and not empty)?"""
+        return any(getattr(self, name) for name in STEERING_FIELDS)
+
+    def with_shared(self, shared: SteeringFields, name: str, sep: str = ".",
+                    whose: str = "the request's") -> SourceInput:
+        """This input with the steering its call gives every input (`shared`: a server request's
+        request-wide fields), merged by one rule: a list of phrases (`PHRASE_FIELDS`) is the shared
+        phrases, then this input's that are not among them (absent from both: it stays absent); the
+        prefix is the one of the two that is given and not empty. SteeringError naming the
+        field (`name`, `sep` and the field: "texts[2].prefix") for a prefix given by both; `whose` says
+        whose the shared one is in that message."""
+
+        def phrases(field_name: str) -> list[str] | None:
+            mine: list[str] | None = getattr(self, field_name)
+            theirs = cast("list[str] | None", shared.get(field_name))
+            if mine is None and theirs is None:
+                return None
+            return list(theirs or []) + [p for p in mine or [] if p not in (theirs or [])]
+
+        if self.prefix and shared.get("prefix"):
+            raise SteeringError(f"{name}{sep}prefix and {whose} prefix are both given; give one",
+                                field=f"{name}{sep}prefix", code="given_twice")
+        constraints, avoid = (phrases(field_name) for field_name in PHRASE_FIELDS)
+        return dataclasses.replace(self, prefix=self.prefix or shared.get("prefix"), constraints=constraints, avoid=avoid)
 
     def as_json(self) -> dict[str, str | list[str]]:
         """The JSON form `read_input` reads back: "text" and the fields given."""
