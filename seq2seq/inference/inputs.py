@@ -40,7 +40,29 @@ from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig, SearchOptions
 from seq2seq.inference.controls import SteeringError
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, per_input
+
+# The Python API's per-input steering arguments, as `translate_nbest` takes them (one entry per input; `avoid` may
+# also be one list of phrases for every input); None: not given.
+Prefixes = Sequence[str | None]
+PhraseLists = Sequence[Sequence[str] | None]
+AvoidPhrases = Sequence[str] | Sequence[Sequence[str] | None]
+
+T = TypeVar("T")
+
+
+def per_input(name: str, values: Sequence[T] | None, n: int) -> list[T] | list[None]:
+    """`values` as one entry per input (None: n Nones); SteeringError for a string or another length."""
+    if values is None:
+        return [None] * n
+    if isinstance(values, str):
+        raise SteeringError(f"{name} must be a list with one entry per input, not a string", field=name,
+                            code="not_per_input")
+    values = list(values)
+    if len(values) != n:
+        raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input", field=name,
+                            code="not_per_input")
+    return values
+
 
 STEERING_FIELDS = ("prefix", "constraints", "avoid")
 PHRASE_FIELDS = ("constraints", "avoid")
@@ -132,13 +154,6 @@ class SourceInput:
     prefix: str | None = None
     constraints: list[str] | None = field(default=None)
     avoid: list[str] | None = field(default=None)
-
-    @property
-    def steering(self) -> Steering | None:
-        """Its steering as the search takes it (None when no field is given)."""
-        if self.prefix is None and self.constraints is None and self.avoid is None:
-            return None
-        return Steering(self.prefix or "", list(self.constraints or []), list(self.avoid or []))
 
     @property
     def steered(self) -> bool:
