@@ -8,7 +8,7 @@ import pytest
 
 from seq2seq.cli.steering import _json_lines
 from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs, steering_arguments
-from seq2seq.inference.steering import Steering, SteeringError
+from seq2seq.inference.steering import SteeringError
 from seq2seq.inference.inputs import FieldError
 from seq2seq.inference.translator import Translator
 from seq2seq.serve.requests import Limits, RequestError, parse_texts
@@ -41,18 +41,27 @@ def test_an_input_reads_back_from_its_json_form(value):
     read = read_input(value, "inputs[0]")
     assert read_input(read.as_json(), "inputs[0]") == read
     if isinstance(value, str):
-        assert read == SourceInput(value) and read.steering is None
+        assert read == SourceInput(value) and not read.steered
     else:
         assert read.text == value["text"]
         assert read.prefix == value.get("prefix") and read.constraints == value.get("constraints")
 
 
 def test_the_steering_of_an_input():
-    assert SourceInput("a").steering is None
-    assert SourceInput("a", avoid=[]).steering == Steering()  # given, if empty
-    assert SourceInput("a", "Ein", ["Hund"]).steering == Steering("Ein", ["Hund"], [])
+    assert not SourceInput("a").steered and not SourceInput("a", "", [], []).steered  # given, if empty
+    assert SourceInput("a", "Ein").steered and SourceInput("a", avoid=["Hund"]).steered
     inputs = [SourceInput("a"), SourceInput("b", constraints=["Hund"])]
     assert steering_arguments(inputs) == {"constraints": [None, ["Hund"]]}
+
+
+def test_the_shared_steering_merges_into_each_input_by_one_rule():
+    shared = {"prefix": None, "constraints": ["Hund"], "avoid": ["Katze"]}
+    merged = SourceInput("a", "Ein", ["Mann", "Hund"]).with_shared(shared, "texts[0]")
+    assert merged == SourceInput("a", "Ein", ["Hund", "Mann"], ["Katze"])  # the shared phrases first, once
+    assert SourceInput("a").with_shared({"prefix": None, "constraints": None, "avoid": None}, "x") == SourceInput("a")
+    assert SourceInput("a", "").with_shared({"prefix": "Der", "constraints": None, "avoid": None}, "x").prefix == "Der"
+    with pytest.raises(SteeringError, match=r"^texts\[1\]\.prefix and the request's prefix are both given; give one$"):
+        SourceInput("a", "Ein").with_shared({"prefix": "Der", "constraints": None, "avoid": None}, "texts[1]")
 
 
 def _server_message(value) -> str:
@@ -86,10 +95,11 @@ def test_a_bad_input_gets_the_same_message_from_every_front_end(value, message):
 
 def test_a_server_item_and_a_command_line_line_give_the_same_steering():
     items = [{"text": "A dog.", "prefix": "Ein", "avoid": ["Katze"]}, "A cat.", {"text": "A man.", "constraints": ["Mann"]}]
-    texts, single, steering, _ = parse_texts({"texts": items}, Limits())
+    inputs, single, _ = parse_texts({"texts": items}, Limits())
     cli_texts, fields = _json_lines([json.dumps(x) for x in items], 1)
-    assert texts == cli_texts == ["A dog.", "A cat.", "A man."] and not single
-    assert steering == [Steering("Ein", [], ["Katze"]), Steering(), Steering("", ["Mann"], [])]
+    assert [x.text for x in inputs] == cli_texts == ["A dog.", "A cat.", "A man."] and not single
+    assert inputs == [SourceInput("A dog.", "Ein", None, ["Katze"]), SourceInput("A cat."),
+                      SourceInput("A man.", constraints=["Mann"])]
     assert fields == {"prefix": ["Ein", None, None], "constraints": [None, None, ["Mann"]],
                       "avoid": [["Katze"], None, None]}
 

@@ -48,7 +48,8 @@ bodies = st.one_of(
 @given(body=bodies)
 def test_request_parsing_refuses_with_a_4xx_or_gives_valid_texts_and_options(body):
     try:
-        texts_out, single, steering, fields = parse_texts(body, LIMITS)
+        inputs, single, fields = parse_texts(body, LIMITS)
+        texts_out = [x.text for x in inputs]
         options = parse_options(fields, LIMITS)
     except RequestError as e:
         assert 400 <= e.status < 500 and e.message, (e.status, e.message)
@@ -58,8 +59,8 @@ def test_request_parsing_refuses_with_a_4xx_or_gives_valid_texts_and_options(bod
     for t in texts_out:
         t.encode("utf-8")  # no lone surrogate got through
     assert single == ("text" in body)
-    assert steering is None or (len(steering) == len(texts_out) and all(
-        isinstance(s.prefix, str) and all(isinstance(p, str) for p in s.constraints + s.avoid) for s in steering))
+    assert all(isinstance(x.prefix, (str, type(None))) and
+               all(isinstance(p, str) for p in (x.constraints or []) + (x.avoid or [])) for x in inputs)
     try:  # what the app then does with the options: a SearchConfig or a ValueError (its 422)
         cfg = resolve_search(SearchConfig(), options)
     except ValueError as e:

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from seq2seq.cli import cli
 from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.search import SearchConfig
-from seq2seq.inference.steering import Steering, SteeringError, check_steering
+from seq2seq.inference.inputs import SourceInput
+from seq2seq.inference.steering import SteeringError, check_steering
 from seq2seq.inference.translator import Translator
 from conftest import translated
 from seq2seq.serve import batcher as batcher_module
@@ -124,11 +125,11 @@ def test_too_many_constraints_for_the_beam_are_refused_before_any_memory_is_take
         translator.translate(["A dog."], constraints=constraints, beam=1001)
 
 
-def test_check_steering_leaves_its_argument_alone_and_returns_what_the_beam_holds():
-    steering = Steering(constraints=["Hund"], terms=["Mann", "Frau", "Kind"])
-    kept, dropped = check_steering(steering, SearchConfig(strategy="beam", beam=3), line=1)
-    assert kept.terms == ["Mann"] and dropped == ["Frau", "Kind"]
-    assert steering == Steering(constraints=["Hund"], terms=["Mann", "Frau", "Kind"])
+def test_check_steering_leaves_its_arguments_alone_and_returns_what_the_beam_holds():
+    given, terms = SourceInput("A man.", constraints=["Hund"]), ["Mann", "Frau", "Kind"]
+    kept, dropped = check_steering(given, terms, SearchConfig(strategy="beam", beam=3), line=1)
+    assert kept == ["Mann"] and dropped == ["Frau", "Kind"]
+    assert given == SourceInput("A man.", constraints=["Hund"]) and terms == ["Mann", "Frau", "Kind"]
 
 
 def test_an_empty_input_with_steering_says_its_steering_is_not_used(translator):

@@ -214,19 +214,21 @@ def test_the_command_line_and_the_server_take_the_terms_mode(term_model, tmp_pat
 
 
 def test_a_lemma_term_is_met_by_any_of_its_forms_where_asked(term_model):
-    from seq2seq.inference.steering import Steering, encode_steering
+    from seq2seq.inference.inputs import SourceInput
+    from seq2seq.inference.steering import encode_steering
 
     translator = Translator.load(term_model, device="cpu")
     tok = translator.tokenizers.tgt
-    exact = encode_steering(Steering(constraints=["roter Hund"]), tok, 1)
+    exact = encode_steering(SourceInput("A dog.", constraints=["roter Hund"]), tok, 1)
     assert exact.forms is None and exact.constraints == [tok.encode(["roter Hund"])[0]]
-    inflected = encode_steering(Steering(constraints=["roter Hund", "Ball"]), tok, 1, "both", "A dog.", "inflected")
+    inflected = encode_steering(SourceInput("A dog.", constraints=["roter Hund", "Ball"]), tok, 1, "both", "A dog.",
+                                "inflected")
     assert tok.encode(["roter Hunde"])[0] in inflected.constraints and tok.encode(["Bälle"])[0] not in \
         inflected.constraints  # the last word's endings; no umlauts
     assert inflected.forms[0] == 0 and set(inflected.forms) == {0, 1} and inflected.sentence_ends == 1
     assert len(inflected.forms) == len(inflected.constraints) == len(set(map(tuple, inflected.constraints)))
     with pytest.raises(SteeringError, match="term_forms must be one of exact, inflected"):
-        encode_steering(Steering(constraints=["Hund"]), tok, 1, forms="any")
+        encode_steering(SourceInput("A dog.", constraints=["Hund"]), tok, 1, forms="any")
     out = translator.translate(["A man with a dog."], constraints=[["Hund"]], terms="constrain", term_forms="inflected")
     assert any(f in words(out[0]) for f in ("Hund", "Hunde", "Hunden", "Hundes"))
 

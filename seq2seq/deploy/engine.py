@@ -195,9 +195,9 @@ class CTranslate2Translator(Engine):
                 skipped: dict[int, str] | None) -> dict[int, list[Translation]]:
         """CTranslate2's search of the prepared sources (see the module docstring); its prefix and banned
         phrases from each input's controls, as pieces."""
-        texts, cfg, mode, steering = prepared.texts, prepared.cfg, prepared.mode, prepared.steering
+        texts, cfg, mode = prepared.texts, prepared.cfg, prepared.mode
         self.processor_for(call.tgt_lang)  # LanguageError for any
-        if cfg.term_bias > 0 and mode == "annotate" and any(s for s in steering or []) and \
+        if cfg.term_bias > 0 and mode == "annotate" and any(x.steered or t for x, t in zip(prepared.inputs, prepared.terms)) and \
                 "term_bias" not in self._warned:  # the model's own default: the terms go annotated, without it
             self._warned.add("term_bias")
             warn(Diagnostic(f"decoding.term_bias ({cfg.term_bias:g}) is not available in CTranslate2: the annotated "

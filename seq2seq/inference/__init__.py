@@ -19,8 +19,8 @@
     inputs              the typed request: `SourceInput` (one input and its own steering, its JSON form read
                         by one parser, its steering fields too) and `Call` (what a call's inputs share);
                         `translate_inputs` (any engine)
-    steering            `Steering`: an input's prefix, constraints, banned phrases and terms as text,
-                        checked and encoded to token ids (`encode_steering`)
+    steering            an input's steering (its `SourceInput` and glossary terms) checked against the
+                        search and encoded to token ids (`encode_steering` -> `SourceControls`)
     controls            `SourceControls`: one source's controls as token ids; the search's `Control`; each
                         control (`TargetPrefix`: the output starts with given tokens; `BannedPhrases`: phrases
                         that never appear; `TermBias`: a bonus on each annotated term's next piece; the

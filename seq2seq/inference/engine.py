@@ -4,8 +4,8 @@ Every engine (`Translator`, the `Generator`s, an ensemble, the CTranslate2 engin
 decodes a call the same way (`Engine.run`):
 
     prepare   `Engine.prepare` (here, shared): the search options resolved (`search_config`), how terms
-              reach the model (`term_mode`), the glossary loaded and checked, each input's `Steering`
-              read from its `SourceInput` (plus the glossary's terms) and checked against the search,
+              reach the model (`term_mode`), the glossary loaded and checked, each input's steering
+              (its `SourceInput`, plus the glossary's terms its text holds) checked against the search,
               the terms appended to the sources where the model reads them so (`with_terms`), and each
               steered input encoded to target token ids (`encode_steering`), once, so that what cannot
               be honoured is refused in one line naming the input before anything is decoded
@@ -42,12 +42,12 @@ from seq2seq.config.search import SearchConfig, SearchOptions, resolve_search
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import (
-    STEERING_FIELDS, Call, CallKeywords, SourceInput, call_of, read_input, source_inputs,
+    STEERING_FIELDS, AvoidPhrases, Call, CallKeywords, PhraseLists, Prefixes, SourceInput, call_of, read_input,
+    source_inputs,
 )
 from seq2seq.inference.results import Translation
 from seq2seq.inference.steering import (
-    AvoidPhrases, PhraseLists, Prefixes, Steering, SteeringError, check_steering, encode_steering, term_mode,
-    with_terms,
+    SteeringError, check_steering, encode_steering, term_mode, with_terms,
 )
 from seq2seq.text.lines import warn as stderr_warn
 
@@ -102,13 +102,15 @@ class Capabilities:
 @dataclass(frozen=True)
 class PreparedCall:
     """A call after its prepare step: the sources as the model reads them (terms appended where
-    annotated), the resolved search, how terms reach the model, each input's checked steering (None:
-    the call asks for none) and the encoded controls of each non-empty steered input, by index."""
+    annotated), the resolved search, how terms reach the model, the call's inputs, each input's glossary
+    terms as the search gets them ([] each without a glossary) and the encoded controls of each
+    non-empty steered input, by index."""
 
     texts: list[str]
     cfg: SearchConfig
     mode: str
-    steering: list[Steering] | None
+    inputs: list[SourceInput]
+    terms: list[list[str]]
     controls: dict[int, SourceControls]
 
 
@@ -249,41 +251,44 @@ class Engine(ABC):
                                 f"{self.processor.kind.name} files; give constraints instead")
         if glossary is not None:
             glossary.check_writable(self.tokenizers.tgt)  # every target term, once: naming its line of the file
+        inputs = list(inputs)
         texts = [x.text for x in inputs]
-        steering = _steering(inputs, glossary)
-        if steering is not None and not can_constrain:
-            if mode != "annotate" and any(s.constraints for s in steering):
+        found = _glossary_terms(inputs, glossary)  # each input's glossary terms
+        if not can_constrain:
+            if mode != "annotate" and any(x.constraints for x in inputs):
                 raise SteeringError(self.capabilities.refusal("constraints"), field="constraints",
                                     code="unsupported_option")
-        elif steering is not None:
-            steering = [self._checked(s, cfg, first_line + i, mode, warn) for i, s in enumerate(steering)]
-        if steering is not None and mode != "constrain":  # the terms on the sources, as the model was trained
-            texts = [with_terms(text, steer, mode) for text, steer in zip(texts, steering)]
+        else:
+            found = [self._checked(x, t, cfg, first_line + i, mode, warn)
+                     for i, (x, t) in enumerate(zip(inputs, found))]
+        if mode != "constrain":  # the terms on the sources, as the model was trained
+            texts = [with_terms(x, t, mode) for x, t in zip(inputs, found)]
         controls = {}
-        for i, s in enumerate(steering or []):
-            if not s:
+        for i, (x, t) in enumerate(zip(inputs, found)):
+            if not (x.steered or t):
                 continue
             if not texts[i].strip():
                 warn(Diagnostic("an empty input: its prefix, constraints and terms are not used (its output is empty)",
                                 first_line + i, "text", "empty_input"))
                 continue
             source = None if self.processor.kind.reads_files else texts[i]
-            controls[i] = encode_steering(s, self.tokenizers.tgt, first_line + i, mode, source, call.term_forms,
-                                          warn, prefer=cfg.term_bias > 0)
-        return PreparedCall(texts, cfg, mode, steering, controls)
+            controls[i] = encode_steering(x, self.tokenizers.tgt, first_line + i, mode, source, call.term_forms,
+                                          warn, prefer=cfg.term_bias > 0, terms=t)
+        return PreparedCall(texts, cfg, mode, inputs, found, controls)
 
     def _terms(self, call: Call) -> str | None:
         """How the call asks its terms to reach the model (None: the model's default)."""
         return call.terms
 
-    def _checked(self, steering: Steering, cfg: SearchConfig, line: int, mode: str, warn: Warn) -> Steering:
-        """One input's steering as the search gets it (`check_steering`), glossary terms beyond what the
+    def _checked(self, given: SourceInput, terms: list[str], cfg: SearchConfig, line: int, mode: str,
+                 warn: Warn) -> list[str]:
+        """One input's glossary terms as the search gets them (`check_steering`), those beyond what the
         beam holds dropped with a warning."""
-        steering, dropped = check_steering(steering, cfg, line, mode, self.device)
+        kept, dropped = check_steering(given, terms, cfg, line, mode, self.device)
         if dropped:
             warn(Diagnostic(f"a beam of {cfg.beam} holds {cfg.beam - 1} constraints; glossary "
                             f"term(s) {dropped} not enforced (pass a larger --beam)", line, "glossary", "terms_dropped"))
-        return steering
+        return kept
 
     @abstractmethod
     def _decode(self, prepared: PreparedCall, call: Call, first_line: int, warn: Warn,
@@ -291,18 +296,12 @@ class Engine(ABC):
         """The engine's search step: {index: n-best list} of the inputs it decoded (see `run`)."""
 
 
-def _steering(inputs: Sequence[SourceInput], glossary: Glossary | None) -> list[Steering] | None:
-    """Each input's `Steering`, its glossary terms added (those it does not already constrain); None when
-    no input has any steering and there is no glossary."""
-    if glossary is None and all(x.steering is None for x in inputs):
-        return None
-    out = []
-    for x in inputs:
-        steering = x.steering or Steering()
-        if glossary is not None:
-            steering.terms = [t for t in glossary.constraints_for(x.text) if t not in steering.constraints]
-        out.append(steering)
-    return out
+def _glossary_terms(inputs: Sequence[SourceInput], glossary: Glossary | None) -> list[list[str]]:
+    """Each input's glossary terms: the target terms of the source terms its text holds, less those it
+    already constrains ([] each without a glossary)."""
+    if glossary is None:
+        return [[] for _ in inputs]
+    return [[t for t in glossary.constraints_for(x.text) if t not in (x.constraints or [])] for x in inputs]
 
 
 # ---- an engine over a stream of lines ---------------------------------------------------------

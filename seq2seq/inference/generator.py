@@ -44,8 +44,8 @@ from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
 from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.config.search import SearchOptions
-from seq2seq.inference.inputs import CallKeywords
-from seq2seq.inference.steering import Steering, SteeringError
+from seq2seq.inference.inputs import CallKeywords, SourceInput
+from seq2seq.inference.steering import SteeringError
 from seq2seq.inference.translator import EnsembleKeywords, Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
 from seq2seq.model.encoders.sources import AUDIO, IMAGE, AttentionView, SourceError, SourceKind, WindowedSource
@@ -192,7 +192,7 @@ class Transcriber(Generator):
         call.progress: a bar on stderr counting windows. Steering: avoid holds in every window, a
         prefix starts the first window, and constraints need the recording to fit in one window.
         """
-        texts, cfg, steering = prepared.texts, prepared.cfg, prepared.steering
+        texts, cfg = prepared.texts, prepared.cfg
         self.processor_for(call.tgt_lang)  # a recording model translates into one language: refuses any
         window = self.window_seconds(call.max_window_seconds)
         controls: dict[tuple[int, int], SourceControls] = {}
@@ -210,8 +210,8 @@ class Transcriber(Generator):
                     continue
                 windows = self.windows.split(wave, window)
                 group[i] = wave, windows
-                if steering is not None and i in prepared.controls:
-                    controls.update(self._window_controls(i, steering[i], prepared.controls[i], len(windows),
+                if i in prepared.controls:
+                    controls.update(self._window_controls(i, prepared.inputs[i], prepared.controls[i], len(windows),
                                                           first_line + i))
                 bar.total += len(windows)
                 bar.refresh()
@@ -245,12 +245,12 @@ class Transcriber(Generator):
             results[i] = hyps
 
     @staticmethod
-    def _window_controls(index: int, steering: Steering, controls: SourceControls, n_windows: int,
+    def _window_controls(index: int, given: SourceInput, controls: SourceControls, n_windows: int,
                          line: int) -> dict[tuple[int, int], SourceControls]:
-        """The controls of file `index`'s windows from its own (`controls`, of its `steering`): avoid in
+        """The controls of file `index`'s windows from its own (`controls`, of its input `given`): avoid in
         each, the prefix in the first, the constraints only where the whole recording is one window
         (SteeringError otherwise)."""
-        if steering.constraints and n_windows > 1:
+        if given.constraints and n_windows > 1:
             raise SteeringError(f"constraints hold for a recording decoded in one window, but this one is split "
                                 f"into {n_windows}; raise --max-window-seconds (if the model allows)", line=line,
                                 field="constraints", code="constraints_windowed")

@@ -32,7 +32,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar
+from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar, cast
 
 from typing_extensions import Unpack
 
@@ -40,7 +40,29 @@ from seq2seq.config.diagnostics import Warn
 from seq2seq.config.search import SearchConfig, SearchOptions
 from seq2seq.inference.controls import SteeringError
 from seq2seq.inference.glossary import Glossary
-from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes, Steering, per_input
+
+# The Python API's per-input steering arguments, as `translate_nbest` takes them (one entry per input; `avoid` may
+# also be one list of phrases for every input); None: not given.
+Prefixes = Sequence[str | None]
+PhraseLists = Sequence[Sequence[str] | None]
+AvoidPhrases = Sequence[str] | Sequence[Sequence[str] | None]
+
+T = TypeVar("T")
+
+
+def per_input(name: str, values: Sequence[T] | None, n: int) -> list[T] | list[None]:
+    """`values` as one entry per input (None: n Nones); SteeringError for a string or another length."""
+    if values is None:
+        return [None] * n
+    if isinstance(values, str):
+        raise SteeringError(f"{name} must be a list with one entry per input, not a string", field=name,
+                            code="not_per_input")
+    values = list(values)
+    if len(values) != n:
+        raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input", field=name,
+                            code="not_per_input")
+    return values
+
 
 STEERING_FIELDS = ("prefix", "constraints", "avoid")
 PHRASE_FIELDS = ("constraints", "avoid")
@@ -134,11 +156,31 @@ class SourceInput:
     avoid: list[str] | None = field(default=None)
 
     @property
-    def steering(self) -> Steering | None:
-        """Its steering as the search takes it (None when no field is given)."""
-        if self.prefix is None and self.constraints is None and self.avoid is None:
-            return None
-        return Steering(self.prefix or "", list(self.constraints or []), list(self.avoid or []))
+    def steered(self) -> bool:
+        """Does it ask for any steering (a field that is given and not empty)?"""
+        return any(getattr(self, name) for name in STEERING_FIELDS)
+
+    def with_shared(self, shared: SteeringFields, name: str, sep: str = ".",
+                    whose: str = "the request's") -> SourceInput:
+        """This input with the steering its call gives every input (`shared`: a server request's
+        request-wide fields), merged by one rule: a list of phrases (`PHRASE_FIELDS`) is the shared
+        phrases, then this input's that are not among them (absent from both: it stays absent); the
+        prefix is the one of the two that is given and not empty. SteeringError naming the
+        field (`name`, `sep` and the field: "texts[2].prefix") for a prefix given by both; `whose` says
+        whose the shared one is in that message."""
+
+        def phrases(field_name: str) -> list[str] | None:
+            mine: list[str] | None = getattr(self, field_name)
+            theirs = cast("list[str] | None", shared.get(field_name))
+            if mine is None and theirs is None:
+                return None
+            return list(theirs or []) + [p for p in mine or [] if p not in (theirs or [])]
+
+        if self.prefix and shared.get("prefix"):
+            raise SteeringError(f"{name}{sep}prefix and {whose} prefix are both given; give one",
+                                field=f"{name}{sep}prefix", code="given_twice")
+        constraints, avoid = (phrases(field_name) for field_name in PHRASE_FIELDS)
+        return dataclasses.replace(self, prefix=self.prefix or shared.get("prefix"), constraints=constraints, avoid=avoid)
 
     def as_json(self) -> dict[str, str | list[str]]:
         """The JSON form `read_input` reads back: "text" and the fields given."""

@@ -1,9 +1,10 @@
-"""Steering a translation: each input's target prefix, constraints and banned phrases, as text.
+"""Steering a translation: the one place where an input's steering becomes its controls.
 
-`Steering` is what a user asks for one input (its `SourceInput`'s fields, `seq2seq.inference.inputs`,
-plus the glossary terms its text holds; `Engine.prepare` builds it), and `encode_steering` turns it into
-the target token ids the search works with (`seq2seq.inference.controls.SourceControls`), refusing what cannot be
-honoured with one line that names the input line.
+What a user asks of one input is its `SourceInput` (`seq2seq.inference.inputs`: its prefix,
+constraints and banned phrases) and, with a glossary, the target terms its text holds (`Engine.prepare`
+finds them). `check_steering` checks them against the search, and `encode_steering` turns them into the
+target token ids the search works with (`seq2seq.inference.controls.SourceControls`), refusing what
+cannot be honoured with one line that names the input line.
 
 How text becomes tokens. A constraint or banned phrase is tokenized as the target tokenizer
 tokenizes it inside a sentence, after a space: SentencePiece segments each word on its own, so
@@ -14,16 +15,16 @@ those tokens (see docs/decoding-controls.md for what this means for case and wor
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence, TypeVar
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
+from seq2seq.inference.inputs import SourceInput
+from seq2seq.inference.inputs import AvoidPhrases, PhraseLists, Prefixes  # noqa: F401 (line_translation imports them here)
 from seq2seq.inference.memory import constraints_problem
 from seq2seq.text.terminology import annotate, forms_of
 from seq2seq.text.tokenizer import unwritable
@@ -32,46 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from seq2seq.text.tokenizer import Tokenizer
 
 
-@dataclass
-class Steering:
-    """One input's controls as text: the output starts with `prefix`, contains each of `constraints`
-    (words or phrases, any order) and each of `terms` (a glossary's target terms for this input),
-    and none of `avoid`."""
-
-    prefix: str = ""
-    constraints: list[str] = field(default_factory=list)
-    avoid: list[str] = field(default_factory=list)
-    terms: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.prefix or self.constraints or self.avoid or self.terms)
-
-
-# The Python API's per-input steering arguments, as `translate_nbest` takes them (one entry per input; `avoid` may
-# also be one list of phrases for every input); None: not given.
-Prefixes = Sequence[str | None]
-PhraseLists = Sequence[Sequence[str] | None]
-AvoidPhrases = Sequence[str] | Sequence[Sequence[str] | None]
-
 # the steering field each kind of phrase comes from (a diagnostic's `field`)
 FIELD_OF = {"prefix": "prefix", "constraint": "constraints", "glossary term": "glossary", "banned phrase": "avoid"}
-
-
-T = TypeVar("T")
-
-
-def per_input(name: str, values: Sequence[T] | None, n: int) -> list[T] | list[None]:
-    """`values` as one entry per input (None: n Nones); SteeringError for a string or another length."""
-    if values is None:
-        return [None] * n
-    if isinstance(values, str):
-        raise SteeringError(f"{name} must be a list with one entry per input, not a string", field=name,
-                            code="not_per_input")
-    values = list(values)
-    if len(values) != n:
-        raise SteeringError(f"{name} has {len(values)} entries for {n} inputs; give one per input", field=name,
-                            code="not_per_input")
-    return values
 
 
 TERM_MODES = ("annotate", "constrain", "both")
@@ -94,22 +57,24 @@ def term_mode(asked: str | None, annotates: bool, model: object) -> str:
     return asked
 
 
-def with_terms(text: str, steering: Steering | None, mode: str) -> str:
-    """The source text the model reads: `text`, with the input's terms appended where `mode` annotates."""
-    if steering is None or mode == "constrain" or not (steering.constraints or steering.terms) or not text.strip():
-        return text
-    return annotate(text, steering.constraints + steering.terms)
+def with_terms(given: SourceInput, terms: Sequence[str], mode: str) -> str:
+    """The source text the model reads: the input's text, with its terms (its constraints, then its
+    glossary terms `terms`) appended where `mode` annotates."""
+    phrases = [*(given.constraints or []), *terms]
+    if mode == "constrain" or not phrases or not given.text.strip():
+        return given.text
+    return annotate(given.text, phrases)
 
 
 TERM_FORMS = ("exact", "inflected")
 
 
-def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: str = "constrain",
+def encode_steering(given: SourceInput, tokenizer: Tokenizer, line: int, mode: str = "constrain",
                     source: str | None = None, forms: str = "exact",
-                    warn: Warn | None = None, prefer: bool = False) -> SourceControls:
-    """The token ids of one input's controls (see the module docstring); its terms (constraints and
-    glossary terms) as constraints unless `mode` only annotates, where `prefer` makes them the terms the
-    search gives a bonus (`SourceControls.preferred`, `decoding.term_bias`); with the sentence-end rule of `source`
+                    warn: Warn | None = None, prefer: bool = False, terms: Sequence[str] = ()) -> SourceControls:
+    """The token ids of one input's controls (see the module docstring): its prefix, its banned phrases,
+    and its terms (its constraints, then the glossary terms `terms`) as constraints unless `mode` only
+    annotates, where `prefer` makes them the terms the search gives a bonus (`SourceControls.preferred`, `decoding.term_bias`); with the sentence-end rule of `source`
     (`sentence_ends`). forms "inflected": a term is met by any of its inflected forms (its last word with
     each ending of `seq2seq.text.terminology.forms_of`; the term as given is a lemma), "exact" only as
     written. SteeringError naming the line for an empty constraint or banned phrase, text the target
@@ -128,11 +93,11 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
         return ids
 
     prefix: list[int] = []
-    if steering.prefix.strip():
-        prefix = tokenizer.encode([steering.prefix.strip()])[0]
-        _check_representable("prefix", steering.prefix, prefix, tokenizer, line)
+    if given.prefix and given.prefix.strip():
+        prefix = tokenizer.encode([given.prefix.strip()])[0]
+        _check_representable("prefix", given.prefix, prefix, tokenizer, line)
     constraints, of = [], []
-    for i, text in enumerate(steering.constraints + steering.terms):
+    for i, text in enumerate([*(given.constraints or []), *terms]):
         first = phrase("constraint", text)
         written = [first]
         if forms == "inflected":
@@ -143,8 +108,8 @@ def encode_steering(steering: Steering, tokenizer: Tokenizer, line: int, mode: s
                     written.append(ids)
         constraints += written
         of += [i] * len(written)
-    avoided = [phrase("banned phrase", a) for a in steering.avoid]
-    _check_contradictions(steering, prefix, constraints, of, avoided, line, warn)
+    avoided = [phrase("banned phrase", a) for a in given.avoid or []]
+    _check_contradictions(given, terms, prefix, constraints, of, avoided, line, warn)
     enforced = mode != "annotate" and bool(constraints)
     preferred = mode == "annotate" and prefer and bool(constraints)
     return SourceControls(
@@ -206,38 +171,40 @@ def _holds(ids: list[int], part: list[int]) -> bool:
     return any(ids[i: i + len(part)] == part for i in range(len(ids) - len(part) + 1))
 
 
-def _check_contradictions(steering: Steering, prefix: list[int], constraints: list[list[int]], of: list[int],
-                          avoided: list[list[int]], line: int, warn: Warn | None) -> None:
+def _check_contradictions(given: SourceInput, glossary_terms: Sequence[str], prefix: list[int],
+                          constraints: list[list[int]], of: list[int], avoided: list[list[int]], line: int,
+                          warn: Warn | None) -> None:
     """Where an input asks for what it also bans, one line naming the two fields: SteeringError for a
     constraint or glossary term (every form of it, `of` mapping forms to terms) that holds an avoided
     phrase (as tokens: the banned phrase can never be produced, so neither can the term); a warning
     (`warn`) for a prefix that holds one, which is kept as given (a prefix wins over a banned phrase)."""
     if not avoided:
         return
-    terms = steering.constraints + steering.terms
-    for text, banned in zip(steering.avoid, avoided):
+    wanted = given.constraints or []
+    terms = [*wanted, *glossary_terms]
+    for text, banned in zip(given.avoid or [], avoided):
         if prefix and _holds(prefix, banned) and warn is not None:
-            warn(Diagnostic(f"the prefix {steering.prefix!r} holds the avoided phrase {text!r}; the prefix is "
+            warn(Diagnostic(f"the prefix {given.prefix!r} holds the avoided phrase {text!r}; the prefix is "
                             "kept as given (a prefix wins over a banned phrase)", line, "prefix", "prefix_avoided"))
         for i, term in enumerate(terms):
             if all(_holds(ids, banned) for ids, t in zip(constraints, of) if t == i):
-                kind = "constraint" if i < len(steering.constraints) else "glossary term"
+                kind = "constraint" if i < len(wanted) else "glossary term"
                 raise SteeringError(f"the {kind} {term!r} holds the avoided phrase {text!r}; an output cannot "
                                     "contain it and avoid it: drop one of the two", line=line, field=FIELD_OF[kind],
                                     code="term_avoided")
 
 
-def check_steering(steering: Steering, cfg: SearchConfig, line: int,
-                   mode: str = "constrain", device: torch.device | str | None = None) -> tuple[Steering, list[str]]:
-    """(the steering the search gets, the glossary terms it drops); SteeringError naming the line where
-    the search `cfg` cannot honour the input's constraints: they need beam search, a beam of k holds at
-    most k - 1 constraints (one bank each, and one for hypotheses that met none yet), and tracking them
+def check_steering(given: SourceInput, terms: Sequence[str], cfg: SearchConfig, line: int, mode: str = "constrain",
+                   device: torch.device | str | None = None) -> tuple[list[str], list[str]]:
+    """(the glossary terms the search gets, those it drops) of an input with the glossary terms `terms`;
+    SteeringError naming the line where the search `cfg` cannot honour the input's constraints: they
+    need beam search, a beam of k holds at most k - 1 constraints (one bank each, and one for hypotheses that met none yet), and tracking them
     must fit in the memory a search on `device` may take (`seq2seq.inference.memory.constraints_problem`).
-    Glossary terms beyond what the beam holds are dropped (the first ones found stay) and returned, for a warning; `steering` itself is not changed. Terms that
-    are only annotated (`mode` "annotate") ask nothing of the search."""
-    n = len(steering.constraints)
-    if mode == "annotate" or (not n and not steering.terms):
-        return steering, []
+    Glossary terms beyond what the beam holds are dropped (the first ones found stay) and returned, for a
+    warning. Terms that are only annotated (`mode` "annotate") ask nothing of the search."""
+    n = len(given.constraints or [])
+    if mode == "annotate" or (not n and not terms):
+        return list(terms), []
     what = "glossary terms" if not n else "constraints"
     if cfg.strategy != "beam":
         raise SteeringError(f"{what} need beam search (--beam 2 or more), not {cfg.strategy} search", line=line,
@@ -246,9 +213,9 @@ def check_steering(steering: Steering, cfg: SearchConfig, line: int,
     if n > room:
         raise SteeringError(f"{n} constraints, but a beam of {cfg.beam} holds at most {room}; "
                             f"pass --beam {n + 1} or more", line=line, field="beam", code="beam_too_small")
-    kept = steering.terms[: room - n]
+    kept = list(terms[: room - n])
     tracked = n + len(kept)
     too_many = constraints_problem(cfg.beam, tracked, device)
     if too_many is not None:
         raise SteeringError(too_many, line=line, field="constraints", code="too_many_constraints")
-    return dataclasses.replace(steering, terms=kept), steering.terms[room - n:]
+    return kept, list(terms[room - n:])

@@ -214,7 +214,7 @@ class Translator(Engine):
                 warn(d)
         about = processor.describe
         controls = None
-        if prepared.steering is not None or forced:
+        if prepared.controls or forced:
             controls = {}
             for i in examples:
                 c = prepared.controls.get(i, SourceControls())

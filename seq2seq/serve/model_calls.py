@@ -19,7 +19,6 @@ from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import Call, SourceInput
 from seq2seq.inference.engine import Engine
 from seq2seq.inference.results import Translation
-from seq2seq.inference.steering import Steering
 from seq2seq.serve.requests import Limits, PipelineSteps, RequestOptions
 
 log = logging.getLogger("seq2seq.serve.app")  # the server's log lines keep one name, whichever module logs them
@@ -51,8 +50,8 @@ class ServedCall:
     options: RequestOptions
 
 
-Item = tuple[str, Steering | None]
-"""One source of a model call: its text (or a file's path) and its steering (None: none)."""
+Item = SourceInput
+"""One source of a model call: its text (or a file's path) and its steering, the request's merged in."""
 
 
 class ModelCalls:
@@ -74,26 +73,26 @@ class ModelCalls:
             return self._run_files(items, served)
 
     def _run_texts(self, items: list[Item], served: ServedCall) -> list[Output]:
-        """Each text's n-best list; items: (text, its steering or None). The texts go through the text
+        """Each text's n-best list. The texts go through the text
         pipeline as `seq2seq translate` sends its lines (`translate_line_inputs`: sentences split and cased as
         the model directory says, unless the request's `split_sentences` / `casing` / `loop_guard` say otherwise)."""
         warn, notes = self._warnings(log.warning)
         steps = self._steps(served.options)
         call, fmt = served.call, served.options.get("format", "text")
         if fmt != "text":  # each text a whole document (the route refuses per-text steering with it)
-            docs = document_translations(self.model, [text for text, _ in items], fmt, warn=warn,
+            docs = document_translations(self.model, [x.text for x in items], fmt, warn=warn,
                                          batch_tokens=call.batch_tokens, glossary=call.glossary, terms=call.terms,
                                          term_forms=call.term_forms, tgt_lang=call.tgt_lang, **steps, **call.search)
             return [Output([t], notes.get(i, [])) for i, t in enumerate(docs)]
-        results = translate_line_inputs(self.model, _inputs(items), call, 1, warn, **steps)
+        results = translate_line_inputs(self.model, items, call, 1, warn, **steps)
         return [Output(hyps, notes.get(i, [])) for i, hyps in enumerate(results)]
 
     def _run_files(self, items: list[Item], served: ServedCall) -> list[Output]:
-        """Each file's n-best list, or `Unreadable` with the reason it was skipped; items: (path, steering)."""
+        """Each file's n-best list, or `Unreadable` with the reason it was skipped (an item's text: the path)."""
         skipped: dict[int, str] = {}
         warn, notes = self._warnings(log.info)
         call = dataclasses.replace(served.call, glossary=None, skip_bad=True)
-        results = self.model.run(_inputs(items), call, 1, warn, skipped)
+        results = self.model.run(items, call, 1, warn, skipped)
         return [Output(Unreadable(skipped[i]) if i in skipped else hyps, notes.get(i, []))
                 for i, hyps in enumerate(results)]
 
@@ -112,7 +111,3 @@ class ModelCalls:
         warn = ByInput(lambda diagnostic: log_it("%s", diagnostic))
         return warn, warn.notes
 
-
-def _inputs(items: list[Item]) -> list[SourceInput]:
-    """The engine's input of each (text or path, its steering or None)."""
-    return [SourceInput(text, s.prefix, s.constraints, s.avoid) if s else SourceInput(text) for text, s in items]

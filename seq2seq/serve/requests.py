@@ -34,11 +34,12 @@ from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.documents.formats import FORMAT_NAMES
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.inputs import (
-    STEERING_FIELDS, CallOptions, FieldError, SourceInput, read_input, read_steering_fields,
+    PHRASE_FIELDS, STEERING_FIELDS, CallOptions, FieldError, SourceInput, SteeringFields, read_input,
+    read_steering_fields,
 )
 from seq2seq.inference.inputs import check_unicode as check_field_unicode
 from seq2seq.config.search import SEARCH_OPTIONS, check_type
-from seq2seq.inference.steering import Steering
+from seq2seq.inference.controls import SteeringError
 from seq2seq.model.encoders.sources import SourceLimits, SourceProcessor, SourceTooLarge
 
 if TYPE_CHECKING:
@@ -294,12 +295,11 @@ def parse_options(fields: Mapping[str, JSONValue], limits: Limits) -> RequestOpt
     return options
 
 
-def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[str], bool, list[Steering] | None, JSONObject]:
-    """(texts, single, steering, other fields) of a /translate body: {"text": str} or {"texts": [...]},
-    each item of "texts" one input's JSON form (`seq2seq.inference.inputs`: a string or an object
-    {"text": str, "prefix", "constraints", "avoid"}, read as `translate --json-input` reads a line).
-    steering: one `Steering` per text, the request's and the item's together (see the module
-    docstring); None when the request asks for none."""
+def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[SourceInput], bool, JSONObject]:
+    """(inputs, single, other fields) of a /translate body: {"text": str} or {"texts": [...]}, each item
+    of "texts" one input's JSON form (`seq2seq.inference.inputs`: a string or an object {"text": str,
+    "prefix", "constraints", "avoid"}, read as `translate --json-input` reads a line), the request's
+    own steering fields merged into each (`SourceInput.with_shared`; see the module docstring)."""
     if not isinstance(body, dict):
         raise RequestError(422, f"the request body must be a JSON object such as {{\"text\": \"...\"}}, "
                                 f"not {type(body).__name__}")
@@ -307,13 +307,12 @@ def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[str], bool, list[
     if ("text" in fields) == ("texts" in fields):
         raise RequestError(422, "give either \"text\" (one string) or \"texts\" (a list of strings)")
     single = "text" in fields
-    own: list[Steering | None]  # each text's own steering (an object item's)
     if single:
         text = fields.pop("text")
         if not isinstance(text, str):
             raise RequestError(422, f"\"text\" must be a string, got {json.dumps(text)[:80]}")
         _check_text(text, "text", limits)
-        texts, own = [text], [None]
+        inputs = [SourceInput(text)]
     else:
         items = fields.pop("texts")
         if not isinstance(items, list):
@@ -321,40 +320,32 @@ def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[str], bool, list[
         if len(items) > limits.max_texts:
             raise RequestError(413, f"{len(items)} texts in one request; the limit is {limits.max_texts}")
         inputs = [_read_item(item, f"texts[{i}]", limits) for i, item in enumerate(items)]  # one input's JSON form
-        texts, own = [x.text for x in inputs], [x.steering for x in inputs]
     shared = parse_steering(fields, limits)
-    if shared is None and not any(own):
-        return texts, single, None, fields
-    steering = [combine_steering(shared, mine, f"texts[{i}]", limits) for i, mine in enumerate(own)]
-    return texts, single, steering, fields
+    return [with_shared(x, shared, f"texts[{i}]", limits) for i, x in enumerate(inputs)], single, fields
 
 
-def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> Steering | None:
+def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> SteeringFields:
     """The steering fields (`STEERING_FIELDS`) popped from `fields`, read as every front-end reads them
     (`seq2seq.inference.inputs`): 422 for a wrong type or text that is not valid Unicode, 413
-    over max_chars characters (a prefix or phrase) or max_phrases phrases. None when there are none
+    over max_chars characters (a prefix or phrase) or max_phrases phrases; None for a field not given
     (null counts as absent). `where` prefixes the names in messages."""
     try:
         read = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits))
     except FieldError as e:
         raise RequestError(422, str(e), e.diagnostic) from None
-    if all(value is None for value in read.values()):
-        return None
-    steering = Steering(read["prefix"] or "", read["constraints"] or [], read["avoid"] or [])
-    _check_phrase_count(steering, where.rstrip(".") or "the request", limits)
-    return steering
+    _check_phrase_count(read, where.rstrip(".") or "the request", limits)
+    return read
 
 
-def combine_steering(shared: Steering | None, own: Steering | None, where: str, limits: Limits) -> Steering:
-    """One text's steering: the request's (`shared`) and the item's own; 422 for a prefix in both."""
-    shared, own = shared or Steering(), own or Steering()
-    if shared.prefix and own.prefix:
-        raise RequestError(422, f"{where}.prefix and the request's prefix are both given; give one")
-    combined = Steering(own.prefix or shared.prefix, shared.constraints + [c for c in own.constraints
-                                                                           if c not in shared.constraints],
-                        shared.avoid + [a for a in own.avoid if a not in shared.avoid])
-    _check_phrase_count(combined, where, limits)
-    return combined
+def with_shared(given: SourceInput, shared: SteeringFields, name: str, limits: Limits) -> SourceInput:
+    """One input with the request's steering (`shared`) merged in (`SourceInput.with_shared`): 422 for
+    a prefix in both, 413 over max_phrases phrases. `name`: how messages call the input ("texts[2]")."""
+    try:
+        merged = given.with_shared(shared, name)
+    except SteeringError as e:
+        raise RequestError(422, str(e)) from None
+    _check_phrase_count(merged, name, limits)
+    return merged
 
 
 def _read_item(item: JSONValue, name: str, limits: Limits) -> SourceInput:
@@ -372,8 +363,9 @@ def _check_text(text: str, where: str, limits: Limits) -> None:
     check_unicode(text, where)
 
 
-def _check_phrase_count(steering: Steering, where: str, limits: Limits) -> None:
-    n = len(steering.constraints) + len(steering.avoid)
+def _check_phrase_count(steering: SourceInput | SteeringFields, where: str, limits: Limits) -> None:
+    listed = [steering.get(name) if isinstance(steering, dict) else getattr(steering, name) for name in PHRASE_FIELDS]
+    n = sum(len(phrases) for phrases in listed if isinstance(phrases, list))
     if n > limits.max_phrases:
         raise RequestError(413, f"{where} has {n} constraints and avoid phrases; the limit is {limits.max_phrases}")
 
@@ -402,7 +394,7 @@ def query_options(params: Mapping[str, str], limits: Limits) -> RequestOptions:
     return parse_options({k: query_value(v) for k, v in params.items()}, limits)
 
 
-def query_steering(params: dict[str, list[str]], limits: Limits) -> Steering | None:
+def query_steering(params: dict[str, list[str]], limits: Limits) -> SteeringFields:
     """Steering from an upload's query string (popped from `params`, a dict of lists): `prefix` as
     written (one value); `constraints` and `avoid` each a JSON list of strings (?avoid=["a cat","dog"]),
     or one phrase per value (?avoid=dog&avoid=a%20cat). Checked as `parse_steering` checks a body's."""
@@ -412,7 +404,7 @@ def query_steering(params: dict[str, list[str]], limits: Limits) -> Steering | N
         if len(prefix) != 1:
             raise RequestError(422, f"prefix is given {len(prefix)} times in the query string; give it once")
         fields["prefix"] = prefix[0]
-    for name in ("constraints", "avoid"):
+    for name in PHRASE_FIELDS:
         values = params.pop(name, None)
         if values is None:
             continue

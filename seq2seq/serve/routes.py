@@ -30,9 +30,9 @@ from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.memory import SearchMemoryError
 from seq2seq.inference.engine import Engine
-from seq2seq.inference.inputs import Call, SourceInput, call_of
+from seq2seq.inference.inputs import STEERING_FIELDS, Call, SourceInput, SteeringFields, call_of
 from seq2seq.inference.results import Translation, with_diagnostics
-from seq2seq.inference.steering import Steering, SteeringError
+from seq2seq.inference.steering import SteeringError
 from seq2seq.model.encoders.sources import SourceError
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.budget import check_work, wait_for_result
@@ -99,32 +99,27 @@ class ModelServer:
         return dataclasses.replace(call, glossary=self.glossary, batch_tokens=self.limits.batch_tokens,
                                    resolved=cfg), cfg
 
-    def _steering(self, items: list[str], steering: list[Steering] | None, call: Call,
-                  name: Callable[[int], str]) -> list[Steering | None]:
-        """Each item's steering (None for none), checked before it is queued by the step the model call
-        starts with (`Engine.prepare`: the glossary's terms included, each input encoded as the search will
-        encode it): 422 naming the item (name(index)) where it cannot be honoured. The terms themselves
-        are found again by the model call, which warns about any the beam cannot hold."""
-        if steering is None and self.glossary is None:
-            return [None] * len(items)
-        steering = steering or [Steering() for _ in items]
-        inputs = [SourceInput(text, s.prefix, s.constraints, s.avoid) for text, s in zip(items, steering)]
+    def _check_steering(self, inputs: list[SourceInput], call: Call, name: Callable[[int], str]) -> None:
+        """Each input's steering checked before it is queued by the step the model call starts with
+        (`Engine.prepare`: the glossary's terms included, each input encoded as the search will encode
+        it): 422 naming the input (name(index)) where it cannot be honoured. The terms themselves are
+        found again by the model call, which warns about any the beam cannot hold."""
+        if self.glossary is None and not any(x.steered for x in inputs):
+            return
         try:
             self.model.prepare(inputs, call, 1, lambda diagnostic: None)
         except SteeringError as e:
             raise refused(e, name) from None
-        return [s if s else None for s in steering]
 
-    async def run(self, items: list[str], options: RequestOptions, steering: list[Steering] | None = None,
-                  name: Callable[[int], str] | None = None,
+    async def run(self, inputs: list[SourceInput], options: RequestOptions, name: Callable[[int], str] | None = None,
                   request: Request | None = None) -> tuple[list[list[Translation] | Unreadable], int,
                                                            list[list[Diagnostic]]]:
-        """The n-best lists of `items`, the nbest they were asked with and each item's warnings; 422 for
-        options the model's `search_config` refuses, or steering (one per item, None for none; the
-        glossary's terms are added here) it cannot honour; 413 for more work than `max_work`; 504 past
+        """The n-best lists of `inputs` (each a text or file's path and its steering), the nbest they
+        were asked with and each input's warnings; 422 for options the model's `search_config` refuses,
+        or steering (the glossary's terms added here) it cannot honour; 413 for more work than `max_work`; 504 past
         the time budget and 499 when the client of `request` (None: not watched) went away, the model
         call stopped (`seq2seq.serve.budget`); 503 once the server is stopping. name(index): how messages
-        call an item."""
+        call an input."""
         deadline = time.monotonic() + self.limits.request_timeout_s
         if self.stopping:
             raise RequestError(503, "the server is shutting down")
@@ -137,17 +132,17 @@ class ModelServer:
             raise RequestError(422, str(e), e.diagnostic) from None
         except ValueError as e:
             raise RequestError(422, str(e)) from None
-        if not items:
+        if not inputs:
             return [], cfg.nbest, []
-        if options.get("format", "text") != "text" and steering and any(steering):
+        if options.get("format", "text") != "text" and any(x.steered for x in inputs):
             raise RequestError(422, f"format {options['format']} translates each text as a whole document; prefix, "
                                     "constraints and avoid steer sentences: drop them, or use format text")
-        self._check_work(items, cfg)
-        jobs = list(zip(items, self._steering(items, steering, call, name)))
+        self._check_work([x.text for x in inputs], cfg)
+        self._check_steering(inputs, call, name)
         # sampling requests run alone: merged, a seed would give other samples than Translator.translate;
         # requests of equal options share a model call
         abandoned = threading.Event()
-        future = self.batcher.submit(jobs, ServedCall(call, options), mergeable=cfg.strategy != "sample",
+        future = self.batcher.submit(inputs, ServedCall(call, options), mergeable=cfg.strategy != "sample",
                                      deadline=deadline, abandoned=abandoned, key=json.dumps(options, sort_keys=True))
         try:
             outputs = await wait_for_result(future, abandoned, deadline, request, self.limits)
@@ -198,9 +193,9 @@ class ModelServer:
             raise RequestError(404, f"this server holds an {self.kind.name} model: POST the file to /generate")
         require_json(request.headers)
         body = await read_json(request, self.limits.max_body_bytes, self.limits.read_timeout_s)
-        texts, single, steering, fields = parse_texts(body, self.limits)
+        inputs, single, fields = parse_texts(body, self.limits)
         options = parse_options(fields, self.limits)
-        results, nbest, warnings = await self.run(texts, options, steering,
+        results, nbest, warnings = await self.run(inputs, options,
                                                   (lambda i: "text") if single else (lambda i: f"texts[{i}]"),
                                                   request)
         emit = formatter("json", nbest, documents=options.get("format", "text") != "text")
@@ -219,8 +214,8 @@ class ModelServer:
             options = parse_options(fields, self.limits)
             for source in sources:
                 check_source_size(source, self.processor, self.limits, source)
-            steering = None if shared is None else [shared] * len(sources)
-            results, nbest, warnings = await self.run(sources, options, steering, lambda i: f"paths[{i}]", request)
+            inputs = [SourceInput(source).with_shared(shared, f"paths[{i}]") for i, source in enumerate(sources)]
+            results, nbest, warnings = await self.run(inputs, options, lambda i: f"paths[{i}]", request)
             return JSONResponse({"generations": [self._generation(hyps, nbest, source, notes)
                                                  for source, hyps, notes in zip(sources, results, warnings)]})
         require_upload_type(request.headers)
@@ -228,8 +223,8 @@ class ModelServer:
         upload = await self._save_upload(request)
         try:  # 413 from the file's header, before anything is decoded
             check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
-            results, nbest, warnings = await self.run([str(upload)], options, None if shared is None else [shared],
-                                                      lambda i: "the uploaded file", request)
+            results, nbest, warnings = await self.run([SourceInput(str(upload)).with_shared(shared, "the uploaded file")],
+                                                      options, lambda i: "the uploaded file", request)
         finally:
             upload.unlink(missing_ok=True)
         if isinstance(results[0], Unreadable):
@@ -249,13 +244,12 @@ class ModelServer:
         if not self.kind.reads_files:
             require_json(request.headers)
             body = await read_json(request, self.limits.max_body_bytes, self.limits.read_timeout_s)
-            texts, single, steering, fields = parse_texts(body,
-                                                          self.limits)
+            inputs, single, fields = parse_texts(body, self.limits)
             if not single:
                 raise RequestError(422, "give one \"text\": the attention of one source is drawn")
             options = parse_options(fields, self.limits)
             options["attention_layer"] = -1
-            results, _, _ = await self.run(texts, options, steering, lambda i: "text", request)
+            results, _, _ = await self.run(inputs, options, lambda i: "text", request)
             hyps = _texts(results)[0]
             if not hyps:
                 raise RequestError(422, "the text is empty: there is no attention to draw")
@@ -273,8 +267,8 @@ class ModelServer:
                 view = self.model.attention_view(str(upload))
             except SourceError as e:
                 raise RequestError(422, str(e).replace(str(upload), "upload")) from None
-            results, _, _ = await self.run([str(upload)], options, None if shared is None else [shared],
-                                           lambda i: "the uploaded file", request)
+            results, _, _ = await self.run([SourceInput(str(upload)).with_shared(shared, "the uploaded file")],
+                                           options, lambda i: "the uploaded file", request)
             result = results[0]
             if isinstance(result, Unreadable):
                 raise RequestError(422, "cannot read the uploaded file: " + result.reason.replace(str(upload), "upload"))
@@ -283,13 +277,13 @@ class ModelServer:
             upload.unlink(missing_ok=True)
         return Response(png, media_type="image/png")
 
-    def _file_options(self, request: Request) -> tuple[RequestOptions, Steering | None]:
+    def _file_options(self, request: Request) -> tuple[RequestOptions, SteeringFields]:
         """An upload's options from its query string: search options, and for recordings `timestamps`
         (each window's times and text in "segments", as `transcribe --timestamps --json`); and its
         steering (`query_steering`: prefix, constraints, avoid)."""
-        steering = query_steering({k: request.query_params.getlist(k) for k in ("prefix", "constraints", "avoid")
+        steering = query_steering({k: request.query_params.getlist(k) for k in STEERING_FIELDS
                                    if k in request.query_params}, self.limits)
-        params = {k: v for k, v in request.query_params.items() if k not in ("prefix", "constraints", "avoid")}
+        params = {k: v for k, v in request.query_params.items() if k not in STEERING_FIELDS}
         timestamps = params.pop("timestamps", None)
         options = query_options(params, self.limits)
         if timestamps is not None:
