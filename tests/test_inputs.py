@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from seq2seq.cli.steering import _json_lines
-from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs, steering_arguments
+from seq2seq.cli.steering import Steerer
+from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs
 from seq2seq.inference.steering import Steering, SteeringError
 from seq2seq.inference.inputs import FieldError
 from seq2seq.inference.translator import Translator
@@ -51,8 +51,6 @@ def test_the_steering_of_an_input():
     assert SourceInput("a").steering is None
     assert SourceInput("a", avoid=[]).steering == Steering()  # given, if empty
     assert SourceInput("a", "Ein", ["Hund"]).steering == Steering("Ein", ["Hund"], [])
-    inputs = [SourceInput("a"), SourceInput("b", constraints=["Hund"])]
-    assert steering_arguments(inputs) == {"constraints": [None, ["Hund"]]}
 
 
 def _server_message(value) -> str:
@@ -64,7 +62,7 @@ def _server_message(value) -> str:
 
 def _command_line_message(value) -> str:
     with pytest.raises(FieldError) as e:
-        _json_lines([json.dumps(value)], 1)
+        Steerer(json_input=True)([json.dumps(value)])
     return str(e.value)
 
 
@@ -87,11 +85,22 @@ def test_a_bad_input_gets_the_same_message_from_every_front_end(value, message):
 def test_a_server_item_and_a_command_line_line_give_the_same_steering():
     items = [{"text": "A dog.", "prefix": "Ein", "avoid": ["Katze"]}, "A cat.", {"text": "A man.", "constraints": ["Mann"]}]
     texts, single, steering, _ = parse_texts({"texts": items}, Limits())
-    cli_texts, fields = _json_lines([json.dumps(x) for x in items], 1)
-    assert texts == cli_texts == ["A dog.", "A cat.", "A man."] and not single
+    cli = Steerer(json_input=True)([json.dumps(x) for x in items])
+    assert texts == [x.text for x in cli] == ["A dog.", "A cat.", "A man."] and not single
     assert steering == [Steering("Ein", [], ["Katze"]), Steering(), Steering("", ["Mann"], [])]
-    assert fields == {"prefix": ["Ein", None, None], "constraints": [None, None, ["Mann"]],
-                      "avoid": [["Katze"], None, None]}
+    assert cli == [SourceInput("A dog.", "Ein", avoid=["Katze"]), SourceInput("A cat."),
+                   SourceInput("A man.", constraints=["Mann"])]
+
+
+def test_shared_steering_merges_into_an_input_by_one_rule():
+    shared = SourceInput("", constraints=["Hund"], avoid=["Katze", "Maus"])
+    own = SourceInput("A dog.", "Ein", ["Mann", "Hund"], ["Maus", "Pferd"])
+    assert own.with_shared(shared) == SourceInput("A dog.", "Ein", ["Hund", "Mann"], ["Katze", "Maus", "Pferd"])
+    assert SourceInput("A.").with_shared(SourceInput("")) == SourceInput("A.")  # nothing given stays None
+    assert SourceInput("A.", prefix="").with_shared(SourceInput("", "Ein")).prefix == "Ein"
+    assert SourceInput("A.").with_shared(SourceInput("", avoid=["x"])) == SourceInput("A.", avoid=["x"])
+    with pytest.raises(FieldError, match=r"^texts\[2\]\.prefix and the request's prefix are both given; give one$"):
+        SourceInput("A.", "Ein").with_shared(SourceInput("", "Zwei"), "texts[2].", "the request's")
 
 
 def test_translate_inputs_equals_translate_nbest_with_the_same_steering(tiny_model_dir):
