@@ -129,3 +129,17 @@ def test_one_call_with_its_inputs_decodes_as_the_keyword_api_and_checks_its_fiel
         Call(batch_tokens=0)
     with pytest.raises(SteeringError, match="^prefix has 1 entries for 2 inputs; give one per input$"):
         source_inputs(["A.", "B."], prefix=["Ein"])
+
+
+def test_the_command_line_gives_one_input_a_line_with_every_lines_avoid_merged_in(tmp_path):
+    (tmp_path / "prefix.txt").write_text("Ein\n\n", encoding="utf-8")
+    (tmp_path / "avoid.txt").write_text("Hund\tMann\n\n", encoding="utf-8")
+    steer = Steerer(prefix_file=str(tmp_path / "prefix.txt"), avoid=("Mann", "Katze"),
+                    avoid_file=str(tmp_path / "avoid.txt"), terms="constrain")
+    assert steer(["A man.", "A cat."]) == [SourceInput("A man.", "Ein", avoid=["Mann", "Katze", "Hund"]),
+                                           SourceInput("A cat.", "", avoid=["Mann", "Katze"])]
+    steer.close()
+    assert steer.call_options() == {"terms": "constrain"}
+    plain = Steerer(avoid=("Mann",))
+    assert plain(["A.", "B."]) == [SourceInput("A.", avoid=["Mann"]), SourceInput("B.", avoid=["Mann"])]
+    assert Steerer(json_input=True)(['{"text": "A."}', ""]) == [SourceInput("A."), SourceInput("")]
