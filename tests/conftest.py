@@ -166,9 +166,11 @@ class FakeEngine:
     def run(self, inputs, call, first_line=1, warn=None, skipped=None):
         import dataclasses
 
-        from seq2seq.inference.inputs import Call, steering_arguments
+        from seq2seq.inference.inputs import STEERING_FIELDS, Call
 
         fields = {f.name: getattr(call, f.name) for f in dataclasses.fields(Call)
                   if f.name not in ("search", "batch_tokens") and getattr(call, f.name) != f.default}
+        steering = {name: [getattr(x, name) for x in inputs] for name in STEERING_FIELDS
+                    if any(getattr(x, name) is not None for x in inputs)}  # the fields some input gives
         return self.translate_nbest([x.text for x in inputs], batch_tokens=call.batch_tokens, first_line=first_line,
-                                    warn=warn, **steering_arguments(inputs), **call.search, **fields)
+                                    warn=warn, **steering, **call.search, **fields)

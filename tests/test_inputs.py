@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from seq2seq.cli.steering import _json_lines
-from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs, steering_arguments
+from seq2seq.cli.steering import Steerer
+from seq2seq.inference.inputs import Call, SourceInput, call_of, read_input, source_inputs
 from seq2seq.inference.steering import SteeringError
 from seq2seq.inference.inputs import FieldError
 from seq2seq.inference.translator import Translator
@@ -50,18 +50,6 @@ def test_an_input_reads_back_from_its_json_form(value):
 def test_the_steering_of_an_input():
     assert not SourceInput("a").steered and not SourceInput("a", "", [], []).steered  # given, if empty
     assert SourceInput("a", "Ein").steered and SourceInput("a", avoid=["Hund"]).steered
-    inputs = [SourceInput("a"), SourceInput("b", constraints=["Hund"])]
-    assert steering_arguments(inputs) == {"constraints": [None, ["Hund"]]}
-
-
-def test_the_shared_steering_merges_into_each_input_by_one_rule():
-    shared = {"prefix": None, "constraints": ["Hund"], "avoid": ["Katze"]}
-    merged = SourceInput("a", "Ein", ["Mann", "Hund"]).with_shared(shared, "texts[0]")
-    assert merged == SourceInput("a", "Ein", ["Hund", "Mann"], ["Katze"])  # the shared phrases first, once
-    assert SourceInput("a").with_shared({"prefix": None, "constraints": None, "avoid": None}, "x") == SourceInput("a")
-    assert SourceInput("a", "").with_shared({"prefix": "Der", "constraints": None, "avoid": None}, "x").prefix == "Der"
-    with pytest.raises(SteeringError, match=r"^texts\[1\]\.prefix and the request's prefix are both given; give one$"):
-        SourceInput("a", "Ein").with_shared({"prefix": "Der", "constraints": None, "avoid": None}, "texts[1]")
 
 
 def _server_message(value) -> str:
@@ -73,7 +61,7 @@ def _server_message(value) -> str:
 
 def _command_line_message(value) -> str:
     with pytest.raises(FieldError) as e:
-        _json_lines([json.dumps(value)], 1)
+        Steerer(json_input=True)([json.dumps(value)])
     return str(e.value)
 
 
@@ -96,12 +84,20 @@ def test_a_bad_input_gets_the_same_message_from_every_front_end(value, message):
 def test_a_server_item_and_a_command_line_line_give_the_same_steering():
     items = [{"text": "A dog.", "prefix": "Ein", "avoid": ["Katze"]}, "A cat.", {"text": "A man.", "constraints": ["Mann"]}]
     inputs, single, _ = parse_texts({"texts": items}, Limits())
-    cli_texts, fields = _json_lines([json.dumps(x) for x in items], 1)
-    assert [x.text for x in inputs] == cli_texts == ["A dog.", "A cat.", "A man."] and not single
-    assert inputs == [SourceInput("A dog.", "Ein", None, ["Katze"]), SourceInput("A cat."),
-                      SourceInput("A man.", constraints=["Mann"])]
-    assert fields == {"prefix": ["Ein", None, None], "constraints": [None, None, ["Mann"]],
-                      "avoid": [["Katze"], None, None]}
+    cli = Steerer(json_input=True)([json.dumps(x) for x in items])
+    assert inputs == cli == [SourceInput("A dog.", "Ein", avoid=["Katze"]), SourceInput("A cat."),
+                             SourceInput("A man.", constraints=["Mann"])] and not single
+
+
+def test_shared_steering_merges_into_an_input_by_one_rule():
+    shared = SourceInput("", constraints=["Hund"], avoid=["Katze", "Maus"])
+    own = SourceInput("A dog.", "Ein", ["Mann", "Hund"], ["Maus", "Pferd"])
+    assert own.with_shared(shared) == SourceInput("A dog.", "Ein", ["Hund", "Mann"], ["Katze", "Maus", "Pferd"])
+    assert SourceInput("A.").with_shared(SourceInput("")) == SourceInput("A.")  # nothing given stays None
+    assert SourceInput("A.", prefix="").with_shared(SourceInput("", "Ein")).prefix == "Ein"
+    assert SourceInput("A.").with_shared(SourceInput("", avoid=["x"])) == SourceInput("A.", avoid=["x"])
+    with pytest.raises(FieldError, match=r"^texts\[2\]\.prefix and the request's prefix are both given; give one$"):
+        SourceInput("A.", "Ein").with_shared(SourceInput("", "Zwei"), "texts[2].", "the request's")
 
 
 def test_translate_inputs_equals_translate_nbest_with_the_same_steering(tiny_model_dir):
@@ -130,3 +126,17 @@ def test_one_call_with_its_inputs_decodes_as_the_keyword_api_and_checks_its_fiel
         Call(batch_tokens=0)
     with pytest.raises(SteeringError, match="^prefix has 1 entries for 2 inputs; give one per input$"):
         source_inputs(["A.", "B."], prefix=["Ein"])
+
+
+def test_the_command_line_gives_one_input_a_line_with_every_lines_avoid_merged_in(tmp_path):
+    (tmp_path / "prefix.txt").write_text("Ein\n\n", encoding="utf-8")
+    (tmp_path / "avoid.txt").write_text("Hund\tMann\n\n", encoding="utf-8")
+    steer = Steerer(prefix_file=str(tmp_path / "prefix.txt"), avoid=("Mann", "Katze"),
+                    avoid_file=str(tmp_path / "avoid.txt"), terms="constrain")
+    assert steer(["A man.", "A cat."]) == [SourceInput("A man.", "Ein", avoid=["Mann", "Katze", "Hund"]),
+                                           SourceInput("A cat.", "", avoid=["Mann", "Katze"])]
+    steer.close()
+    assert steer.call_options() == {"terms": "constrain"}
+    plain = Steerer(avoid=("Mann",))
+    assert plain(["A.", "B."]) == [SourceInput("A.", avoid=["Mann"]), SourceInput("B.", avoid=["Mann"])]
+    assert Steerer(json_input=True)(['{"text": "A."}', ""]) == [SourceInput("A."), SourceInput("")]

@@ -19,6 +19,7 @@ from seq2seq.storage import CheckpointError
 from seq2seq.storage.weights import load_weights
 from seq2seq.cli import cli
 from seq2seq.inference.engine import translate_stream
+from seq2seq.inference.inputs import Call
 from seq2seq.inference.results import formatter
 from seq2seq.text.lines import decoded_lines
 from seq2seq.documents.line_translation import translate_lines
@@ -112,8 +113,8 @@ def test_streaming_writes_each_chunk_before_reading_on(translator):
             seen_at_read.append((i, out.getvalue().count(b"\n")))
             yield text
 
-    n = translate_stream(translator, source(), out, formatter("text", 1), chunk_lines=2, batch_tokens=100,
-                         search={"greedy": True})
+    n = translate_stream(translator, source(), out, formatter("text", 1), chunk_lines=2,
+                         call=Call({"greedy": True}, batch_tokens=100))
     assert n == 6 and out.getvalue().count(b"\n") == 6
     assert seen_at_read == [(0, 0), (1, 0), (2, 2), (3, 2), (4, 4), (5, 4)]
 

@@ -20,8 +20,7 @@ from seq2seq.storage import outputs
 
 if TYPE_CHECKING:
     from seq2seq.config.search import SearchOptions
-    from seq2seq.inference.engine import Engine
-    from seq2seq.inference.results import Translation
+    from seq2seq.inference.engine import Decode, Engine
     from seq2seq.inference.translator import EnsembleKeywords
     from seq2seq.serve.requests import PipelineSteps
 
@@ -293,12 +292,12 @@ def pipeline_steps(translator: Engine, kw: Options) -> PipelineSteps:
             "spans": step("spans"), "markup": step("markup")}
 
 
-def text_pipeline(translator: Engine, kw: Options) -> Callable[..., list[list[Translation]]]:
-    """`translate_lines` bound to the translator with its `pipeline_steps`: what `translate_stream` calls
-    (its `pipeline`)."""
-    from seq2seq.documents.line_translation import translate_lines
+def text_pipeline(translator: Engine, kw: Options) -> Decode:
+    """`translate_line_inputs` bound to the translator with its `pipeline_steps`: what `translate_stream`
+    calls (its `pipeline`)."""
+    from seq2seq.documents.line_translation import translate_line_inputs
 
-    return functools.partial(translate_lines, translator, **pipeline_steps(translator, kw))
+    return functools.partial(translate_line_inputs, translator, **pipeline_steps(translator, kw))
 
 
 def stop_on_broken_pipe() -> None:

@@ -127,7 +127,8 @@ def test_command(model_dir: tuple[str, ...], src_path: str, ref_paths: tuple[str
 
     start = time.perf_counter()
     with output_file(output) as out:
-        translate_stream(translator, iter(sources), out, emit, chunk_lines, batch_tokens, {**search, **language},
+        call = Call(search, batch_tokens=batch_tokens, **(steer.call_options() if steer else {}), **language)
+        translate_stream(translator, iter(sources), out, emit, chunk_lines, call,
                          progress=show_progress(progress, str(output)), total=len(sources), steer=steer,
                          pipeline=text_pipeline(translator, steps))
     seconds = time.perf_counter() - start

@@ -10,7 +10,7 @@ one path per line from `-i FILE` or stdin. Exactly one output line per source, i
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 import click
 
@@ -71,7 +71,7 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
          **kw: object) -> None:
     from seq2seq.model.encoders.sources import SourceError
     from seq2seq.inference import generator as generators
-    from seq2seq.inference.inputs import Call
+    from seq2seq.inference.inputs import Call, SourceInput
     from seq2seq.config.diagnostics import ByInput
     from seq2seq.inference.engine import decode_stream
     from seq2seq.inference.results import file_formatter
@@ -112,19 +112,18 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                     view = generator.attention_view(paths[0])
                 except SourceError as e:
                     raise click.ClickException(f"--show-attention: {e}") from None
-                paths, steering = steer(paths) if steer is not None else (paths, {})
-                results = generator.translate_nbest(paths, batch_tokens=batch_tokens, **windows, **steering, **search)
-                out.write(emit(paths[0], results[0]).encode("utf-8"))
+                inputs = steer(paths) if steer is not None else [SourceInput(path) for path in paths]
+                results = generator.run(inputs, Call(search, batch_tokens=batch_tokens, **windows))
+                out.write(emit(inputs[0].text, results[0]).encode("utf-8"))
                 generator.plot_attention(results[0][0], show_attention, view)
                 click.echo(f"attention plot: {show_attention}", err=True)
                 return
 
             by_line = ByInput(warn)  # the warnings about one file go in its --json object too
+            call = Call(search, batch_tokens=batch_tokens, skip_bad=skip_bad, **windows)
 
-            # (steering: a chunk's steering arguments as `decode_stream` hands them over from `Steerer`)
-            def decode(paths: list[str], first_line: int, steering: dict[str, Any]) -> list[list[Translation]]:
-                return generator.translate_nbest(paths, batch_tokens=batch_tokens, skip_bad=skip_bad, warn=by_line,
-                                                 first_line=first_line, **windows, **steering, **search)
+            def decode(inputs: list[SourceInput], first_line: int) -> list[list[Translation]]:
+                return generator.run(inputs, call, first_line, by_line)
 
             decode_stream(sources, out, decode, lambda i, path, r: emit(path, r, by_line.pop(i)), chunk_lines,
                           steer=steer)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypedDict
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 import click
 
 from seq2seq.config import json_reader
-from seq2seq.inference.inputs import STEERING_FIELDS, SourceInput, read_input, steering_arguments
+from seq2seq.inference.inputs import (
+    PHRASE_FIELDS, STEERING_FIELDS, SourceInput, SteeringFields, read_input, read_phrases, read_steering_fields,
+)
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
 
@@ -71,27 +73,25 @@ def steering_options(glossary: bool = True, json_input: bool = True) -> Callable
     return decorate
 
 
-STEERING_KEYS = ("prefix_file", "constraints_file", "avoid", "avoid_file", "glossary", "json_input", "terms",
-                 "term_forms")
+class CallSteering(TypedDict, total=False):
+    """The steering options that belong to the call rather than to a line (`Steerer.call_options`), those given."""
 
-
-LineValues = Sequence[str | None] | Sequence[Sequence[str] | None]
-"""One steering field's value for each line of a chunk: a prefix, or a list of phrases (None: none)."""
-
-
-class SharedSteering(TypedDict, total=False):
-    """The steering arguments that apply to a whole document (`Steerer.shared`), those given."""
-
-    avoid: list[str]
     glossary: Glossary
     terms: str
     term_forms: str
 
 
+class SharedSteering(CallSteering, total=False):
+    """The steering arguments that apply to a whole document (`Steerer.shared`), those given."""
+
+    avoid: list[str]
+
+
 class Steerer:
-    """Turns each chunk of input lines into the texts to translate and the steering arguments of
-    `Translator.translate_nbest` for them; `close()` checks that the line-aligned files ended with
-    the input."""
+    """Turns each chunk of input lines into one `SourceInput` a line (its text and steering: the
+    line-aligned files' entries, or the --json-input line's fields, with --avoid merged in by the rule
+    of every front-end, `SourceInput.with_shared`); `call_options()` gives the options of the call
+    (glossary, terms); `close()` checks that the line-aligned files ended with the input."""
 
     def __init__(self, prefix_file: str | None = None, constraints_file: str | None = None,
                  avoid: tuple[str, ...] = (), avoid_file: str | None = None, glossary: str | None = None,
@@ -100,6 +100,8 @@ class Steerer:
 
         self.json_input, self.terms, self.term_forms = json_input, terms, term_forms
         self.avoid = list(avoid)
+        # what every line gets: --avoid (None where not given, so that a line without steering has none)
+        self.every_line = SourceInput("", avoid=self.avoid or None)
         # the files read: what the command's output must not replace (`check_output_paths`)
         self.paths = [p for p in (prefix_file, constraints_file, avoid_file, glossary) if p is not None]
         self.glossary = Glossary.load(glossary) if glossary else None
@@ -125,31 +127,40 @@ class Steerer:
             return None
         return cls(prefix_file, constraints_file, avoid, avoid_file, glossary, json_input, terms, term_forms)
 
-    def __call__(self, lines: list[str]) -> tuple[list[str], dict[str, Any]]:
-        """(texts, {prefix, constraints, avoid, glossary: those given}) for the next chunk of input lines."""
+    def call_options(self) -> CallSteering:
+        """The steering options of the call (a `Call`'s glossary, terms, term_forms), those given."""
+        options: CallSteering = {}
+        if self.glossary is not None:
+            options["glossary"] = self.glossary
+        if self.terms is not None:
+            options["terms"] = self.terms
+        if self.term_forms is not None:
+            options["term_forms"] = self.term_forms
+        return options
+
+    def __call__(self, lines: list[str]) -> list[SourceInput]:
+        """The inputs of the next chunk of input lines, one a line."""
         first = self.lines + 1
         self.lines += len(lines)
-        per_line: dict[str, LineValues] = {}
+        own: dict[str, list[str]] = {}  # each line-aligned file's lines for this chunk
         for name, (path, stream) in self.files.items():
             values = list(itertools.islice(stream, len(lines)))
             if len(values) < len(lines):
                 raise SteeringError(f"{path} has {first - 1 + len(values)} lines, but the input has more; "
                                     "give one line per input line")
-            per_line[name] = values if name == "prefix" else [[p for p in v.split("\t") if p.strip()] for v in values]
-        texts = lines
+            own[name] = values
         if self.json_input:
-            texts, fields = _json_lines(lines, first)
-            for name, given in fields.items():
-                if name in per_line:
+            inputs = _json_lines(lines, first)
+            for name in STEERING_FIELDS:
+                if name in own:
                     raise SteeringError(f"--json-input lines hold {name!r}, and --{name}-file is given too; use one")
-                if any(v is not None for v in given):
-                    per_line[name] = given
-        avoid = per_line.get("avoid")
-        if self.avoid:
-            avoid = [self.avoid + list(a or []) for a in avoid] if avoid is not None else self.avoid
-        steering = {"prefix": per_line.get("prefix"), "constraints": per_line.get("constraints"), "avoid": avoid,
-                    "glossary": self.glossary, "terms": self.terms, "term_forms": self.term_forms}
-        return texts, {k: v for k, v in steering.items() if v is not None}
+        else:
+            inputs = [SourceInput(line, **_file_fields(own, i, f"line {first + i}: ")) for i, line in enumerate(lines)]
+        inputs = [x.with_shared(self.every_line) for x in inputs]
+        if self.avoid:  # --avoid's phrases checked in each line's list, as the line's own phrases are
+            for i, x in enumerate(inputs):
+                read_phrases("avoid", x.avoid, f"line {first + i}: ")
+        return inputs
 
     def shared(self, what: str) -> SharedSteering:
         """The steering arguments that apply to a whole document (`what` says which: "--format html"):
@@ -158,15 +169,8 @@ class Steerer:
             given = next(iter(self.files.values()))[0] if self.files else "--json-input"
             raise SteeringError(f"{given} steers line by line; {what} translates a document whole (give "
                                 "--avoid, --glossary or --terms, which apply to the whole document)")
-        steering: SharedSteering = {}
-        if self.avoid:
-            steering["avoid"] = self.avoid
-        if self.glossary is not None:
-            steering["glossary"] = self.glossary
-        if self.terms is not None:
-            steering["terms"] = self.terms
-        if self.term_forms is not None:
-            steering["term_forms"] = self.term_forms
+        steering: SharedSteering = {"avoid": self.avoid} if self.avoid else {}
+        steering.update(self.call_options())
         return steering
 
     def close(self) -> None:
@@ -181,10 +185,20 @@ class Steerer:
                 handle.close()
 
 
-def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, LineValues]]:
-    """The texts and per-line steering fields of a chunk of --json-input lines, each line one input in its
-    JSON form (`seq2seq.inference.inputs.read_input`, as the server reads an item of "texts"; a blank
-    line is an empty text)."""
+def _file_fields(own: dict[str, list[str]], i: int, where: str) -> SteeringFields:
+    """Line i's steering fields from the line-aligned files' lines `own` (by field: a prefix is the
+    line, a phrase field's line its TAB-separated phrases, blank ones dropped), read as every input's
+    fields are (`read_steering_fields`; `where` names the line)."""
+    fields: dict[str, str | list[str]] = {
+        name: [p for p in lines[i].split("\t") if p.strip()] if name in PHRASE_FIELDS else lines[i]
+        for name, lines in own.items()}
+    return read_steering_fields(fields, where)
+
+
+def _json_lines(lines: list[str], first: int) -> list[SourceInput]:
+    """The inputs of a chunk of --json-input lines, each line one input in its JSON form
+    (`seq2seq.inference.inputs.read_input`, as the server reads an item of "texts"; a blank line is an
+    empty text)."""
     inputs = []
     for number, line in enumerate(lines, first):
         if not line.strip():
@@ -196,5 +210,4 @@ def _json_lines(lines: list[str], first: int) -> tuple[list[str], dict[str, Line
             raise SteeringError(f"input line {number} is not JSON ({e.msg}); --json-input reads one object "
                                 'per line, e.g. {"text": "...", "constraints": ["..."]}') from None
         inputs.append(read_input(obj, f"input line {number}", ": "))
-    fields = steering_arguments(inputs)
-    return [x.text for x in inputs], {name: fields.get(name, [None] * len(inputs)) for name in STEERING_FIELDS}
+    return inputs

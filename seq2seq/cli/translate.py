@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator
 
 import click
 
@@ -16,10 +16,12 @@ from seq2seq.cli.steering import Steerer, steering_options
 from seq2seq.documents.formats import FORMAT_NAMES, format_of_path, read_document, translate_documents
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.engine import translate_stream
+from seq2seq.inference.inputs import Call, SourceInput
 from seq2seq.inference.results import NBEST_FORMATS, formatter
 
 if TYPE_CHECKING:
     from seq2seq.config.search import SearchOptions
+    from seq2seq.inference.engine import Decode
 from seq2seq.text.lines import (
     check_input_file, count_lines, decoded_lines, is_regular_file, open_binary, std_binary, warn,
 )
@@ -104,7 +106,6 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
             )
     check_engine_choice(engine, engine_dir, model_dir, ensemble, language, weights)
     from seq2seq.inference.generator import load_engine
-    from seq2seq.inference.inputs import Call
     from seq2seq.inference.translator import Translator
 
     with loading_errors(model_dir, device):
@@ -122,16 +123,16 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
     if show_attention:  # the plot is of one sentence: its line goes to the model unsplit
         steps["split_sentences"] = False
     pipeline = text_pipeline(translator, steps)
+    call = Call(search, batch_tokens=batch_tokens, **(steer.call_options() if steer else {}), **language)
     emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
 
     try:
         with output_file(output_path) as out:
             if interactive:
-                _translate_interactively(out, pipeline, emit, show_attention, {**search, **language},
-                                         batch_tokens, steer)
+                _translate_interactively(out, pipeline, emit, show_attention, call, steer)
             elif lines is not None:
-                texts, steering = steer(lines) if steer is not None else (lines, {})
-                results = pipeline(texts, batch_tokens=batch_tokens, warn=warn, **steering, **language, **search)
+                inputs = steer(lines) if steer is not None else [SourceInput(line) for line in lines]
+                results = pipeline(inputs, call, 1, warn)
                 out.write(emit(0, results[0]).encode("utf-8"))
                 out.flush()
                 assert show_attention  # (the one line of --show-attention)
@@ -141,8 +142,8 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
                 total = count_lines(input_path) if show_bar and is_regular_file(input_path) else None
                 with open_binary(input_path, "rb") as f:
                     translate_stream(translator, decoded_lines(f, "stdin" if input_path == "-" else input_path), out,
-                                     emit, chunk_lines, batch_tokens, {**search, **language}, progress=show_bar,
-                                     total=total, steer=steer, pipeline=pipeline)
+                                     emit, chunk_lines, call, progress=show_bar, total=total, steer=steer,
+                                     pipeline=pipeline)
     except BrokenPipeError:  # e.g. `seq2seq translate ... | head`: stop quietly
         common.stop_on_broken_pipe()
 
@@ -158,9 +159,8 @@ def _check_document_options(doc_format: str, nbest_format: str | None, scores: b
                                "line-by-line output (use --format text)")
 
 
-def _translate_interactively(out: BinaryIO, pipeline: Callable[..., list], emit: Callable[[int, list], str],
-                             show_attention: str | None, search: Mapping[str, object],
-                             batch_tokens: int, steer: Steerer | None) -> None:
+def _translate_interactively(out: BinaryIO, pipeline: Decode, emit: Callable[[int, list], str],
+                             show_attention: str | None, call: Call, steer: Steerer | None) -> None:
     """Prompt "> " on stderr, translate each line typed, until end of input."""
 
     def prompted(stream: BinaryIO) -> Iterator[bytes]:
@@ -173,8 +173,7 @@ def _translate_interactively(out: BinaryIO, pipeline: Callable[..., list], emit:
             yield raw
 
     for number, line in enumerate(decoded_lines(prompted(std_binary("stdin")), "stdin"), 1):
-        texts, steering = steer([line]) if steer is not None else ([line], {})
-        results = pipeline(texts, batch_tokens=batch_tokens, first_line=number, warn=warn, **steering, **search)
+        results = pipeline(steer([line]) if steer is not None else [SourceInput(line)], call, number, warn)
         out.write(emit(number - 1, results[0]).encode("utf-8"))
         out.flush()
         if show_attention and results[0]:

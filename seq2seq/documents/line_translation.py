@@ -1,5 +1,8 @@
-"""`translate_lines`: lines as people write them through any engine, one n-best list per line: the one
-text pipeline of `seq2seq translate`, `seq2seq test`, the server's /translate and the Python API.
+"""Lines as people write them through any engine, one n-best list per line: the one text pipeline of
+`seq2seq translate`, `seq2seq test`, the server's /translate and the Python API. Its entry point is
+`translate_line_inputs(engine, inputs, call)` (one `SourceInput` a line and the engine's `Call`, as the
+command line and the server build them); `translate_lines` is the Python API's form of it, texts with
+per-line steering lists and the call's keywords.
 
     from seq2seq import Translator, translate_lines
     t = Translator.load("runs/quickstart/model")
@@ -61,7 +64,7 @@ from seq2seq.documents.sentences import Sentence, split
 from seq2seq.inference.engine import Engine
 from seq2seq.inference.inputs import Call, CallOptions, SourceInput, call_of, source_inputs
 from seq2seq.inference.results import Translation
-from seq2seq.inference.steering import AvoidPhrases, PhraseLists, Prefixes
+from seq2seq.inference.inputs import AvoidPhrases, PhraseLists, Prefixes
 from seq2seq.text.languages import source_language
 
 log = logging.getLogger(__name__)
@@ -154,8 +157,9 @@ def translate_line_inputs(engine: Engine, given: Sequence[SourceInput], call: Ca
                           warn: Warn | None = None, *, split_sentences: bool = True, casing: bool = True,
                           loop_guard: bool = True, spans: bool = True, markup: bool = False,
                           source_lang: str | None = None) -> list[list[Translation]]:
-    """`translate_lines` of the typed request: one input a line (its text and its own steering) and the
-    engine's `Call`; the steps as there."""
+    """One n-best list per input of `given` (a line's text and its own steering), in order, decoded with
+    the engine's `call` (see the module docstring); first_line, warn and the steps as `translate_lines`
+    takes them."""
     warn = warn or log.warning
     lang = source_lang or engine_source_language(engine)
     lines = [x.text for x in given]

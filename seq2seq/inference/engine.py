@@ -33,7 +33,7 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from typing_extensions import Unpack
 
@@ -306,31 +306,37 @@ def _glossary_terms(inputs: Sequence[SourceInput], glossary: Glossary | None) ->
 
 # ---- an engine over a stream of lines ---------------------------------------------------------
 
+Decode = Callable[[list[SourceInput], Call, int, Warn], list[list[Translation]]]
+"""A decoding call on a chunk of inputs: (inputs, call, first_line, warn) -> one n-best list per input
+(`Engine.run`, or the text pipeline's `translate_line_inputs` bound to an engine)."""
+
+Steer = Callable[[list[str]], list[SourceInput]]
+"""Turns a chunk of input lines into their inputs, one a line (`seq2seq.cli.steering.Steerer`)."""
+
+
 def translate_stream(
     translator: Engine,
     lines: Iterator[str],
     out: BinaryIO,
     emit: Callable[..., str],
     chunk_lines: int,
-    batch_tokens: int,
-    search: dict[str, Any],
+    call: Call,
     warn: Warn = stderr_warn,
     progress: bool = False,
     total: int | None = None,
-    steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
-    pipeline: Callable[..., list[list[Translation]]] | None = None,
+    steer: Steer | None = None,
+    pipeline: Decode | None = None,
 ) -> int:
-    """Translate `lines` with `translator.translate_nbest` (`decode_stream`; each chunk sorted into
-    token-bounded batches by the translator), or with `pipeline`, a call with translate_nbest's
-    arguments that takes lines as people write them (the command line's: the documents layer's
-    `translate_lines` bound to the translator, sentences split and cased). Each warning goes to `warn`,
-    and those about one line to its output too (`emit`'s notes: `--json` prints them). Returns the
-    number of lines."""
+    """Translate `lines` with `translator.run` (`decode_stream`; each chunk sorted into token-bounded
+    batches by the translator), or with `pipeline`, a `Decode` that takes lines as people write them
+    (the command line's: the documents layer's `translate_line_inputs` bound to the translator, sentences
+    split and cased), every chunk with the one `call`. Each warning goes to `warn`, and those about one
+    line to its output too (`emit`'s notes: `--json` prints them). Returns the number of lines."""
     by_line = ByInput(warn)
-    call = pipeline or translator.translate_nbest
+    run = pipeline or translator.run
 
-    def decode(texts: list[str], first_line: int, steering: dict[str, Any]) -> list:
-        return call(texts, batch_tokens=batch_tokens, first_line=first_line, warn=by_line, **steering, **search)
+    def decode(inputs: list[SourceInput], first_line: int) -> list[list[Translation]]:
+        return run(inputs, call, first_line, by_line)
 
     return decode_stream(lines, out, decode, lambda i, _, r: emit(i, r, by_line.pop(i)), chunk_lines, progress,
                          total, steer)
@@ -339,19 +345,19 @@ def translate_stream(
 def decode_stream(
     lines: Iterator[str],
     out: BinaryIO,
-    decode: Callable[[list[str], int, dict[str, Any]], list],
-    emit: Callable[[int, str, list], str],
+    decode: Callable[[list[SourceInput], int], list[list[Translation]]],
+    emit: Callable[[int, str, list[Translation]], str],
     chunk_lines: int,
     progress: bool = False,
     total: int | None = None,
-    steer: Callable[[list[str]], tuple[list[str], dict[str, Any]]] | None = None,
+    steer: Steer | None = None,
 ) -> int:
     """Decode `lines` (texts, or media file paths) chunk by chunk, writing and flushing each chunk's
-    output before reading the next: one `emit(index, line, n-best list)` per line, in order. Returns
-    the number of lines. decode(lines, first_line, steering arguments) -> one n-best list per line.
-    `progress`: a progress bar on stderr (lines done, of `total` if known). steer: turns a chunk's
-    lines into the lines and the steering arguments to decode them with
-    (`seq2seq.cli.steering.Steerer`; its `close()` is called at the end of the input)."""
+    output before reading the next: one `emit(index, source text, n-best list)` per line, in order.
+    Returns the number of lines. decode(inputs, first_line) -> one n-best list per input. `progress`:
+    a progress bar on stderr (lines done, of `total` if known). steer: turns a chunk's lines into their
+    inputs (`seq2seq.cli.steering.Steerer`; its `close()` is called at the end of the input); without
+    it, each line is an input without steering."""
     from tqdm import tqdm
 
     done = 0
@@ -362,13 +368,13 @@ def decode_stream(
                 if steer is not None and hasattr(steer, "close"):
                     steer.close()
                 return done
-            chunk, steering = steer(chunk) if steer is not None else (chunk, {})
-            results = decode(chunk, done + 1, steering)
-            text = "".join(emit(done + i, line, r) for i, (line, r) in enumerate(zip(chunk, results)))
+            inputs = steer(chunk) if steer is not None else [SourceInput(line) for line in chunk]
+            results = decode(inputs, done + 1)
+            text = "".join(emit(done + i, x.text, r) for i, (x, r) in enumerate(zip(inputs, results)))
             out.write(text.encode("utf-8"))
             out.flush()
             done += len(chunk)
             bar.update(len(chunk))
 
 
-__all__ = ["Capabilities", "Engine", "PreparedCall", "decode_stream", "translate_stream"]
+__all__ = ["Capabilities", "Decode", "Engine", "PreparedCall", "Steer", "decode_stream", "translate_stream"]

@@ -16,6 +16,8 @@ so they accept and refuse the same values with the same message. A wrong shape i
 naming the field as the caller spells it (`where`: "input line 3: ", "texts[2]."): a string where a
 list is wanted ("avoid": "Hund" is not a list of one phrase, nor of its characters), a dict, a number
 or true, and text that UTF-8 cannot write (a lone surrogate such as "\\ud800", which JSON can spell).
+Steering given for every input of a call (the command line's --avoid, a server request's own fields)
+joins each input's own by one rule, `SourceInput.with_shared`.
 
     inputs = [SourceInput("A man slices noodles.", constraints=["Nudeln"]), SourceInput("A dog.")]
     translator.translate_inputs(inputs, beam=5)      # n-best lists, in input order
@@ -32,7 +34,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar, cast
+from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
@@ -160,27 +162,23 @@ class SourceInput:
         """Does it ask for any steering (a field that is given and not empty)?"""
         return any(getattr(self, name) for name in STEERING_FIELDS)
 
-    def with_shared(self, shared: SteeringFields, name: str, sep: str = ".",
-                    whose: str = "the request's") -> SourceInput:
-        """This input with the steering its call gives every input (`shared`: a server request's
-        request-wide fields), merged by one rule: a list of phrases (`PHRASE_FIELDS`) is the shared
-        phrases, then this input's that are not among them (absent from both: it stays absent); the
-        prefix is the one of the two that is given and not empty. SteeringError naming the
-        field (`name`, `sep` and the field: "texts[2].prefix") for a prefix given by both; `whose` says
-        whose the shared one is in that message."""
+    def with_shared(self, shared: SourceInput, where: str = "", owner: str = "the call's") -> SourceInput:
+        """This input with the steering its call gives every input (`shared`'s fields; its text is not
+        used), by the one rule of every front-end: the prefix of either (FieldError when both give one,
+        naming this input's as `where` spells it, the other as `owner`'s), for `constraints` and `avoid` the
+        shared phrases first and then this input's own that are not among them; a field neither gives
+        stays None."""
+        if shared.prefix and self.prefix:
+            raise FieldError(f"{where}prefix and {owner} prefix are both given; give one", f"{where}prefix")
 
-        def phrases(field_name: str) -> list[str] | None:
-            mine: list[str] | None = getattr(self, field_name)
-            theirs = cast("list[str] | None", shared.get(field_name))
-            if mine is None and theirs is None:
-                return None
-            return list(theirs or []) + [p for p in mine or [] if p not in (theirs or [])]
+        def phrases(mine: list[str] | None, common: list[str] | None) -> list[str] | None:
+            if common is None:
+                return mine
+            return common + [p for p in mine or [] if p not in common]
 
-        if self.prefix and shared.get("prefix"):
-            raise SteeringError(f"{name}{sep}prefix and {whose} prefix are both given; give one",
-                                field=f"{name}{sep}prefix", code="given_twice")
-        constraints, avoid = (phrases(field_name) for field_name in PHRASE_FIELDS)
-        return dataclasses.replace(self, prefix=self.prefix or shared.get("prefix"), constraints=constraints, avoid=avoid)
+        prefix = self.prefix if shared.prefix is None or self.prefix else shared.prefix
+        return dataclasses.replace(self, prefix=prefix, constraints=phrases(self.constraints, shared.constraints),
+                                   avoid=phrases(self.avoid, shared.avoid))
 
     def as_json(self) -> dict[str, str | list[str]]:
         """The JSON form `read_input` reads back: "text" and the fields given."""
@@ -218,13 +216,6 @@ def read_input(value: object, name: str, sep: str = ".",
     check(text, f"{where}text")
     read = read_steering_fields(fields, where, check)
     return SourceInput(text, read["prefix"], read["constraints"], read["avoid"])
-
-
-def steering_arguments(inputs: Sequence[SourceInput]) -> dict[str, list[str | list[str] | None]]:
-    """The per-input steering arguments of `translate_nbest` for `inputs` (prefix, constraints, avoid:
-    one entry per input, None where it has none); only the fields some input gives."""
-    return {name: [getattr(x, name) for x in inputs] for name in STEERING_FIELDS
-            if any(getattr(x, name) is not None for x in inputs)}
 
 
 def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constraints: PhraseLists | None = None,

@@ -24,7 +24,6 @@ from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, SteeringError
 from seq2seq.inference.inputs import SourceInput
-from seq2seq.inference.inputs import AvoidPhrases, PhraseLists, Prefixes  # noqa: F401 (line_translation imports them here)
 from seq2seq.inference.memory import constraints_problem
 from seq2seq.text.terminology import annotate, forms_of
 from seq2seq.text.tokenizer import unwritable

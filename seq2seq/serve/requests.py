@@ -34,7 +34,7 @@ from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.documents.formats import FORMAT_NAMES
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.inputs import (
-    PHRASE_FIELDS, STEERING_FIELDS, CallOptions, FieldError, SourceInput, SteeringFields, read_input,
+    PHRASE_FIELDS, STEERING_FIELDS, CallOptions, FieldError, SourceInput, read_input,
     read_steering_fields,
 )
 from seq2seq.inference.inputs import check_unicode as check_field_unicode
@@ -324,24 +324,26 @@ def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[SourceInput], boo
     return [with_shared(x, shared, f"texts[{i}]", limits) for i, x in enumerate(inputs)], single, fields
 
 
-def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> SteeringFields:
+def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> SourceInput:
     """The steering fields (`STEERING_FIELDS`) popped from `fields`, read as every front-end reads them
     (`seq2seq.inference.inputs`): 422 for a wrong type or text that is not valid Unicode, 413
-    over max_chars characters (a prefix or phrase) or max_phrases phrases; None for a field not given
-    (null counts as absent). `where` prefixes the names in messages."""
+    over max_chars characters (a prefix or phrase) or max_phrases phrases. The fields as an input without
+    text, whose fields not given (or null) are None, for `SourceInput.with_shared`. `where` prefixes the
+    names in messages."""
     try:
         read = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits))
     except FieldError as e:
         raise RequestError(422, str(e), e.diagnostic) from None
-    _check_phrase_count(read, where.rstrip(".") or "the request", limits)
-    return read
+    shared = SourceInput("", **read)
+    _check_phrase_count(shared, where.rstrip(".") or "the request", limits)
+    return shared
 
 
-def with_shared(given: SourceInput, shared: SteeringFields, name: str, limits: Limits) -> SourceInput:
+def with_shared(given: SourceInput, shared: SourceInput, name: str, limits: Limits) -> SourceInput:
     """One input with the request's steering (`shared`) merged in (`SourceInput.with_shared`): 422 for
     a prefix in both, 413 over max_phrases phrases. `name`: how messages call the input ("texts[2]")."""
     try:
-        merged = given.with_shared(shared, name)
+        merged = given.with_shared(shared, f"{name}.", "the request's")
     except SteeringError as e:
         raise RequestError(422, str(e)) from None
     _check_phrase_count(merged, name, limits)
@@ -363,9 +365,8 @@ def _check_text(text: str, where: str, limits: Limits) -> None:
     check_unicode(text, where)
 
 
-def _check_phrase_count(steering: SourceInput | SteeringFields, where: str, limits: Limits) -> None:
-    listed = [steering.get(name) if isinstance(steering, dict) else getattr(steering, name) for name in PHRASE_FIELDS]
-    n = sum(len(phrases) for phrases in listed if isinstance(phrases, list))
+def _check_phrase_count(steering: SourceInput, where: str, limits: Limits) -> None:
+    n = sum(len(phrases or []) for phrases in (steering.constraints, steering.avoid))
     if n > limits.max_phrases:
         raise RequestError(413, f"{where} has {n} constraints and avoid phrases; the limit is {limits.max_phrases}")
 
@@ -394,7 +395,7 @@ def query_options(params: Mapping[str, str], limits: Limits) -> RequestOptions:
     return parse_options({k: query_value(v) for k, v in params.items()}, limits)
 
 
-def query_steering(params: dict[str, list[str]], limits: Limits) -> SteeringFields:
+def query_steering(params: dict[str, list[str]], limits: Limits) -> SourceInput:
     """Steering from an upload's query string (popped from `params`, a dict of lists): `prefix` as
     written (one value); `constraints` and `avoid` each a JSON list of strings (?avoid=["a cat","dog"]),
     or one phrase per value (?avoid=dog&avoid=a%20cat). Checked as `parse_steering` checks a body's."""

@@ -30,7 +30,7 @@ from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.memory import SearchMemoryError
 from seq2seq.inference.engine import Engine
-from seq2seq.inference.inputs import STEERING_FIELDS, Call, SourceInput, SteeringFields, call_of
+from seq2seq.inference.inputs import STEERING_FIELDS, Call, SourceInput, call_of
 from seq2seq.inference.results import Translation, with_diagnostics
 from seq2seq.inference.steering import SteeringError
 from seq2seq.model.encoders.sources import SourceError
@@ -214,7 +214,7 @@ class ModelServer:
             options = parse_options(fields, self.limits)
             for source in sources:
                 check_source_size(source, self.processor, self.limits, source)
-            inputs = [SourceInput(source).with_shared(shared, f"paths[{i}]") for i, source in enumerate(sources)]
+            inputs = [SourceInput(source).with_shared(shared, f"paths[{i}].", "the request's") for i, source in enumerate(sources)]
             results, nbest, warnings = await self.run(inputs, options, lambda i: f"paths[{i}]", request)
             return JSONResponse({"generations": [self._generation(hyps, nbest, source, notes)
                                                  for source, hyps, notes in zip(sources, results, warnings)]})
@@ -223,7 +223,7 @@ class ModelServer:
         upload = await self._save_upload(request)
         try:  # 413 from the file's header, before anything is decoded
             check_source_size(str(upload), self.processor, self.limits, "the uploaded file")
-            results, nbest, warnings = await self.run([SourceInput(str(upload)).with_shared(shared, "the uploaded file")],
+            results, nbest, warnings = await self.run([SourceInput(str(upload)).with_shared(shared, "the uploaded file's ", "the request's")],
                                                       options, lambda i: "the uploaded file", request)
         finally:
             upload.unlink(missing_ok=True)
@@ -267,7 +267,7 @@ class ModelServer:
                 view = self.model.attention_view(str(upload))
             except SourceError as e:
                 raise RequestError(422, str(e).replace(str(upload), "upload")) from None
-            results, _, _ = await self.run([SourceInput(str(upload)).with_shared(shared, "the uploaded file")],
+            results, _, _ = await self.run([SourceInput(str(upload)).with_shared(shared, "the uploaded file's ", "the request's")],
                                            options, lambda i: "the uploaded file", request)
             result = results[0]
             if isinstance(result, Unreadable):
@@ -277,7 +277,7 @@ class ModelServer:
             upload.unlink(missing_ok=True)
         return Response(png, media_type="image/png")
 
-    def _file_options(self, request: Request) -> tuple[RequestOptions, SteeringFields]:
+    def _file_options(self, request: Request) -> tuple[RequestOptions, SourceInput]:
         """An upload's options from its query string: search options, and for recordings `timestamps`
         (each window's times and text in "segments", as `transcribe --timestamps --json`); and its
         steering (`query_steering`: prefix, constraints, avoid)."""
