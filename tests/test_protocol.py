@@ -15,7 +15,7 @@ from seq2seq.deploy.engine import CTranslate2Translator
 from seq2seq.inference.engine import Capabilities, Engine
 from seq2seq.inference.generator import Captioner, Generator, Transcriber
 from seq2seq.config.search import SearchOptions
-from seq2seq.inference.inputs import CALL_FIELDS, CallKeywords
+from seq2seq.inference.inputs import CALL_FIELDS, FIELD_RULES, STEERING_FIELDS, CallKeywords, SourceInput
 from seq2seq.config.search import FIELD_TYPES, SWITCHES
 from seq2seq.inference.translator import Translator
 from conftest import translated
@@ -40,13 +40,31 @@ def test_the_typed_keywords_name_every_search_option_and_call_field():
 
 
 def test_a_missing_capability_is_refused_in_one_line_naming_the_engine():
-    lacking = Capabilities("other", constraints=False, attention=False, term_bias=False, beam_without_min_len=False)
-    for what in ("constraints", "attention", "term_bias", "beam_without_min_len"):
+    lacking = Capabilities("other", fields=frozenset(), attention=False, term_bias=False, beam_without_min_len=False)
+    for what in (*STEERING_FIELDS, "attention", "term_bias", "beam_without_min_len"):
         message = lacking.refusal(what)
         assert "\n" not in message and "the other engine" in message
     assert CTranslate2Translator.capabilities.refusal("constraints") == \
         "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
     assert Translator.capabilities == Capabilities()
+
+
+def test_an_engine_refuses_each_steering_field_it_does_not_honour_by_its_declared_name():
+    from seq2seq.inference.steering import SteeringError
+
+    ct2 = CTranslate2Translator.capabilities
+    ct2.check_inputs([SourceInput("a", prefix="b", avoid=["c"])], "constrain")  # what it honours passes
+    ct2.check_inputs([SourceInput("a", constraints=["x"])], "annotate")  # annotated terms are the source's
+    with pytest.raises(SteeringError) as e:
+        ct2.check_inputs([SourceInput("a"), SourceInput("b", constraints=[]), SourceInput("c", constraints=["x"])],
+                         "constrain")
+    assert str(e.value) == "the ctranslate2 engine cannot honour lexical constraints; use --engine torch"
+    assert (e.value.diagnostic.field, e.value.diagnostic.code) == ("constraints", "unsupported_option")
+    none = Capabilities("other", fields=frozenset())
+    for name, value in (("prefix", "b"), ("constraints", ["x"]), ("avoid", ["y"])):
+        with pytest.raises(SteeringError, match=f"the other engine cannot honour {FIELD_RULES[name].refused_as};"):
+            none.check_inputs([SourceInput("a", **{name: value})], "constrain")
+    Capabilities().check_inputs([SourceInput("a", "b", ["x"], ["y"])], "constrain")
 
 
 def test_a_loaded_translator_is_an_engine_and_resolves_options_as_the_ctranslate2_engine(tiny_model_dir, tmp_path):

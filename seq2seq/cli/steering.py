@@ -17,6 +17,7 @@ that ends before or after the input is an error naming it (the output file is th
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
@@ -25,7 +26,7 @@ import click
 
 from seq2seq.config import json_reader
 from seq2seq.inference.inputs import (
-    PHRASE_FIELDS, STEERING_FIELDS, SourceInput, SteeringFields, read_input, read_phrases, read_steering_fields,
+    PHRASE_FIELDS, STEERING_FIELDS, SourceInput, read_input, read_phrases, read_steering_fields,
 )
 from seq2seq.inference.steering import TERM_FORMS, TERM_MODES, SteeringError
 from seq2seq.text.lines import check_input_file, decoded_lines, open_binary, warn
@@ -155,11 +156,11 @@ class Steerer:
                 if name in own:
                     raise SteeringError(f"--json-input lines hold {name!r}, and --{name}-file is given too; use one")
         else:
-            inputs = [SourceInput(line, **_file_fields(own, i, f"line {first + i}: ")) for i, line in enumerate(lines)]
+            inputs = [dataclasses.replace(_file_fields(own, i, f"line {first + i}: "), text=line) for i, line in enumerate(lines)]
         inputs = [x.with_shared(self.every_line) for x in inputs]
         if self.avoid:  # --avoid's phrases checked in each line's list, as the line's own phrases are
             for i, x in enumerate(inputs):
-                read_phrases("avoid", x.avoid, f"line {first + i}: ")
+                read_phrases(x.avoid, f"line {first + i}: avoid")
         return inputs
 
     def shared(self, what: str) -> SharedSteering:
@@ -185,11 +186,11 @@ class Steerer:
                 handle.close()
 
 
-def _file_fields(own: dict[str, list[str]], i: int, where: str) -> SteeringFields:
+def _file_fields(own: dict[str, list[str]], i: int, where: str) -> SourceInput:
     """Line i's steering fields from the line-aligned files' lines `own` (by field: a prefix is the
     line, a phrase field's line its TAB-separated phrases, blank ones dropped), read as every input's
-    fields are (`read_steering_fields`; `where` names the line)."""
-    fields: dict[str, str | list[str]] = {
+    fields are (`read_steering_fields`: an input without text; `where` names the line)."""
+    fields: dict[str, object] = {
         name: [p for p in lines[i].split("\t") if p.strip()] if name in PHRASE_FIELDS else lines[i]
         for name, lines in own.items()}
     return read_steering_fields(fields, where)

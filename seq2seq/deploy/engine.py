@@ -112,11 +112,12 @@ class _Job:
 
 
 class CTranslate2Translator(Engine):
-    """An `Engine` on a CTranslate2 export (see the module docstring); it has no constrained beam search,
-    no attention, no term bias and no beam search without min_len (`capabilities`)."""
+    """An `Engine` on a CTranslate2 export (see the module docstring); of an input's steering it honours
+    the prefix and banned phrases only (no constrained beam search; a field it does not name is refused),
+    and it has no attention, no term bias and no beam search without min_len (`capabilities`)."""
 
-    capabilities = Capabilities("ctranslate2", constraints=False, attention=False, term_bias=False,
-                                beam_without_min_len=False)
+    capabilities = Capabilities("ctranslate2", fields=frozenset({"prefix", "avoid"}), attention=False,
+                                term_bias=False, beam_without_min_len=False)
 
     def __init__(self, path: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0,
                  seed: int | None = None) -> None:

@@ -34,11 +34,12 @@ token_logprobs, its src_pieces]. A one-sentence line gets the engine's `Translat
 text re-cased where its source was UPPER CASE): with the three steps off, or on a line of one
 sentence written as usual whose output does not loop, the output is the engine's, bit for bit.
 
-Steering: a line's prefix applies to its first sentence; its banned phrases (`avoid`) to every one of
-its sentences; a glossary is looked up in each sentence (the engine finds the terms of each text it
-gets); a line with constraints is translated unsplit (which sentence a constraint belongs to is not
-known), with a note when it holds several sentences. Every other argument goes to the engine as it
-is. Warnings and errors name the input line, never a sentence's position in the engine call.
+Steering: each steering field of a line's input goes to its sentences by the field's declared rule
+(`seq2seq.inference.inputs.FieldRule.parts`, read here without naming a field): to the first sentence
+(a prefix), to every sentence (banned phrases), or the line is translated unsplit (constraints: which
+sentence a constraint belongs to is not known), with a note when it holds several sentences
+(docs/decoding-controls.md). A glossary is looked up in each sentence (the engine finds the terms of
+each text it gets). Every other argument goes to the engine as it is. Warnings and errors name the input line, never a sentence's position in the engine call.
 
 An empty or blank line goes to the engine as it is and gives [] (an empty output line, and the
 engine's warning where it carried steering); no sentence is dropped: a sentence whose
@@ -62,9 +63,10 @@ from seq2seq.documents.alignment import word_alignment
 from seq2seq.documents.loops import output_loops
 from seq2seq.documents.sentences import Sentence, split
 from seq2seq.inference.engine import Engine
-from seq2seq.inference.inputs import Call, CallOptions, SourceInput, call_of, source_inputs
+from seq2seq.inference.inputs import (
+    FIELD_RULES, AvoidPhrases, Call, CallOptions, PhraseLists, Prefixes, SourceInput, call_of, source_inputs,
+)
 from seq2seq.inference.results import Translation
-from seq2seq.inference.inputs import AvoidPhrases, PhraseLists, Prefixes
 from seq2seq.text.languages import source_language
 
 log = logging.getLogger(__name__)
@@ -233,16 +235,18 @@ def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str 
            given: Sequence[SourceInput], first_line: int, warn: Warn, spans: bool = False, markup: bool = False) -> list[Unit]:
     """The sentences of every line, in order, each cased as the engine will translate it; with `spans`, no
     sentence boundary falls inside a protected span or (with markup) between a tag and its partner. A
-    line with constraints (`given`: each line's input) is one sentence."""
+    line whose input (`given`) holds a field that holds for the whole line only (`SourceInput.whole_field`)
+    is one sentence."""
     units = []
     for i, line in enumerate(lines):
         keep = span_rules.unbroken(line, markup) if spans and split_sentences else ()
         sentences = [s for s in split(line, lang, keep) if s.text] if split_sentences else \
             ([Sentence(line.strip())] if line.strip() else [])
-        if len(sentences) > 1 and given[i].constraints:
-            warn(Diagnostic(f"a line of {len(sentences)} sentences with constraints is translated as one "
-                            "sentence (which sentence a constraint belongs to is not known)",
-                            first_line + i, "constraints", "unsplit_constraints"))
+        whole = given[i].whole_field() if len(sentences) > 1 else None
+        if whole is not None:
+            warn(Diagnostic(f"a line of {len(sentences)} sentences with {whole} is translated as one "
+                            f"sentence ({FIELD_RULES[whole].unsplit_because})", first_line + i, whole,
+                            f"unsplit_{whole}"))
             sentences = [Sentence(line.strip())]
         if not sentences:  # an empty line goes to the engine as it is: [] back, and its warnings as ever
             units.append(Unit(i, Sentence("", line), casing_rules.Cased(line, casing_rules.Case.AS_WRITTEN)))
@@ -254,13 +258,12 @@ def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str 
 
 
 def _unit_inputs(units: list[Unit], given: Sequence[SourceInput]) -> list[SourceInput]:
-    """The engine's input of each unit (its cased text): the line's prefix on its first sentence, every
-    other field of the line's input (constraints: on its one sentence; avoid) on each."""
+    """The engine's input of each unit (its cased text): the line's input as one part of it
+    (`SourceInput.part`: its steering by each field's rule, the first sentence's or each's)."""
     first: dict[int, int] = {}  # line -> its first unit
     for k, u in enumerate(units):
         first.setdefault(u.line, k)
-    return [dataclasses.replace(given[u.line], text=u.cased.text, prefix=given[u.line].prefix if first[u.line] == k
-                                else None) for k, u in enumerate(units)]
+    return [given[u.line].part(u.cased.text, first[u.line] == k) for k, u in enumerate(units)]
 
 
 def _engine_call(engine: Engine, inputs: list[SourceInput], units: list[Unit], first_line: int, warn: Warn,

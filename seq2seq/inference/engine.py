@@ -14,7 +14,8 @@ decodes a call the same way (`Engine.run`):
     finish    here: one n-best list per input in input order ([] for an empty or skipped source)
 
 so every engine accepts and refuses the same calls with the same words, and differs only in what its
-search can do: its `capabilities`, refused in one line (`Capabilities.refusal`). The server runs
+search can do: its `capabilities` (the steering fields it honours, and its other abilities), refused
+in one line (`Capabilities.refusal`). The server runs
 `prepare` on a request before queueing it, so a request is refused exactly as the engine would
 refuse it, before any decoding.
 
@@ -42,7 +43,7 @@ from seq2seq.config.search import SearchConfig, SearchOptions, resolve_search
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import (
-    STEERING_FIELDS, AvoidPhrases, Call, CallKeywords, PhraseLists, Prefixes, SourceInput, call_of, read_input,
+    FIELD_RULES, STEERING_FIELDS, AvoidPhrases, Call, CallKeywords, PhraseLists, Prefixes, SourceInput, call_of, read_input,
     source_inputs,
 )
 from seq2seq.inference.results import Translation
@@ -65,21 +66,26 @@ log = logging.getLogger("seq2seq.inference")
 @dataclass(frozen=True)
 class Capabilities:
     """What an engine's search can do beyond plain decoding; each one it lacks is refused in one line
-    naming the engine (`refusal`). constraints: lexically constrained beam search (constraints, and a
-    glossary's terms as constraints); attention: the cross-attention of a layer (`attention_layer`);
+    naming the engine (`refusal`). fields: the steering fields of an input (`SourceInput`) it honours,
+    every one by default (`seq2seq.inference.inputs.FIELD_RULES`): an input that gives another is
+    refused (`check_inputs`), so an engine refuses a field added to `SourceInput` until it declares it
+    (without `constraints`, lexically constrained beam search, a glossary's terms are refused too where
+    they would be constraints); attention: the cross-attention of a layer (`attention_layer`);
     term_bias: the annotated terms' bonus asked by a call; beam_without_min_len: beam search with
     min_len 0 (EOS allowed at the first step)."""
 
     engine: str = "torch"
-    constraints: bool = True
+    fields: frozenset[str] = frozenset(STEERING_FIELDS)
     attention: bool = True
     term_bias: bool = True
     beam_without_min_len: bool = True
 
     def refusal(self, what: str) -> str:
-        """The one line that refuses the capability `what` (a field of this class)."""
+        """The one line that refuses `what`: a steering field (named as its `FieldRule.refused_as` says) or
+        another capability (a field of this class)."""
+        if what in FIELD_RULES:
+            return f"the {self.engine} engine cannot honour {FIELD_RULES[what].refused_as}; use --engine torch"
         return {
-            "constraints": f"the {self.engine} engine cannot honour lexical constraints; use --engine torch",
             "attention": f"the attention (--alignment, --show-attention) is not available with the {self.engine} "
                          "engine",
             "term_bias": f"term_bias is not available with the {self.engine} engine; translate with the torch engine "
@@ -97,6 +103,15 @@ class Capabilities:
             raise ValueError(self.refusal("term_bias"))
         if not self.beam_without_min_len and cfg.strategy == "beam" and cfg.min_len < 1:
             raise ValueError(self.refusal("beam_without_min_len"))
+
+    def check_inputs(self, inputs: Sequence[SourceInput], mode: str) -> None:
+        """SteeringError (its `refusal`) for the first steering field, in `FIELD_RULES` order, that an input
+        gives and the engine does not honour; a field of terms (`FieldRule.terms`) is not the search's
+        where the call's terms are annotated on the sources (`mode` "annotate")."""
+        for name, rule in FIELD_RULES.items():
+            if name not in self.fields and not (rule.terms and mode == "annotate") and \
+                    any(getattr(x, name) for x in inputs):
+                raise SteeringError(self.refusal(name), field=name, code="unsupported_option")
 
 
 @dataclass(frozen=True)
@@ -235,7 +250,7 @@ class Engine(ABC):
         constraints are refused otherwise."""
         warn = warn or log.warning
         cfg = call.resolved if call.resolved is not None else self.search_config(**call.search)
-        can_constrain = self.capabilities.constraints
+        can_constrain = "constraints" in self.capabilities.fields
         terms, glossary = self._terms(call), call.glossary
         annotates = self.annotates_terms
         if not can_constrain and terms is None and annotates:
@@ -254,11 +269,8 @@ class Engine(ABC):
         inputs = list(inputs)
         texts = [x.text for x in inputs]
         found = _glossary_terms(inputs, glossary)  # each input's glossary terms
-        if not can_constrain:
-            if mode != "annotate" and any(x.constraints for x in inputs):
-                raise SteeringError(self.capabilities.refusal("constraints"), field="constraints",
-                                    code="unsupported_option")
-        else:
+        self.capabilities.check_inputs(inputs, mode)
+        if can_constrain:
             found = [self._checked(x, t, cfg, first_line + i, mode, warn)
                      for i, (x, t) in enumerate(zip(inputs, found))]
         if mode != "constrain":  # the terms on the sources, as the model was trained

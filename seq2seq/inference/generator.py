@@ -28,6 +28,7 @@ one) is passed in as its loader (`ExportLoader`), so this module imports none.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -44,7 +45,7 @@ from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.results import Segment, Translation
 from seq2seq.inference.engine import Call, Engine, PreparedCall
 from seq2seq.config.search import SearchOptions
-from seq2seq.inference.inputs import CallKeywords, SourceInput
+from seq2seq.inference.inputs import CallKeywords, SourceInput, fields_for
 from seq2seq.inference.steering import SteeringError
 from seq2seq.inference.translator import EnsembleKeywords, Translator
 from seq2seq.model.encoders.audio_windows import Window, join_texts, word_times
@@ -189,8 +190,9 @@ class Transcriber(Generator):
 
         call.max_window_seconds: the longest window (default: `self.max_window_seconds`).
         call.timestamps: each hypothesis carries `segments` (its windows' times and texts).
-        call.progress: a bar on stderr counting windows. Steering: avoid holds in every window, a
-        prefix starts the first window, and constraints need the recording to fit in one window.
+        call.progress: a bar on stderr counting windows. Steering goes to the windows by each field's
+        rule (`seq2seq.inference.inputs.FieldRule.parts`): avoid holds in every window, a prefix starts
+        the first window, and constraints need the recording to fit in one window.
         """
         texts, cfg = prepared.texts, prepared.cfg
         self.processor_for(call.tgt_lang)  # a recording model translates into one language: refuses any
@@ -247,14 +249,18 @@ class Transcriber(Generator):
     @staticmethod
     def _window_controls(index: int, given: SourceInput, controls: SourceControls, n_windows: int,
                          line: int) -> dict[tuple[int, int], SourceControls]:
-        """The controls of file `index`'s windows from its own (`controls`, of its input `given`): avoid in
-        each, the prefix in the first, the constraints only where the whole recording is one window
-        (SteeringError otherwise)."""
-        if given.constraints and n_windows > 1:
-            raise SteeringError(f"constraints hold for a recording decoded in one window, but this one is split "
+        """The controls of file `index`'s windows from its own (`controls`, of its input `given`), by each
+        field's rule (`FieldRule.parts`): the first window has them all, a later one those that hold for
+        each part (avoid); a field that holds for the whole source only (constraints) is a SteeringError
+        where the recording needs more than one window."""
+        whole = given.whole_field() if n_windows > 1 else None
+        if whole is not None:
+            raise SteeringError(f"{whole} hold for a recording decoded in one window, but this one is split "
                                 f"into {n_windows}; raise --max-window-seconds (if the model allows)", line=line,
-                                field="constraints", code="constraints_windowed")
-        return {(index, k): controls if k == 0 else SourceControls(avoid=controls.avoid) for k in range(n_windows)}
+                                field=whole, code=f"{whole}_windowed")
+        each = {name: getattr(controls, name) for name in fields_for("each")}
+        return {(index, k): controls if k == 0 else dataclasses.replace(SourceControls(), **each)
+                for k in range(n_windows)}
 
     @staticmethod
     def _joined(source: str, windows: list[Window], best: list[Translation]) -> Translation:

@@ -10,9 +10,12 @@ API's `Engine.translate_inputs` are read by one parser, `read_input`: the same v
 refused, with the same message, naming the input as its front-end numbers it ("input line 3",
 "texts[2]"). For an image or audio model, "text" is the file's path.
 
-An input's steering fields are `prefix` (a string), `constraints` and `avoid` (lists of strings), read
-here by one parser for every front-end (`read_steering_fields`; the server's request-wide fields too),
-so they accept and refuse the same values with the same message. A wrong shape is a `FieldError`
+An input's steering fields are `prefix` (a string), `constraints` and `avoid` (lists of strings), each
+declared once with its rules (`FIELD_RULES`: how it is read, how a call's value joins an input's, how it
+goes with a line split into sentences or a recording into windows, how an engine that cannot honour it
+refuses it), which the code below the front-ends reads instead of naming fields. They are read here by
+one parser for every front-end (`read_steering_fields`; the server's request-wide fields too), so they
+accept and refuse the same values with the same message. A wrong shape is a `FieldError`
 naming the field as the caller spells it (`where`: "input line 3: ", "texts[2]."): a string where a
 list is wanted ("avoid": "Hund" is not a list of one phrase, nor of its characters), a dict, a number
 or true, and text that UTF-8 cannot write (a lone surrogate such as "\\ud800", which JSON can spell).
@@ -34,7 +37,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, MutableMapping, Sequence, TypedDict, TypeVar
+from typing import Any, Callable, Literal, Mapping, MutableMapping, Sequence, TypeVar
 
 from typing_extensions import Unpack
 
@@ -66,10 +69,6 @@ def per_input(name: str, values: Sequence[T] | None, n: int) -> list[T] | list[N
     return values
 
 
-STEERING_FIELDS = ("prefix", "constraints", "avoid")
-PHRASE_FIELDS = ("constraints", "avoid")
-
-
 class FieldError(SteeringError):
     """A steering field of the wrong shape or with text that is not valid Unicode; `diagnostic.field`
     names it as the caller spells it ("texts[2].prefix")."""
@@ -98,49 +97,95 @@ def check_unicode(text: str, where: str) -> None:
                          "as itself, or a surrogate pair", where) from None
 
 
-def read_prefix(value: object, where: str = "", check: Callable[[str, str], None] = check_unicode) -> str | None:
-    """A prefix field: None (absent) or a string, checked by `check(text, name)`; FieldError otherwise."""
+Check = Callable[[str, str], None]
+"""A text's check, check(text, its name as the caller spells it): `check_unicode`, and the server's limits."""
+
+
+def read_text(value: object, spelled: str, check: Check = check_unicode) -> str | None:
+    """A text field (`prefix`): None (absent) or a string, checked by `check`; FieldError otherwise.
+    spelled: the field as the caller names it ("texts[2].prefix")."""
     if value is None:
         return None
     if not isinstance(value, str):
-        raise FieldError(f"{where}prefix must be a string, got {shown(value)}", f"{where}prefix")
-    check(value, f"{where}prefix")
+        raise FieldError(f"{spelled} must be a string, got {shown(value)}", spelled)
+    check(value, spelled)
     return value
 
 
-def read_phrases(name: str, value: object, where: str = "",
-                 check: Callable[[str, str], None] = check_unicode) -> list[str] | None:
-    """A `constraints` or `avoid` field: None (absent) or a list (or tuple) of strings, each checked by
-    `check(text, name)`; FieldError for anything else (a string, a dict, a number, a list holding a
-    non-string)."""
+def read_phrases(value: object, spelled: str, check: Check = check_unicode) -> list[str] | None:
+    """A phrase-list field (`constraints`, `avoid`): None (absent) or a list (or tuple) of strings, each
+    checked by `check` (named "avoid[2]"); FieldError for anything else (a string, a dict, a number, a
+    list holding a non-string). spelled: the field as the caller names it ("input line 3: avoid")."""
     if value is None:
         return None
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise FieldError(f"{where}{name} must be a list of strings, got {shown(value)}", f"{where}{name}")
+        raise FieldError(f"{spelled} must be a list of strings, got {shown(value)}", spelled)
     for k, phrase in enumerate(value):
-        check(phrase, f"{where}{name}[{k}]")
+        check(phrase, f"{spelled}[{k}]")
     return list(value)
+
+
+Parts = Literal["first", "each", "whole"]
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """What one steering field of `SourceInput` is, declared beside it, so that the code that reads,
+    merges, splits and refuses inputs does so for every field alike without naming one:
+
+    read(value, spelled, check): its JSON value as every front-end reads it (None: absent), FieldError
+      for a wrong one (`read_text`, `read_phrases`);
+    parts: how it goes with a source split into parts (a line into its sentences,
+      `seq2seq.documents.line_translation`; a recording into windows, `seq2seq.inference.generator`):
+      "first" holds for the first part only, "each" for every part, "whole" for the whole source only
+      (a line holding it is translated unsplit, with a note saying `unsplit_because`; a recording
+      that needs more than one window is refused). Its encoded control (`SourceControls`) has the
+      field's name, so a part's controls keep the fields that hold for it;
+    shared: how a value given for every input of a call joins an input's own (`SourceInput.with_shared`):
+      "one" (either's; both given is a FieldError), "joined" (the shared phrases, then the input's own
+      not among them), None (an input's own only: not read at the call's level);
+    refused_as: how an engine that cannot honour it names it in its one-line refusal
+      (`seq2seq.inference.engine.Capabilities`);
+    terms: its phrases are terms, which a model trained with terms reads on its source when terms are
+      annotated (`seq2seq.inference.steering.term_mode`), not in its search."""
+
+    read: Callable[[object, str, Check], object]
+    parts: Parts
+    shared: Literal["one", "joined"] | None
+    refused_as: str
+    unsplit_because: str = ""
+    terms: bool = False
+
+
+# Every steering field of an input, in the order they are read and merged (docs/decoding-controls.md).
+FIELD_RULES: dict[str, FieldRule] = {
+    "prefix": FieldRule(read_text, "first", "one", "a target prefix"),
+    "constraints": FieldRule(read_phrases, "whole", "joined", "lexical constraints",
+                             unsplit_because="which sentence a constraint belongs to is not known", terms=True),
+    "avoid": FieldRule(read_phrases, "each", "joined", "banned phrases"),
+}
+STEERING_FIELDS = tuple(FIELD_RULES)
+SHARED_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule.shared is not None)
+PHRASE_FIELDS = tuple(name for name, rule in FIELD_RULES.items() if rule.read is read_phrases)
+
+
+def fields_for(parts: Parts) -> tuple[str, ...]:
+    """The steering fields whose rule is `parts` ("first", "each" or "whole": `FieldRule.parts`)."""
+    return tuple(name for name, rule in FIELD_RULES.items() if rule.parts == parts)
 
 
 FieldValue = TypeVar("FieldValue")
 
 
-class SteeringFields(TypedDict):
-    """An input's steering fields as read (None: absent or null)."""
-
-    prefix: str | None
-    constraints: list[str] | None
-    avoid: list[str] | None
-
-
-def read_steering_fields(fields: MutableMapping[str, FieldValue], where: str = "",
-                         check: Callable[[str, str], None] = check_unicode) -> SteeringFields:
-    """The steering fields popped from `fields` and checked: {"prefix": str | None, "constraints":
-    list | None, "avoid": list | None} (None: absent or null)."""
-    prefix = read_prefix(fields.pop("prefix", None), where, check)
-    constraints = read_phrases("constraints", fields.pop("constraints", None), where, check)
-    avoid = read_phrases("avoid", fields.pop("avoid", None), where, check)  # (PHRASE_FIELDS, in order)
-    return {"prefix": prefix, "constraints": constraints, "avoid": avoid}
+def read_steering_fields(fields: MutableMapping[str, FieldValue], where: str = "", check: Check = check_unicode,
+                         names: Sequence[str] = STEERING_FIELDS) -> SourceInput:
+    """The steering fields `names` popped from `fields` and read by their rules (`FIELD_RULES`), as an
+    input without text whose fields not given (or null) are None: an input's own fields, or (names
+    `SHARED_FIELDS`) the steering a call gives all its inputs, for `SourceInput.with_shared`. `where`
+    prefixes each field's name in messages ("texts[2].")."""
+    # (each value of its field's type, as its rule's reader returns it)
+    read: dict[str, Any] = {name: FIELD_RULES[name].read(fields.pop(name, None), f"{where}{name}", check) for name in names}
+    return dataclasses.replace(SourceInput(""), **read)
 
 
 INPUT_FIELDS = ("text", *STEERING_FIELDS)
@@ -164,21 +209,34 @@ class SourceInput:
 
     def with_shared(self, shared: SourceInput, where: str = "", owner: str = "the call's") -> SourceInput:
         """This input with the steering its call gives every input (`shared`'s fields; its text is not
-        used), by the one rule of every front-end: the prefix of either (FieldError when both give one,
-        naming this input's as `where` spells it, the other as `owner`'s), for `constraints` and `avoid` the
-        shared phrases first and then this input's own that are not among them; a field neither gives
-        stays None."""
-        if shared.prefix and self.prefix:
-            raise FieldError(f"{where}prefix and {owner} prefix are both given; give one", f"{where}prefix")
+        used), by the one rule of every front-end, each field by its `FieldRule.shared`: for a prefix
+        ("one") either's (FieldError when both give one, naming this input's as `where` spells it, the
+        other as `owner`'s), for `constraints` and `avoid` ("joined") the shared phrases first and then
+        this input's own that are not among them; a field neither gives stays None, and an input's own
+        field (no `shared` rule) stays as it is."""
+        merged: dict[str, Any] = {}  # (each value of its field's type)
+        for name, rule in FIELD_RULES.items():
+            mine, common = getattr(self, name), getattr(shared, name)
+            if rule.shared == "one":
+                if common and mine:
+                    raise FieldError(f"{where}{name} and {owner} {name} are both given; give one", f"{where}{name}")
+                merged[name] = mine if common is None or mine else common
+            elif rule.shared == "joined" and common is not None:
+                merged[name] = common + [p for p in mine or [] if p not in common]
+        return dataclasses.replace(self, **merged)
 
-        def phrases(mine: list[str] | None, common: list[str] | None) -> list[str] | None:
-            if common is None:
-                return mine
-            return common + [p for p in mine or [] if p not in common]
+    def part(self, text: str, first: bool) -> SourceInput:
+        """The input of one part of this one's source (a sentence of a line; `text`, the part's), its
+        steering by each field's `FieldRule.parts`: a "first" field only on the `first` part, every other
+        field on each (a "whole" field's source is not split: `whole_field`)."""
+        if first:
+            return dataclasses.replace(self, text=text)
+        return dataclasses.replace(self, text=text, **dict.fromkeys(fields_for("first")))
 
-        prefix = self.prefix if shared.prefix is None or self.prefix else shared.prefix
-        return dataclasses.replace(self, prefix=prefix, constraints=phrases(self.constraints, shared.constraints),
-                                   avoid=phrases(self.avoid, shared.avoid))
+    def whole_field(self) -> str | None:
+        """The first field given (and not empty) that holds for the whole source only (`FieldRule.parts`
+        "whole"): its source is not split into parts; None: none."""
+        return next((name for name in fields_for("whole") if getattr(self, name)), None)
 
     def as_json(self) -> dict[str, str | list[str]]:
         """The JSON form `read_input` reads back: "text" and the fields given."""
@@ -214,8 +272,7 @@ def read_input(value: object, name: str, sep: str = ".",
         raise FieldError(f"{name} has unknown field(s) {', '.join(map(repr, unknown))}; an input may hold "
                          f"{', '.join(map(repr, INPUT_FIELDS))}", f"{where}{unknown[0]}")
     check(text, f"{where}text")
-    read = read_steering_fields(fields, where, check)
-    return SourceInput(text, read["prefix"], read["constraints"], read["avoid"])
+    return dataclasses.replace(read_steering_fields(fields, where, check), text=text)
 
 
 def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constraints: PhraseLists | None = None,
@@ -232,8 +289,8 @@ def source_inputs(texts: Sequence[str], prefix: Prefixes | None = None, constrai
     out = []
     for i, text in enumerate(texts):
         where = f"line {first_line + i}: "
-        out.append(SourceInput(text, read_prefix(prefixes[i], where), read_phrases("constraints", wanted[i], where),
-                               read_phrases("avoid", banned[i], where)))
+        out.append(SourceInput(text, read_text(prefixes[i], f"{where}prefix"),
+                               read_phrases(wanted[i], f"{where}constraints"), read_phrases(banned[i], f"{where}avoid")))
     return out
 
 

@@ -34,7 +34,7 @@ from seq2seq.config.diagnostics import Diagnostic, Seq2SeqError
 from seq2seq.documents.formats import FORMAT_NAMES
 from seq2seq.documents.line_translation import PIPELINE_STEPS
 from seq2seq.inference.inputs import (
-    PHRASE_FIELDS, STEERING_FIELDS, CallOptions, FieldError, SourceInput, read_input,
+    PHRASE_FIELDS, SHARED_FIELDS, CallOptions, FieldError, SourceInput, read_input,
     read_steering_fields,
 )
 from seq2seq.inference.inputs import check_unicode as check_field_unicode
@@ -275,7 +275,7 @@ def parse_options(fields: Mapping[str, JSONValue], limits: Limits) -> RequestOpt
             continue
         if name not in SEARCH_OPTIONS:
             raise RequestError(422, f"unknown field {name!r}; search options are {', '.join(SEARCH_OPTIONS)}; "
-                                    f"steering: {', '.join(STEERING_FIELDS)}; {'; '.join(CALL_FIELDS)}; "
+                                    f"steering: {', '.join(SHARED_FIELDS)}; {'; '.join(CALL_FIELDS)}; "
                                     f"{', '.join(PIPELINE_STEPS)}; format")
         if value is None:
             continue
@@ -325,16 +325,16 @@ def parse_texts(body: JSONValue, limits: Limits) -> tuple[list[SourceInput], boo
 
 
 def parse_steering(fields: JSONObject, limits: Limits, where: str = "") -> SourceInput:
-    """The steering fields (`STEERING_FIELDS`) popped from `fields`, read as every front-end reads them
+    """The steering fields a request gives all its texts (`SHARED_FIELDS`) popped from `fields`, read as every front-end reads them
     (`seq2seq.inference.inputs`): 422 for a wrong type or text that is not valid Unicode, 413
     over max_chars characters (a prefix or phrase) or max_phrases phrases. The fields as an input without
     text, whose fields not given (or null) are None, for `SourceInput.with_shared`. `where` prefixes the
     names in messages."""
     try:
-        read = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits))
+        shared = read_steering_fields(fields, where, lambda text, name: _check_text(text, name, limits),
+                                      SHARED_FIELDS)
     except FieldError as e:
         raise RequestError(422, str(e), e.diagnostic) from None
-    shared = SourceInput("", **read)
     _check_phrase_count(shared, where.rstrip(".") or "the request", limits)
     return shared
 
@@ -366,7 +366,7 @@ def _check_text(text: str, where: str, limits: Limits) -> None:
 
 
 def _check_phrase_count(steering: SourceInput, where: str, limits: Limits) -> None:
-    n = sum(len(phrases or []) for phrases in (steering.constraints, steering.avoid))
+    n = sum(len(getattr(steering, name) or []) for name in PHRASE_FIELDS)
     if n > limits.max_phrases:
         raise RequestError(413, f"{where} has {n} constraints and avoid phrases; the limit is {limits.max_phrases}")
 

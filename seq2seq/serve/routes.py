@@ -30,7 +30,7 @@ from seq2seq.inference.generator import Generator, Transcriber
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.memory import SearchMemoryError
 from seq2seq.inference.engine import Engine
-from seq2seq.inference.inputs import STEERING_FIELDS, Call, SourceInput, call_of
+from seq2seq.inference.inputs import SHARED_FIELDS, Call, SourceInput, call_of
 from seq2seq.inference.results import Translation, with_diagnostics
 from seq2seq.inference.steering import SteeringError
 from seq2seq.model.encoders.sources import SourceError
@@ -281,9 +281,9 @@ class ModelServer:
         """An upload's options from its query string: search options, and for recordings `timestamps`
         (each window's times and text in "segments", as `transcribe --timestamps --json`); and its
         steering (`query_steering`: prefix, constraints, avoid)."""
-        steering = query_steering({k: request.query_params.getlist(k) for k in STEERING_FIELDS
+        steering = query_steering({k: request.query_params.getlist(k) for k in SHARED_FIELDS
                                    if k in request.query_params}, self.limits)
-        params = {k: v for k, v in request.query_params.items() if k not in STEERING_FIELDS}
+        params = {k: v for k, v in request.query_params.items() if k not in SHARED_FIELDS}
         timestamps = params.pop("timestamps", None)
         options = query_options(params, self.limits)
         if timestamps is not None:
