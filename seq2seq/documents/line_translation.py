@@ -35,10 +35,9 @@ text re-cased where its source was UPPER CASE): with the three steps off, or on 
 sentence written as usual whose output does not loop, the output is the engine's, bit for bit.
 
 Steering: each steering field of a line's input goes to its sentences by the field's declared rule
-(`seq2seq.inference.inputs.FieldRule.parts`, read here without naming a field): to the first sentence
-(a prefix), to every sentence (banned phrases), or the line is translated unsplit (constraints: which
-sentence a constraint belongs to is not known), with a note when it holds several sentences
-(docs/decoding-controls.md). A glossary is looked up in each sentence (the engine finds the terms of
+(`seq2seq.inference.inputs.FieldRule.parts`; which field has which rule: docs/decoding-controls.md):
+to the first sentence, to every sentence, or to the whole line, which is then translated unsplit, with
+a note saying why when it holds several sentences. A glossary is looked up in each sentence (the engine finds the terms of
 each text it gets). Every other argument goes to the engine as it is. Warnings and errors name the input line, never a sentence's position in the engine call.
 
 An empty or blank line goes to the engine as it is and gives [] (an empty output line, and the
@@ -63,9 +62,7 @@ from seq2seq.documents.alignment import word_alignment
 from seq2seq.documents.loops import output_loops
 from seq2seq.documents.sentences import Sentence, split
 from seq2seq.inference.engine import Engine
-from seq2seq.inference.inputs import (
-    FIELD_RULES, AvoidPhrases, Call, CallOptions, PhraseLists, Prefixes, SourceInput, call_of, source_inputs,
-)
+from seq2seq.inference.inputs import FIELD_RULES, Call, CallOptions, SourceInput, SteeringLists, inputs_and_call
 from seq2seq.inference.results import Translation
 from seq2seq.text.languages import source_language
 
@@ -110,7 +107,12 @@ def engine_source_language(engine: object) -> str | None:
     return source_language(config) if config is not None else None
 
 
-class LineOptions(CallOptions, total=False):
+class LineKeywords(CallOptions, SteeringLists, total=False):
+    """`translate_lines`' keywords besides its lines, batch size, first line, warnings and steps: the
+    per-line steering lists (`SteeringLists`) and a `Call`'s fields."""
+
+
+class LineOptions(LineKeywords, total=False):
     """`translate_lines`' keywords besides its lines, batch size, first line and warnings: its steps,
     source_lang, the per-line steering lists and a `Call`'s fields (what `document_translations` passes on)."""
 
@@ -120,9 +122,6 @@ class LineOptions(CallOptions, total=False):
     spans: bool
     markup: bool
     source_lang: str | None
-    prefix: Prefixes | None
-    constraints: PhraseLists | None
-    avoid: AvoidPhrases | None
 
 
 def translate_lines(
@@ -138,19 +137,17 @@ def translate_lines(
     spans: bool = True,
     markup: bool = False,
     source_lang: str | None = None,
-    prefix: Prefixes | None = None,
-    constraints: PhraseLists | None = None,
-    avoid: AvoidPhrases | None = None,
-    **options: Unpack[CallOptions],
+    **options: Unpack[LineKeywords],
 ) -> list[list[Translation]]:
     """One n-best list per line of `lines`, in order ([] for an empty or blank line); see the module
     docstring. split_sentences / casing / loop_guard: the steps (`pipeline_defaults` says a model's defaults).
     source_lang: the rules sentences are split and cased by (default: the model's source language,
-    `engine_source_language`; English where it does not say). prefix, constraints, avoid: as
-    `Engine.translate_nbest` takes them, per line. options: the rest of the engine's `Call` (search
-    options, glossary, terms, tgt_lang, ...)."""
-    given = source_inputs(lines, prefix, constraints, avoid, first_line)
-    return translate_line_inputs(engine, given, call_of({**options, "batch_tokens": batch_tokens}), first_line, warn,
+    `engine_source_language`; English where it does not say). options: the per-line steering lists
+    (`SteeringLists`, as `Engine.translate_nbest` takes them), made the
+    lines' inputs at once (`inputs_and_call`), and the rest of the engine's `Call` (search options,
+    glossary, terms, tgt_lang, ...)."""
+    given, call = inputs_and_call(lines, {**options, "batch_tokens": batch_tokens}, first_line)
+    return translate_line_inputs(engine, given, call, first_line, warn,
                                  split_sentences=split_sentences, casing=casing, loop_guard=loop_guard, spans=spans,
                                  markup=markup, source_lang=source_lang)
 

@@ -1,7 +1,7 @@
 """Ensemble decoding: several models that share a target vocabulary, searched as one model.
 
 `EnsembleModel` is a `SearchableModel` (seq2seq.inference.protocol), so every search (greedy, beam,
-sampling, n-best, length penalty, prefixes and constraints) runs on it unchanged. At each step each
+sampling, n-best, length penalty, and steering: docs/decoding-controls.md) runs on it unchanged. At each step each
 member predicts the next token from its own source encoding and its own key/value cache, and the
 ensemble's distribution is the weighted mean of the members' **probabilities**:
 

@@ -191,8 +191,8 @@ class Transcriber(Generator):
         call.max_window_seconds: the longest window (default: `self.max_window_seconds`).
         call.timestamps: each hypothesis carries `segments` (its windows' times and texts).
         call.progress: a bar on stderr counting windows. Steering goes to the windows by each field's
-        rule (`seq2seq.inference.inputs.FieldRule.parts`): avoid holds in every window, a prefix starts
-        the first window, and constraints need the recording to fit in one window.
+        rule (`seq2seq.inference.inputs.FieldRule.parts`; which field has which: docs/decoding-controls.md):
+        in the first window, in every window, or only where the recording fits in one window.
         """
         texts, cfg = prepared.texts, prepared.cfg
         self.processor_for(call.tgt_lang)  # a recording model translates into one language: refuses any
@@ -251,8 +251,8 @@ class Transcriber(Generator):
                          line: int) -> dict[tuple[int, int], SourceControls]:
         """The controls of file `index`'s windows from its own (`controls`, of its input `given`), by each
         field's rule (`FieldRule.parts`): the first window has them all, a later one those that hold for
-        each part (avoid); a field that holds for the whole source only (constraints) is a SteeringError
-        where the recording needs more than one window."""
+        each part; a field that holds for the whole source only is a SteeringError where the recording
+        needs more than one window."""
         whole = given.whole_field() if n_windows > 1 else None
         if whole is not None:
             raise SteeringError(f"{whole} hold for a recording decoded in one window, but this one is split "

@@ -37,7 +37,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, MutableMapping, Sequence, TypeVar
+from typing import Any, Callable, Literal, Mapping, MutableMapping, Sequence, TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
@@ -308,7 +308,17 @@ class CallOptions(SearchOptions, total=False):
     progress: bool
 
 
-class CallKeywords(CallOptions, total=False):
+class SteeringLists(TypedDict, total=False):
+    """The Python API's per-input steering lists (`Engine.translate_nbest`'s, `translate_lines`'), made
+    inputs at once by `source_inputs`: one entry per input (avoid may also be one list of phrases for
+    every input); None: not given."""
+
+    prefix: Prefixes | None
+    constraints: PhraseLists | None
+    avoid: AvoidPhrases | None
+
+
+class CallKeywords(CallOptions, SteeringLists, total=False):
     """The keywords of the Python API's calls (`Engine.translate`, `Engine.translate_inputs`): a `Call`'s
     fields, the per-input steering lists, the line number of the first input and where warnings go."""
 
@@ -316,9 +326,6 @@ class CallKeywords(CallOptions, total=False):
     first_line: int
     warn: Warn | None
     skipped: dict[int, str] | None
-    prefix: Prefixes | None
-    constraints: PhraseLists | None
-    avoid: AvoidPhrases | None
 
 
 @dataclass(frozen=True)
@@ -356,6 +363,15 @@ class Call:
 
 
 CALL_FIELDS = tuple(f.name for f in dataclasses.fields(Call) if f.name not in ("search", "resolved"))
+
+
+def inputs_and_call(texts: Sequence[str], keywords: Mapping[str, Any], first_line: int = 1
+                    ) -> tuple[list[SourceInput], Call]:
+    """The inputs and the `Call` of a Python API call's texts and keywords: the per-input steering lists
+    (`SteeringLists`) made inputs by `source_inputs`, every other keyword the call's (`call_of`)."""
+    lists = {name: value for name, value in keywords.items() if name in SteeringLists.__annotations__}
+    rest = {name: value for name, value in keywords.items() if name not in SteeringLists.__annotations__}
+    return source_inputs(texts, **lists, first_line=first_line), call_of(rest)
 
 
 def call_of(options: Mapping[str, Any]) -> Call:
