@@ -43,7 +43,7 @@ from seq2seq.config.search import SearchConfig, SearchOptions, resolve_search
 from seq2seq.inference.controls import SourceControls
 from seq2seq.inference.glossary import Glossary
 from seq2seq.inference.inputs import (
-    FIELD_RULES, STEERING_FIELDS, AvoidPhrases, Call, CallKeywords, PhraseLists, Prefixes, SourceInput, call_of, read_input,
+    FIELD_RULES, SHARED_FIELDS, STEERING_FIELDS, AvoidPhrases, Call, CallKeywords, PhraseLists, Prefixes, SourceInput, call_of, read_input,
     source_inputs,
 )
 from seq2seq.inference.results import Translation
@@ -224,8 +224,10 @@ class Engine(ABC):
         """n-best hypotheses of each input (a `SourceInput`, or its JSON form: a string or a dict), in
         input order; `options`: the `Call` (search options, glossary, terms, tgt_lang ...), first_line
         and warn as `translate_nbest` takes them. An input of another form is a FieldError naming it
-        ("inputs[2]"); a steering field given for the whole call, a SteeringError."""
-        given = sorted(set(options) & set(STEERING_FIELDS))
+        ("inputs[2]"); a steering field that a call may give all its inputs (`SHARED_FIELDS`) given for
+        the whole call, a SteeringError (a keyword that shares its name with a field an input gives only
+        for itself, e.g. a search option, is the call's)."""
+        given = sorted(set(options) & set(SHARED_FIELDS))
         if given:
             raise SteeringError(f"{', '.join(given)} belong(s) to each input here (SourceInput.{given[0]}), "
                                 "not to the call", field=given[0], code="bad_field")
