@@ -292,3 +292,23 @@ def test_recordings_without_pauses_and_bad_windows(tone_model, tmp_path, capsys)
     result = CliRunner().invoke(cli, ["transcribe", str(tone_model), str(tmp_path / "hum.wav"), "--max-window-seconds",
                                       "0"])
     assert result.exit_code == 2 and "max-window-seconds" in result.output
+
+
+def test_a_recordings_steering_goes_to_its_windows_by_each_fields_rule():
+    """The prefix starts the first window, banned phrases hold in every one, constraints need one window."""
+    from seq2seq.inference.controls import SourceControls
+    from seq2seq.inference.generator import Transcriber
+    from seq2seq.inference.inputs import SourceInput
+    from seq2seq.inference.steering import SteeringError
+
+    steered = SourceControls(prefix=[5], avoid=[[7, 8]])
+    got = Transcriber._window_controls(2, SourceInput("a.wav", "x", avoid=["y"]), steered, 3, 4)
+    assert got == {(2, 0): steered, (2, 1): SourceControls(avoid=[[7, 8]]), (2, 2): SourceControls(avoid=[[7, 8]])}
+    constrained = SourceControls(constraints=[[9]], avoid=[[7]])
+    given = SourceInput("a.wav", constraints=["z"], avoid=["y"])
+    assert Transcriber._window_controls(0, given, constrained, 1, 4) == {(0, 0): constrained}
+    with pytest.raises(SteeringError) as e:
+        Transcriber._window_controls(0, given, constrained, 2, 4)
+    assert str(e.value) == ("line 4: constraints hold for a recording decoded in one window, but this one is split "
+                            "into 2; raise --max-window-seconds (if the model allows)")
+    assert (e.value.diagnostic.field, e.value.diagnostic.code) == ("constraints", "constraints_windowed")
