@@ -61,14 +61,14 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from seq2seq.config.diagnostics import Diagnostic, Warn
 from seq2seq.data.batching import length_batches
 from seq2seq.deploy.export_lookup import find_export, stale_export_warning
 from seq2seq.deploy.staging import read_export_info, require
 from seq2seq.config.search import SearchConfig
-from seq2seq.inference.controls import prefix_too_long
+from seq2seq.inference.controls import SourceControls, prefix_too_long
 from seq2seq.inference.engine import Call, Capabilities, Engine, PreparedCall
 from seq2seq.inference.steering import SteeringError
 from seq2seq.model.encoders.base import SourceProcessor, source_processor
@@ -92,22 +92,25 @@ SCORING = {"max_input_length": 0, "max_batch_size": CT2_BATCH}
 
 @dataclass
 class _Job:
-    """One `translate_nbest` call (or the part of it that bans the same phrases): its sentences' source
-    pieces, length limits and target prefixes (pieces; by index), the banned phrases (pieces), their
-    n-best lists as they are found, and the sentences to translate again at their limit, by (limit,
-    PAD and BOS forbidden)."""
+    """One call's decoding (or the part of it that bans the same phrases: CTranslate2 takes one list of
+    suppressed sequences a call): its sentences' source pieces, length limits and encoded controls (the
+    prepared call's, by index), the banned phrases they share (target pieces), how a target id is
+    written as a piece, their n-best lists as they are found, and the sentences to translate again at
+    their limit, by (limit, PAD and BOS forbidden)."""
 
     cfg: SearchConfig
     results: list[list[Translation]]
     pieces: dict[int, list[str]]
     max_len: dict[int, int]
-    prefix: dict[int, list[str]] = field(default_factory=dict)
+    piece: Callable[[int], str]
+    controls: dict[int, SourceControls] = field(default_factory=dict)
     avoid: list[list[str]] = field(default_factory=list)
     at_limit: dict[tuple[int, bool], list[int]] = field(default_factory=lambda: defaultdict(list))
 
     def prefixes(self, batch: Sequence[int]) -> list[list[str] | None] | None:
-        """The target prefixes of `batch` for CTranslate2 (None: no sentence of it has one)."""
-        found = [self.prefix.get(i) for i in batch]
+        """The target prefixes of `batch` as CTranslate2's pieces (None: no sentence of it has one)."""
+        found = [[self.piece(t) for t in c.prefix] if (c := self.controls.get(i)) is not None and c.prefix else None
+                 for i in batch]
         return found if any(found) else None
 
 
@@ -210,27 +213,24 @@ class CTranslate2Translator(Engine):
                             "`beam` hypotheses have ended (as with early_stopping=true)", field="early_stopping",
                             code="unsupported_option"))
         results: list[list[Translation]] = [[] for _ in texts]
-        tgt = self.tokenizers.tgt
-        prefixes: dict[int, list[str]] = {}
-        banned: dict[int, tuple[tuple[str, ...], ...]] = {}
-        for i, controls in prepared.controls.items():
-            if controls.prefix:
-                prefixes[i] = [tgt.id_to_piece(t) for t in controls.prefix]
-            banned[i] = tuple(dict.fromkeys(tuple(tgt.id_to_piece(t) for t in p) for p in controls.avoid))
+        piece = self.tokenizers.tgt.id_to_piece
+        banned = {i: tuple(dict.fromkeys(tuple(piece(t) for t in p) for p in controls.avoid))
+                  for i, controls in prepared.controls.items()}
         examples = self.processor.prepare(texts, first_line, warn)  # ids + EOS of each non-empty text
         src_tok = self.tokenizers.src
         pieces = {i: [src_tok.id_to_piece(t) for t in ids[:-1]] for i, ids in examples.items()}
         max_len = {i: cfg.max_length(len(ids)) for i, ids in examples.items()}
-        for i, p in prefixes.items():
-            if i in max_len and len(p) > max_len[i]:
-                raise SteeringError(prefix_too_long(len(p), max_len[i]), line=first_line + i, field="prefix",
-                                    code="prefix_too_long")
+        for i, controls in prepared.controls.items():
+            if i in max_len and len(controls.prefix) > max_len[i]:
+                raise SteeringError(prefix_too_long(len(controls.prefix), max_len[i]), line=first_line + i,
+                                    field="prefix", code="prefix_too_long")
         groups: dict[tuple[tuple[str, ...], ...], list[int]] = defaultdict(list)  # by banned phrases
         for i in examples:
             groups[banned.get(i, ())].append(i)
         for phrases, members in groups.items():
             job = _Job(cfg, results, pieces={i: pieces[i] for i in members}, max_len={i: max_len[i] for i in members},
-                       prefix={i: prefixes[i] for i in members if i in prefixes}, avoid=[list(p) for p in phrases])
+                       piece=piece, controls={i: prepared.controls[i] for i in members if i in prepared.controls},
+                       avoid=[list(p) for p in phrases])
             self._translate(job, {i: self.processor.length(examples[i]) for i in members}, call.batch_tokens)
         hyps = [h for nbest in results for h in nbest]
         for h, text in zip(hyps, self.tokenizers.tgt.decode([h.token_ids for h in hyps])):  # one call: faster
