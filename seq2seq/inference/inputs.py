@@ -20,7 +20,9 @@ naming the field as the caller spells it (`where`: "input line 3: ", "texts[2]."
 list is wanted ("avoid": "Hund" is not a list of one phrase, nor of its characters), a dict, a number
 or true, and text that UTF-8 cannot write (a lone surrogate such as "\\ud800", which JSON can spell).
 Steering given for every input of a call (the command line's --avoid, a server request's own fields)
-joins each input's own by one rule, `SourceInput.with_shared`.
+joins each input's own by one rule, `SourceInput.with_shared`. The Python API's per-input lists
+(`translate_nbest(texts, prefix=[...], constraints=[...])`, `SteeringLists`) are made inputs at once
+(`source_inputs`); nothing below the front-ends takes steering in another shape than a `SourceInput`.
 
     inputs = [SourceInput("A man slices noodles.", constraints=["Nudeln"]), SourceInput("A dog.")]
     translator.translate_inputs(inputs, beam=5)      # n-best lists, in input order
