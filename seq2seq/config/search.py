@@ -13,8 +13,8 @@ This module holds the data and the rules of a search, each in one place: an opti
 (`check_type`), which values combine (`check_search`, run where a `SearchConfig` is made, for a
 config file and a call's options alike), what a call may ask on top (`resolve_search`: switches,
 sampling options), the rows a source takes (`rows_per_source`), the per-sentence length limit
-(`max_length`), the GNMT length penalty and score (`length_penalty`, `score`) and that CTC rescoring
-needs a CTC head (`check_ctc_head`).
+(`max_length`) and that CTC rescoring needs a CTC head (`check_ctc_head`). How a hypothesis is scored
+(the GNMT length penalty, a control's bonus) is the search's rule, in `seq2seq.inference.search`.
 """
 from __future__ import annotations
 
@@ -31,12 +31,9 @@ from seq2seq.config.diagnostics import Diagnostic
 from seq2seq.config.schema import ConfigError
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
     from seq2seq.config.model_section import ModelConfig
 
 T = TypeVar("T")
-ScoreT = TypeVar("ScoreT", float, "Tensor")  # a score: of one hypothesis (a float), or of many (a tensor)
 
 
 def _option(default: T, help: str, switches: dict[str, str] | None = None) -> T:
@@ -224,19 +221,6 @@ class SearchConfig:
             return self
         return dataclasses.replace(self, lenpen=self.constraint_lenpen, constraint_lenpen=None)
 
-    def length_penalty(self, length: int) -> float:
-        """GNMT's ((5 + length) / 6) ** lenpen; length counts the EOS (see `score`)."""
-        return length_penalty(length, self.lenpen)
-
-    def score(self, logprob: ScoreT, length: int, bonus: ScoreT | None = None) -> ScoreT:
-        """The search score of a hypothesis of `length` predictions (its tokens and the EOS) and total
-        log-probability `logprob` (a float, or a tensor of them): logprob / length_penalty(length). bonus (the
-        same kind, None: none): what a control added to `logprob` (`decoding.term_bias`), which counts after
-        the length penalty: (logprob - bonus) / length_penalty(length) + bonus."""
-        if bonus is None:
-            return logprob / self.length_penalty(length)
-        return (logprob - bonus) / self.length_penalty(length) + bonus
-
     def check_ctc_head(self, training_ctc_weight: float, model: object = None) -> None:
         """ctc_weight > 0 needs a CTC head, which only a model trained with training.ctc_weight > 0 has.
         ConfigError (a ValueError) when it is missing: for a config file (model None) saying how to
@@ -247,11 +231,6 @@ class SearchConfig:
                                   "training.ctc_weight > 0 (or decoding.ctc_weight: 0)")
             raise ConfigError(f"ctc_weight {self.ctc_weight}: {model} was trained without CTC "
                               "(training.ctc_weight 0), so it has no CTC head to rescore with")
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT: ((5 + length) / 6) ** alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 STRATEGIES = ("greedy", "beam", "sample")
