@@ -139,9 +139,15 @@ class SearchConfig:
     pad_id: int = 0
     # How messages name a field: "decoding." for a config file, "" for a call's options (named as given).
     where: InitVar[str] = "decoding."
+    # The positions of the model the search runs on (None: not known): max_len is capped at what fits
+    # after BOS, max_positions - 1 (`length_cap`).
+    max_positions: InitVar[int | None] = None
 
-    def __post_init__(self, where: str) -> None:
+    def __post_init__(self, where: str, max_positions: int | None) -> None:
         check_search(vars(self), where)
+        if max_positions is not None:  # after the check: the cap is at most max_len and at least 1 (a model
+            # has max_positions >= 2), so it breaks no rule, and a max_len out of range is refused as given
+            object.__setattr__(self, "max_len", self.length_cap(max_positions))
 
     # ---- the search's rules, each written here only ---------------------------------------
 
@@ -412,10 +418,11 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
         options["nbest"] = 1
     elif strategy == "beam" and nbest is None:  # the default, capped at the beam
         options["nbest"] = min(defaults.nbest, options.get("beam", defaults.beam))
-    cfg = SearchConfig(**{**vars(defaults), **options}, where="")  # a config file's rules, the options named as given
+    # a config file's rules, the options named as given; max_len capped at the model's positions
+    cfg = SearchConfig(**{**vars(defaults), **options}, where="",
+                       max_positions=None if model is None else model.max_positions)
     if model is not None:
         cfg.check_model(model, where="")
-        cfg = dataclasses.replace(cfg, max_len=cfg.length_cap(model.max_positions))
     rows, vocab = cfg.rows_per_source, getattr(model, "tgt_vocab_size", 1)
     if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory
         name = "beam" if cfg.strategy == "beam" else "nbest"
