@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
+from seq2seq.config.checks import require
 from seq2seq.config.diagnostics import Diagnostic
-from seq2seq.config.schema import ConfigError
 
 if TYPE_CHECKING:
     from seq2seq.config.model_section import ModelConfig
@@ -159,17 +159,15 @@ class SearchConfig:
         vocab = model.tgt_vocab_size
         for name in ("bos_id", "eos_id", "pad_id"):
             token = getattr(self, name)
-            if token >= vocab:
-                raise ConfigError(f"{where}{name} ({token}) is not in the target vocabulary of {vocab} pieces "
-                                 f"(ids 0 to {vocab - 1})")
+            require(token < vocab, f"{where}{name} ({token}) is not in the target vocabulary of {vocab} pieces "
+                                   f"(ids 0 to {vocab - 1})")
         layers = model.n_decoder_layers
-        if self.attention_layer is not None and not -layers <= self.attention_layer < layers:
-            raise ConfigError(f"{where}attention_layer {self.attention_layer} does not exist: "
-                             f"the decoder has {layers} layer(s)")
+        require(self.attention_layer is None or -layers <= self.attention_layer < layers,
+                f"{where}attention_layer {self.attention_layer} does not exist: the decoder has {layers} layer(s)")
         cap = model.max_positions - 1  # (what the model can write; an explicit max_len below min_len wins over it)
-        if self.min_len > cap:
-            raise ConfigError(f"{where}min_len ({self.min_len}) is more than the longest output this model can write "
-                             f"({cap} tokens: model.max_positions {model.max_positions} - 1): no output could end")
+        require(self.min_len <= cap, f"{where}min_len ({self.min_len}) is more than the longest output this model "
+                                     f"can write ({cap} tokens: model.max_positions {model.max_positions} - 1): "
+                                     "no output could end")
 
     def length_warnings(self, lengths: Mapping[int, int], max_positions: int, first_line: int = 1) -> list[Diagnostic]:
         """A warning for each source (lengths: {index: its positions}; line first_line + index) whose length
@@ -231,12 +229,11 @@ class SearchConfig:
         """ctc_weight > 0 needs a CTC head, which only a model trained with training.ctc_weight > 0 has.
         ConfigError (a ValueError) when it is missing: for a config file (model None) saying how to
         fix it, for a call's options on the model directory `model` naming it."""
-        if self.ctc_weight > 0 and not training_ctc_weight:
-            if model is None:
-                raise ConfigError(f"decoding.ctc_weight ({self.ctc_weight}) needs a CTC head: set "
-                                  "training.ctc_weight > 0 (or decoding.ctc_weight: 0)")
-            raise ConfigError(f"ctc_weight {self.ctc_weight}: {model} was trained without CTC "
-                              "(training.ctc_weight 0), so it has no CTC head to rescore with")
+        require(not (self.ctc_weight > 0 and not training_ctc_weight),
+                (f"decoding.ctc_weight ({self.ctc_weight}) needs a CTC head: set training.ctc_weight > 0 (or "
+                 "decoding.ctc_weight: 0)") if model is None else
+                (f"ctc_weight {self.ctc_weight}: {model} was trained without CTC (training.ctc_weight 0), so it has no "
+                 "CTC head to rescore with"))
 
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -277,9 +274,8 @@ def check_search(values: Mapping[str, Any], where: str = "") -> None:
     so the two refuse the same values with the same message ("nbest (3) must be <= beam (2); ...").
     """
 
-    def check(ok: bool, message: str) -> None:
-        if not ok:
-            raise ValueError(f"{where}{message}")
+    def check(ok: bool, message: str) -> None:  # (a call's options are refused with a ValueError)
+        require(ok, f"{where}{message}", ValueError)
 
     v = values
     strategy, beam, nbest = v["strategy"], v["beam"], v["nbest"]
@@ -370,12 +366,10 @@ def check_type(name: str, value: object) -> Any:
         return value
     ok = isinstance(value, bool) if kind is bool else (
         isinstance(value, numbers.Integral if kind is int else numbers.Real) and not isinstance(value, bool))
-    if not ok:
-        raise ValueError(f"{name} must be {TYPE_NAMES[kind]}, got {_show(value)}")
+    require(ok, f"{name} must be {TYPE_NAMES[kind]}, got {_show(value)}", ValueError)
     if kind is float and isinstance(value, numbers.Real):  # (`ok`: it is)
         value = float(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value}")
+        require(math.isfinite(value), f"{name} must be a finite number, got {value}", ValueError)
     elif kind is int and isinstance(value, numbers.Integral):  # (`ok`: it is)
         value = int(value)
     return value
@@ -402,16 +396,16 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
     min_len within max_positions; one source's step logits within `MAX_STEP_LOGITS`).
     """
     unknown = sorted(set(overrides) - set(FIELD_TYPES) - set(SWITCHES))
-    if unknown:
-        raise ValueError(f"unknown search option(s) {unknown}; valid: {sorted(set(FIELD_TYPES) | set(SWITCHES))}")
+    require(not unknown, f"unknown search option(s) {unknown}; valid: {sorted(set(FIELD_TYPES) | set(SWITCHES))}",
+            ValueError)
     options = {k: check_type(k, v) for k, v in overrides.items() if v is not None}
     _choose_strategy(options)
     strategy = options.get("strategy", defaults.strategy)
-    if strategy == "greedy" and options.get("beam", 1) > 1:
-        raise ValueError(f"greedy search conflicts with beam={options['beam']}")
+    require(strategy != "greedy" or options.get("beam", 1) <= 1, f"greedy search conflicts with beam={options.get('beam')}",
+            ValueError)
     given = sorted(k for k in SAMPLING_OPTIONS if k in options)
-    if given and strategy != "sample":
-        raise ValueError(f"{', '.join(given)}: only for sampling; add sample=True (--sample)")
+    require(not given or strategy == "sample", f"{', '.join(given)}: only for sampling; add sample=True (--sample)",
+            ValueError)
 
     nbest = options.get("nbest")
     if strategy == "greedy" and (nbest is None or nbest <= 1):  # (nbest > 1 is refused by check_search)
@@ -424,10 +418,10 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
     if model is not None:
         cfg.check_model(model, where="")
     rows, vocab = cfg.rows_per_source, getattr(model, "tgt_vocab_size", 1)
-    if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory
-        name = "beam" if cfg.strategy == "beam" else "nbest"
-        raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
-                         f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
+    name = "beam" if cfg.strategy == "beam" else "nbest"
+    require(rows * vocab <= MAX_STEP_LOGITS,  # one source's search step must fit in memory
+            f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
+            f"logits per step; at most {MAX_STEP_LOGITS // vocab}", ValueError)
     return cfg
 
 
@@ -435,12 +429,11 @@ def _choose_strategy(options: dict[str, object]) -> None:
     """Replace the switches `greedy` and `sample` in `options` by the strategy they choose (in place);
     without them an explicit `strategy` stands, else a given beam decides (1: greedy, > 1: beam)."""
     greedy, sample = (options.pop(name, False) for name in ("greedy", "sample"))
-    if greedy and sample:
-        raise ValueError("choose one of greedy and sample (--greedy, --sample)")
+    require(not (greedy and sample), "choose one of greedy and sample (--greedy, --sample)", ValueError)
     chosen = "greedy" if greedy else "sample" if sample else None
     if chosen is not None:
-        if options.get("strategy", chosen) != chosen:
-            raise ValueError(f"{chosen} conflicts with strategy={options['strategy']!r}")
+        require(options.get("strategy", chosen) == chosen, f"{chosen} conflicts with strategy={options.get('strategy')!r}",
+                ValueError)
         options["strategy"] = chosen
     elif "strategy" not in options and "beam" in options:
         beam = options["beam"]  # an int (`check_type`)
