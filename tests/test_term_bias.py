@@ -143,8 +143,8 @@ def test_a_pushed_hypothesis_is_scored_with_its_bonus_after_the_length_penalty(t
                 replay.follow(None, None, torch.tensor([token]))
             taken = float(replay.bonus(torch.arange(1))[0])
             length = len(hyp.token_ids) + 1
-            assert taken > 0 and hyp.score == pytest.approx(hypothesis_score(hyp.logprob - taken, length, lenpen) + taken,
-                                                         abs=1e-4)
+            expected = hypothesis_score(hyp.logprob - taken, length, lenpen) + taken
+            assert taken > 0 and hyp.score == pytest.approx(expected, abs=1e-4)
             assert hyp.score != pytest.approx(hypothesis_score(hyp.logprob, length, lenpen), abs=1e-3)
 
 

@@ -59,7 +59,8 @@ class RatioRules:
 
     def __post_init__(self) -> None:
         require(self.tolerance > 1.0, f"clean.ratio.tolerance must be above 1, got {self.tolerance}")
-        require(self.expected is None or self.expected > 0, f"clean.ratio.expected must be positive, got {self.expected}")
+        require(self.expected is None or self.expected > 0,
+                f"clean.ratio.expected must be positive, got {self.expected}")
         check_ranges(self, "clean.ratio", {"exempt_chars": (0, None)})
 
 

@@ -24,7 +24,8 @@ VALID_SET_NAME = re.compile(r"[\w.+-]+")
 
 def _check_languages(item: CorpusConfig | ValidSetConfig, key: str) -> None:
     """src_lang and tgt_lang of a corpus or validation set: both or neither, each a language code."""
-    require((item.src_lang is None) == (item.tgt_lang is None), f"{key}.src_lang and {key}.tgt_lang must be set together")
+    require((item.src_lang is None) == (item.tgt_lang is None),
+            f"{key}.src_lang and {key}.tgt_lang must be set together")
     for name in ("src_lang", "tgt_lang"):
         value = getattr(item, name)
         require(value is None or bool(LANGUAGE_CODE.fullmatch(value)),

@@ -155,7 +155,8 @@ class AudioAugmentConfig:
         _check_range("reverb_drr", self.reverb_drr, -30.0, 60.0)
         for key in ("noise_prob", "gain_prob", "reverb_prob"):
             _check_probability(key, getattr(self, key))
-        require(bool(self.noise_colors), "model.encoder.augment.noise_colors must name at least one of white, pink, brown")
+        require(bool(self.noise_colors),
+                "model.encoder.augment.noise_colors must name at least one of white, pink, brown")
 
     @property
     def warps(self) -> bool:
@@ -197,9 +198,11 @@ class ImageAugmentConfig:
     def __post_init__(self) -> None:
         _check_range("crop_scale", self.crop_scale, 0.01, 4.0)
         _check_range("crop_ratio", self.crop_ratio, 0.1, 10.0)
-        require(0.0 <= self.rotate <= 180.0, f"model.encoder.augment.rotate must be in [0, 180] degrees, got {self.rotate}")
+        require(0.0 <= self.rotate <= 180.0,
+                f"model.encoder.augment.rotate must be in [0, 180] degrees, got {self.rotate}")
         for key in ("brightness", "contrast"):
-            require(0.0 <= getattr(self, key) <= 1.0, f"model.encoder.augment.{key} must be in [0, 1], got {getattr(self, key)}")
+            require(0.0 <= getattr(self, key) <= 1.0,
+                    f"model.encoder.augment.{key} must be in [0, 1], got {getattr(self, key)}")
 
     @property
     def moves(self) -> bool:
@@ -315,8 +318,9 @@ class ImageEncoderConfig(EncoderConfig):
                     f"{key}.resnet_stem_stride must be 1 or 2, got {self.resnet_stem_stride}")
             factor = 2 ** len(self.resnet_widths)
             for name, value in patches.items():
-                require(value % factor == 0, f"{key}.{name} ({value}) must be divisible by {factor}: the "
-                                             f"{len(self.resnet_widths)} stages of {key}.resnet_widths downsample {factor}x")
+                require(value % factor == 0,
+                        f"{key}.{name} ({value}) must be divisible by {factor}: the "
+                        f"{len(self.resnet_widths)} stages of {key}.resnet_widths downsample {factor}x")
         for name in ("mean", "std"):
             values = getattr(self, name)
             require(len(values) in (1, self.channels),
@@ -521,7 +525,8 @@ class HFEncoderConfig(EncoderConfig):
 
     def __post_init__(self) -> None:
         require(self.type == "hf", f"{KEY}.type must be 'hf' for an HFEncoderConfig, got {self.type!r}")
-        require(self.unfreeze_top_layers >= 0, f"{KEY}.unfreeze_top_layers must be >= 0, got {self.unfreeze_top_layers}")
+        require(self.unfreeze_top_layers >= 0,
+                f"{KEY}.unfreeze_top_layers must be >= 0, got {self.unfreeze_top_layers}")
         require(self.max_pixels is None or self.max_pixels >= 1,
                 f"{KEY}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
         require(self.unfreeze_after_steps is None or self.unfreeze_after_steps >= 1,

@@ -229,11 +229,13 @@ class SearchConfig:
         """ctc_weight > 0 needs a CTC head, which only a model trained with training.ctc_weight > 0 has.
         ConfigError (a ValueError) when it is missing: for a config file (model None) saying how to
         fix it, for a call's options on the model directory `model` naming it."""
-        require(not (self.ctc_weight > 0 and not training_ctc_weight),
-                (f"decoding.ctc_weight ({self.ctc_weight}) needs a CTC head: set training.ctc_weight > 0 (or "
-                 "decoding.ctc_weight: 0)") if model is None else
-                (f"ctc_weight {self.ctc_weight}: {model} was trained without CTC (training.ctc_weight 0), so it has no "
-                 "CTC head to rescore with"))
+        missing = self.ctc_weight > 0 and not training_ctc_weight
+        if model is None:
+            require(not missing, f"decoding.ctc_weight ({self.ctc_weight}) needs a CTC head: set "
+                                 "training.ctc_weight > 0 (or decoding.ctc_weight: 0)")
+        else:
+            require(not missing, f"ctc_weight {self.ctc_weight}: {model} was trained without CTC "
+                                 "(training.ctc_weight 0), so it has no CTC head to rescore with")
 
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -274,7 +276,7 @@ def check_search(values: Mapping[str, Any], where: str = "") -> None:
     so the two refuse the same values with the same message ("nbest (3) must be <= beam (2); ...").
     """
 
-    def check(ok: bool, message: str) -> None:  # (a call's options are refused with a ValueError)
+    def check(ok: bool, message: str) -> None:  # (a ValueError: `from_dict` names a config file's section before it)
         require(ok, f"{where}{message}", ValueError)
 
     v = values
@@ -401,8 +403,8 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
     options = {k: check_type(k, v) for k, v in overrides.items() if v is not None}
     _choose_strategy(options)
     strategy = options.get("strategy", defaults.strategy)
-    require(strategy != "greedy" or options.get("beam", 1) <= 1, f"greedy search conflicts with beam={options.get('beam')}",
-            ValueError)
+    require(strategy != "greedy" or options.get("beam", 1) <= 1,
+            f"greedy search conflicts with beam={options.get('beam')}", ValueError)
     given = sorted(k for k in SAMPLING_OPTIONS if k in options)
     require(not given or strategy == "sample", f"{', '.join(given)}: only for sampling; add sample=True (--sample)",
             ValueError)
@@ -432,8 +434,8 @@ def _choose_strategy(options: dict[str, object]) -> None:
     require(not (greedy and sample), "choose one of greedy and sample (--greedy, --sample)", ValueError)
     chosen = "greedy" if greedy else "sample" if sample else None
     if chosen is not None:
-        require(options.get("strategy", chosen) == chosen, f"{chosen} conflicts with strategy={options.get('strategy')!r}",
-                ValueError)
+        require(options.get("strategy", chosen) == chosen,
+                f"{chosen} conflicts with strategy={options.get('strategy')!r}", ValueError)
         options["strategy"] = chosen
     elif "strategy" not in options and "beam" in options:
         beam = options["beam"]  # an int (`check_type`)

@@ -88,7 +88,8 @@ class TrainingConfig:
             value = getattr(self, name)
             require(value is None or value > 0, f"training.{name} must be positive, got {value}")
         require(len(self.betas) == 2, "training.betas must hold two numbers")
-        require(not (self.precision == "fp16" and self.device == "cpu"), "training.precision fp16 needs CUDA; use bf16 on CPU")
+        require(not (self.precision == "fp16" and self.device == "cpu"),
+                "training.precision fp16 needs CUDA; use bf16 on CPU")
         require(0.0 <= self.cooldown <= 1.0, f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")
         require(self.cooldown_patience is None or (self.cooldown_patience >= 1 and 0.0 < self.cooldown < 1.0),
                 "training.cooldown_patience needs a value >= 1 and a training.cooldown in (0, 1), "
