@@ -396,7 +396,7 @@ def test_max_length_is_the_limit_search_and_the_ctranslate2_engine_used(a, b, ma
 
 
 def test_length_penalty_and_score_are_gnmts_with_the_earlier_golden_values():
-    from seq2seq.inference.search import length_penalty
+    from seq2seq.inference.search import hypothesis_score, length_penalty
 
     golden = {  # lenpen -> penalty at L = 1, 4, 11, and the score of logprob -7.25 there
         0.0: ([1.0, 1.0, 1.0], [-7.25, -7.25, -7.25]),
@@ -405,13 +405,11 @@ def test_length_penalty_and_score_are_gnmts_with_the_earlier_golden_values():
         1.3: ([1.0, 1.6940204031852832, 3.578980663185358], [-7.25, -4.279759550928521, -2.0257164489811377]),
     }
     for alpha, (penalties, scores) in golden.items():
-        cfg = SearchConfig(lenpen=alpha)
-        assert [cfg.length_penalty(n) for n in (1, 4, 11)] == penalties  # exactly: bit-identical scores
-        assert [length_penalty(n, alpha) for n in (1, 4, 11)] == penalties  # the re-exported function
-        assert [cfg.score(-7.25, n) for n in (1, 4, 11)] == scores
+        assert [length_penalty(n, alpha) for n in (1, 4, 11)] == penalties  # exactly: bit-identical scores
+        assert [hypothesis_score(-7.25, n, alpha) for n in (1, 4, 11)] == scores
         assert [(5 + n) / 6 for n in (1, 4, 11)] == [1.0, 1.5, 16 / 6]  # L counts the EOS
     totals = torch.tensor([-1.5, -3.0])
-    assert torch.equal(SearchConfig(lenpen=0.6).score(totals, 4), totals / SearchConfig(lenpen=0.6).length_penalty(4))
+    assert torch.equal(hypothesis_score(totals, 4, 0.6), totals / length_penalty(4, 0.6))
 
 
 def test_rows_per_source():

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from seq2seq.cli import cli
 from seq2seq.config import SearchConfig
 from seq2seq.inference.controls import TermBias
+from seq2seq.inference.search import hypothesis_score
 from seq2seq.inference.translator import Translator
 from seq2seq.text.terminology import TERM
 
@@ -130,7 +131,7 @@ def test_the_option_is_checked_and_reaches_the_command_line_and_the_server(term_
 
 def test_a_pushed_hypothesis_is_scored_with_its_bonus_after_the_length_penalty(term_model):
     translator = Translator.load(term_model, device="cpu")
-    tok, cfg = translator.tokenizers.tgt, translator.search_config()
+    tok, lenpen = translator.tokenizers.tgt, translator.search_config().lenpen
     texts, constraints = ["A man in a red shirt.", "Two dogs play in the snow."], [["Schnee"], ["Frau", "Ball"]]
     for search in ({"greedy": True}, {"beam": 4}):
         for hyps, terms in zip(translator.translate_nbest(texts, constraints=constraints, terms="annotate",
@@ -142,8 +143,9 @@ def test_a_pushed_hypothesis_is_scored_with_its_bonus_after_the_length_penalty(t
                 replay.follow(None, None, torch.tensor([token]))
             taken = float(replay.bonus(torch.arange(1))[0])
             length = len(hyp.token_ids) + 1
-            assert taken > 0 and hyp.score == pytest.approx(cfg.score(hyp.logprob - taken, length) + taken, abs=1e-4)
-            assert hyp.score != pytest.approx(cfg.score(hyp.logprob, length), abs=1e-3)
+            expected = hypothesis_score(hyp.logprob - taken, length, lenpen) + taken
+            assert taken > 0 and hyp.score == pytest.approx(expected, abs=1e-4)
+            assert hyp.score != pytest.approx(hypothesis_score(hyp.logprob, length, lenpen), abs=1e-3)
 
 
 def test_the_exact_beam_with_a_bonus_finds_at_least_the_early_stopping_beams_best(term_model):

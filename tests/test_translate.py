@@ -119,6 +119,24 @@ def test_streaming_writes_each_chunk_before_reading_on(translator):
     assert seen_at_read == [(0, 0), (1, 0), (2, 2), (3, 2), (4, 4), (5, 4)]
 
 
+def test_the_command_resolves_its_search_once_whatever_the_chunks(tiny_model_dir, monkeypatch):
+    import seq2seq.inference.engine as engine
+
+    resolved = []
+    real = engine.resolve_search
+    monkeypatch.setattr(engine, "resolve_search", lambda *a, **k: resolved.append(1) or real(*a, **k))
+    text = "A man.\nA dog.\nA cat.\nTwo women.\nA boy.\nA girl.\n"
+    counts, outputs = [], []
+    for chunk in ("6", "1"):
+        resolved.clear()
+        result = run(["translate", tiny_model_dir, "--beam", "2", "--no-repeat-ngram", "2", "--chunk-lines", chunk],
+                     input=text)  # (with its own n-gram block, no output is searched again: `_guard_loops`)
+        assert result.exit_code == 0, result.output
+        counts.append(len(resolved))
+        outputs.append(result.stdout_bytes)
+    assert counts[0] == counts[1] and outputs[0] == outputs[1]  # 6 chunks of one line: no more resolutions
+
+
 def test_progress_bar_goes_to_stderr_and_leaves_the_output_alone(tiny_model_dir, tmp_path):
     text = "A man.\n\nTwo dogs play.\nA woman.\n"
     plain = run(["translate", tiny_model_dir, "--greedy"], input=text)

@@ -99,8 +99,8 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
     with loading_errors((model_dir, *members), device):
         generator = generators.load_engine((model_dir, *members), device, precision, weights, decodes=cls,
                                            call=Call(search), **ensemble)
-    nbest = generator.search_config(**search).nbest
-    emit = file_formatter("json" if as_json else "path" if with_path else "text", nbest, timestamps)
+    cfg = generator.search_config(**search)  # resolved once: every chunk of the sources is decoded with it
+    emit = file_formatter("json" if as_json else "path" if with_path else "text", cfg.nbest, timestamps)
     sources = _sources(files, input_path)
     try:
         with output_file(output_path) as out:
@@ -113,14 +113,14 @@ def _run(api: str, model_dir: str, files: tuple[str, ...], input_path: str | Non
                 except SourceError as e:
                     raise click.ClickException(f"--show-attention: {e}") from None
                 inputs = steer(paths) if steer is not None else [SourceInput(path) for path in paths]
-                results = generator.run(inputs, Call(search, batch_tokens=batch_tokens, **windows))
+                results = generator.run(inputs, Call(search, batch_tokens=batch_tokens, **windows, resolved=cfg))
                 out.write(emit(inputs[0].text, results[0]).encode("utf-8"))
                 generator.plot_attention(results[0][0], show_attention, view)
                 click.echo(f"attention plot: {show_attention}", err=True)
                 return
 
             by_line = ByInput(warn)  # the warnings about one file go in its --json object too
-            call = Call(search, batch_tokens=batch_tokens, skip_bad=skip_bad, **windows)
+            call = Call(search, batch_tokens=batch_tokens, skip_bad=skip_bad, **windows, resolved=cfg)
 
             def decode(inputs: list[SourceInput], first_line: int) -> list[list[Translation]]:
                 return generator.run(inputs, call, first_line, by_line)

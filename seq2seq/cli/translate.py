@@ -119,12 +119,12 @@ def translate(model_dir: tuple[str, ...], input_path: str, output_path: str, nbe
         with output_file(output_path) as out:
             out.write(text.encode("utf-8"))
         return
-    nbest = translator.search_config(**search).nbest
+    cfg = translator.search_config(**search)  # resolved once: every chunk of the input is decoded with it
     if show_attention:  # the plot is of one sentence: its line goes to the model unsplit
         steps["split_sentences"] = False
     pipeline = text_pipeline(translator, steps)
-    call = Call(search, batch_tokens=batch_tokens, **(steer.call_options() if steer else {}), **language)
-    emit = formatter("json" if as_json else "scores" if scores else "text", nbest, nbest_format)
+    call = Call(search, batch_tokens=batch_tokens, **(steer.call_options() if steer else {}), **language, resolved=cfg)
+    emit = formatter("json" if as_json else "scores" if scores else "text", cfg.nbest, nbest_format)
 
     try:
         with output_file(output_path) as out:

@@ -2,7 +2,7 @@
 
     diagnostics.py         `Seq2SeqError`, the base of every user-facing error, and `Diagnostic`: input, field, code
     schema.py              the generic dataclass <-> dict mapping (from_dict, to_dict, load, save, overrides)
-    ranges.py              `check_ranges`: a section's numeric keys inside their bounds
+    checks.py              the one style of a section's checks: `require(ok, message)`, `check_ranges` (bounds)
     json_reader.py         `loads`: user JSON, any failure a one-line JSONDecodeError
     encoder_section.py     the polymorphic `model.encoder` section: each encoder's config type, registered by its class
     model_section.py       the model section (`ModelConfig`), `check_fits_in_memory`

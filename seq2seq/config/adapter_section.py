@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import require
 
 # our linear layers, by the last part of their module names (seq2seq.model.attention, seq2seq.model.layers):
 # in_proj (the fused q/k/v projection of every attention), out_proj (its output), w1 and w2 (the feed-forward)
@@ -41,17 +41,14 @@ class AdapterConfig:
     train_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        if self.rank < 1:
-            raise ConfigError(f"training.adapter.rank must be >= 1, got {self.rank}")
-        if not self.alpha > 0:
-            raise ConfigError(f"training.adapter.alpha must be positive, got {self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"training.adapter.dropout must be in [0, 1), got {self.dropout}")
-        if not self.target_modules or any(not isinstance(t, str) or not t.strip(".") for t in self.target_modules):
-            raise ConfigError("training.adapter.target_modules must list module names, such as "
-                              f"{list(DEFAULT_TARGETS)}, got {self.target_modules}")
-        if not isinstance(self.train_embeddings, bool):
-            raise ConfigError(f"training.adapter.train_embeddings must be true or false, got {self.train_embeddings!r}")
+        require(self.rank >= 1, f"training.adapter.rank must be >= 1, got {self.rank}")
+        require(self.alpha > 0, f"training.adapter.alpha must be positive, got {self.alpha}")
+        require(0.0 <= self.dropout < 1.0, f"training.adapter.dropout must be in [0, 1), got {self.dropout}")
+        require(bool(self.target_modules) and all(isinstance(t, str) and t.strip(".") for t in self.target_modules),
+                "training.adapter.target_modules must list module names, such as "
+                f"{list(DEFAULT_TARGETS)}, got {self.target_modules}")
+        require(isinstance(self.train_embeddings, bool),
+                f"training.adapter.train_embeddings must be true or false, got {self.train_embeddings!r}")
 
     @property
     def on(self) -> bool:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from seq2seq.config.data_section import LANGUAGE_CODE
-from seq2seq.config.ranges import check_ranges
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import check_ranges, require
 
 # The rule filters in their default order: the specific ones first (a copy or an HTML remnant is also
 # often a bad ratio: the report should name it for what it is), language identification, the costliest,
@@ -42,9 +41,9 @@ class LengthRules:
     def __post_init__(self) -> None:
         check_ranges(self, "clean.length", {"min_chars": (1, None), "max_chars": (1, None),
                                             "min_words": (1, None), "max_words": (1, None)})
-        if self.min_chars > self.max_chars or self.min_words > self.max_words:
-            raise ConfigError("clean.length: a minimum is above its maximum "
-                              f"(chars {self.min_chars}..{self.max_chars}, words {self.min_words}..{self.max_words})")
+        require(not (self.min_chars > self.max_chars or self.min_words > self.max_words),
+                "clean.length: a minimum is above its maximum "
+                f"(chars {self.min_chars}..{self.max_chars}, words {self.min_words}..{self.max_words})")
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,9 @@ class RatioRules:
     exempt_chars: int = 15
 
     def __post_init__(self) -> None:
-        if not self.tolerance > 1.0:
-            raise ConfigError(f"clean.ratio.tolerance must be above 1, got {self.tolerance}")
-        if self.expected is not None and not self.expected > 0:
-            raise ConfigError(f"clean.ratio.expected must be positive, got {self.expected}")
+        require(self.tolerance > 1.0, f"clean.ratio.tolerance must be above 1, got {self.tolerance}")
+        require(self.expected is None or self.expected > 0,
+                f"clean.ratio.expected must be positive, got {self.expected}")
         check_ranges(self, "clean.ratio", {"exempt_chars": (0, None)})
 
 
@@ -178,16 +176,15 @@ class DcceRules:
 
     def check(self) -> None:
         """The rules a run with `dcce` in `clean.filters` needs (one line naming the key)."""
-        if self.forward is None or self.backward is None:
-            raise ConfigError("clean.filters has dcce: give clean.dcce.forward and clean.dcce.backward (model "
-                              "directories: source -> target and target -> source)")
-        if (self.threshold is None) == (self.keep_share is None):
-            raise ConfigError("clean.dcce needs threshold (an adequacy in (0, 1]) or keep_share (a share of the "
-                              "pairs), one of them")
-        if self.threshold is not None and not 0 < self.threshold <= 1:
-            raise ConfigError(f"clean.dcce.threshold is an adequacy exp(-dcce) in (0, 1]; got {self.threshold}")
-        if self.keep_share is not None and not 0 < self.keep_share <= 1:
-            raise ConfigError(f"clean.dcce.keep_share must be in (0, 1]; got {self.keep_share}")
+        require(self.forward is not None and self.backward is not None,
+                "clean.filters has dcce: give clean.dcce.forward and clean.dcce.backward (model "
+                "directories: source -> target and target -> source)")
+        require((self.threshold is None) != (self.keep_share is None),
+                "clean.dcce needs threshold (an adequacy in (0, 1]) or keep_share (a share of the pairs), one of them")
+        require(self.threshold is None or 0 < self.threshold <= 1,
+                f"clean.dcce.threshold is an adequacy exp(-dcce) in (0, 1]; got {self.threshold}")
+        require(self.keep_share is None or 0 < self.keep_share <= 1,
+                f"clean.dcce.keep_share must be in (0, 1]; got {self.keep_share}")
         check_ranges(self, "clean.dcce", {"batch_tokens": (1, None)})
 
 
@@ -223,10 +220,9 @@ class CleanConfig:
     def __post_init__(self) -> None:
         for name in ("src_lang", "tgt_lang"):
             value = getattr(self, name)
-            if value is not None and not LANGUAGE_CODE.fullmatch(value):
-                raise ConfigError(f"clean.{name} {value!r} is not a language code (e.g. en, de, pt_BR)")
-        if len(set(self.filters)) != len(self.filters):
-            raise ConfigError(f"clean.filters names a filter twice: {self.filters}")
+            require(value is None or bool(LANGUAGE_CODE.fullmatch(value)),
+                    f"clean.{name} {value!r} is not a language code (e.g. en, de, pt_BR)")
+        require(len(set(self.filters)) == len(self.filters), f"clean.filters names a filter twice: {self.filters}")
         check_ranges(self, "clean", {"examples": (0, None), "sample_size": (1, None)})
         if "dcce" in self.filters:
             self.dcce.check()

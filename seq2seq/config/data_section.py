@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from seq2seq.config.terminology import TerminologyConfig
-from seq2seq.config.schema import ConfigError, from_dict
+from seq2seq.config.checks import require
+from seq2seq.config.schema import from_dict
 
 
 # A language code (what `<2xx>` language tags are made of): "de", "fra", "pt_BR", "zh-Hans", "deu_Latn".
@@ -23,21 +24,21 @@ VALID_SET_NAME = re.compile(r"[\w.+-]+")
 
 def _check_languages(item: CorpusConfig | ValidSetConfig, key: str) -> None:
     """src_lang and tgt_lang of a corpus or validation set: both or neither, each a language code."""
-    if (item.src_lang is None) != (item.tgt_lang is None):
-        raise ConfigError(f"{key}.src_lang and {key}.tgt_lang must be set together")
+    require((item.src_lang is None) == (item.tgt_lang is None),
+            f"{key}.src_lang and {key}.tgt_lang must be set together")
     for name in ("src_lang", "tgt_lang"):
         value = getattr(item, name)
-        if value is not None and not LANGUAGE_CODE.fullmatch(value):
-            raise ConfigError(f"{key}.{name} {value!r} is not a language code (two or three letters, then "
-                              f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
+        require(value is None or bool(LANGUAGE_CODE.fullmatch(value)),
+                f"{key}.{name} {value!r} is not a language code (two or three letters, then "
+                f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
 
 
 def _check_piece(piece: str, key: str) -> None:
     """A corpus tag or other reserved piece: <NAME>, no spaces, neither a special piece nor a language tag."""
-    if not isinstance(piece, str) or not CORPUS_TAG.fullmatch(piece) or piece in SPECIAL_PIECES:
-        raise ConfigError(f"{key} {piece!r} must look like <NAME> (no spaces, not {', '.join(SPECIAL_PIECES)})")
-    if piece.startswith("<2") and LANGUAGE_CODE.fullmatch(piece[2:-1]):
-        raise ConfigError(f"{key} {piece!r} is a language tag; the language tag comes from tgt_lang")
+    require(isinstance(piece, str) and bool(CORPUS_TAG.fullmatch(piece)) and piece not in SPECIAL_PIECES,
+            f"{key} {piece!r} must look like <NAME> (no spaces, not {', '.join(SPECIAL_PIECES)})")
+    require(not (piece.startswith("<2") and LANGUAGE_CODE.fullmatch(piece[2:-1])),
+            f"{key} {piece!r} is a language tag; the language tag comes from tgt_lang")
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,12 @@ class CorpusConfig:
 
     def check(self, key: str) -> None:
         """ConfigError naming `key` (e.g. "data.corpora[1]") and the field of what is wrong."""
-        if (self.train_src is None) != (self.train_tgt is None):
-            raise ConfigError(f"{key}.train_src and {key}.train_tgt must be set together")
-        if (self.train_src is None) == (self.train is None):
-            raise ConfigError(f"{key} needs its files: train_src + train_tgt, or train (one table)")
+        require((self.train_src is None) == (self.train_tgt is None),
+                f"{key}.train_src and {key}.train_tgt must be set together")
+        require((self.train_src is None) != (self.train is None),
+                f"{key} needs its files: train_src + train_tgt, or train (one table)")
         _check_languages(self, key)
-        if not self.weight > 0:
-            raise ConfigError(f"{key}.weight must be positive, got {self.weight}")
+        require(self.weight > 0, f"{key}.weight must be positive, got {self.weight}")
         if self.tag is not None:
             _check_piece(self.tag, f"{key}.tag")
 
@@ -99,11 +99,10 @@ class ValidSetConfig:
     name: str | None = None
 
     def check(self, key: str) -> None:
-        if self.src is None or self.tgt is None:
-            raise ConfigError(f"{key} needs both src and tgt (two aligned text files)")
+        require(self.src is not None and self.tgt is not None, f"{key} needs both src and tgt (two aligned text files)")
         _check_languages(self, key)
-        if self.name is not None and not VALID_SET_NAME.fullmatch(self.name):
-            raise ConfigError(f"{key}.name {self.name!r} may hold only letters, digits and . _ + -")
+        require(self.name is None or bool(VALID_SET_NAME.fullmatch(self.name)),
+                f"{key}.name {self.name!r} may hold only letters, digits and . _ + -")
 
     def label(self, index: int) -> str:
         """The name its scores are logged under."""
@@ -139,8 +138,7 @@ class ModifierConfig:
     def __post_init__(self) -> None:
         for name in MODIFIERS:
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:  # (NaN fails too)
-                raise ConfigError(f"data.modifiers.{name} must be in [0, 1], got {value}")
+            require(0.0 <= value <= 1.0, f"data.modifiers.{name} must be in [0, 1], got {value}")  # (NaN fails too)
 
     @property
     def on(self) -> bool:
@@ -240,89 +238,80 @@ class DataConfig:
         object.__setattr__(self, "valid_sets", [from_dict(ValidSetConfig, v, f"data.valid_sets[{i}].")
                                                 if isinstance(v, dict) else v for i, v in enumerate(self.valid_sets)])
         self._check_corpora()
-        if self.subword_alpha is not None and not 0.0 < self.subword_alpha <= 1.0:
-            raise ConfigError(f"data.subword_alpha must be in (0, 1] (or null: off), got {self.subword_alpha}")
-        if self.lowercase and (self.modifiers.upper > 0 or self.modifiers.title > 0):
-            which = "upper" if self.modifiers.upper > 0 else "title"
-            raise ConfigError(f"data.modifiers.{which} needs cased texts, but data.lowercase is true (the "
-                              f"tokenizer is trained on lowercased texts)")
-        if self.subword_nbest != -1 and self.subword_nbest < 2:
-            raise ConfigError(f"data.subword_nbest must be -1 (all segmentations) or >= 2, got {self.subword_nbest}")
+        require(self.subword_alpha is None or 0.0 < self.subword_alpha <= 1.0,
+                f"data.subword_alpha must be in (0, 1] (or null: off), got {self.subword_alpha}")
+        for which in ("upper", "title"):  # (upper is named first where both are on)
+            require(not (self.lowercase and getattr(self.modifiers, which) > 0),
+                    f"data.modifiers.{which} needs cased texts, but data.lowercase is true (the "
+                    f"tokenizer is trained on lowercased texts)")
+        require(self.subword_nbest == -1 or self.subword_nbest >= 2,
+                f"data.subword_nbest must be -1 (all segmentations) or >= 2, got {self.subword_nbest}")
         for split in ("train", "valid"):
             src, tgt = getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt")
-            if (src is None) != (tgt is None):
-                raise ConfigError(f"data.{split}_src and data.{split}_tgt must be set together")
-            if src is not None and getattr(self, split) is not None:
-                raise ConfigError(f"set either data.{split}_src + data.{split}_tgt or data.{split}, not both")
-        if self.train_src is not None or self.train is not None:
-            if self.hf_dataset is not None:
-                raise ConfigError("data.hf_dataset cannot be combined with data.train_src/train_tgt or data.train")
-        if self.max_len <= 0:
-            raise ConfigError(f"data.max_len must be positive, got {self.max_len}")
-        if self.max_ratio < 1.0:
-            raise ConfigError(f"data.max_ratio must be at least 1, got {self.max_ratio}")
-        if self.valid_max_sentences is not None and self.valid_max_sentences <= 0:
-            raise ConfigError(f"data.valid_max_sentences must be positive, got {self.valid_max_sentences}")
+            require((src is None) == (tgt is None), f"data.{split}_src and data.{split}_tgt must be set together")
+            require(src is None or getattr(self, split) is None,
+                    f"set either data.{split}_src + data.{split}_tgt or data.{split}, not both")
+        require((self.train_src is None and self.train is None) or self.hf_dataset is None,
+                "data.hf_dataset cannot be combined with data.train_src/train_tgt or data.train")
+        require(self.max_len > 0, f"data.max_len must be positive, got {self.max_len}")
+        require(not self.max_ratio < 1.0, f"data.max_ratio must be at least 1, got {self.max_ratio}")
+        require(self.valid_max_sentences is None or self.valid_max_sentences > 0,
+                f"data.valid_max_sentences must be positive, got {self.valid_max_sentences}")
 
     def _check_corpora(self) -> None:
-        if not self.sampling_temperature > 0:
-            raise ConfigError(f"data.sampling_temperature must be positive, got {self.sampling_temperature}")
+        require(self.sampling_temperature > 0,
+                f"data.sampling_temperature must be positive, got {self.sampling_temperature}")
         if self.corpora:
-            single = [k for k in ("train_src", "train_tgt", "train", "hf_dataset") if getattr(self, k) is not None]
-            if single:
-                raise ConfigError(f"set either data.corpora or data.{single[0]}, not both")
+            for single in ("train_src", "train_tgt", "train", "hf_dataset"):
+                require(getattr(self, single) is None, f"set either data.corpora or data.{single}, not both")
             for i, corpus in enumerate(self.corpora):
                 corpus.check(f"data.corpora[{i}]")
-            named = [c.tgt_lang is not None for c in self.corpora]
-            if any(named) and not all(named):
-                i = named.index(False)
-                raise ConfigError(f"data.corpora[{i}] names no languages (src_lang, tgt_lang); either every corpus "
-                                  f"names its languages or none does")
+            any_named = any(c.tgt_lang is not None for c in self.corpora)
+            for i, corpus in enumerate(self.corpora):
+                require(corpus.tgt_lang is not None or not any_named,
+                        f"data.corpora[{i}] names no languages (src_lang, tgt_lang); either every corpus "
+                        f"names its languages or none does")
         self._check_languages()
         for i, piece in enumerate(self.reserved):
             _check_piece(piece, f"data.reserved[{i}]")
         if self.valid_sets:
-            single = [k for k in ("valid_src", "valid_tgt", "valid") if getattr(self, k) is not None]
-            if single:
-                raise ConfigError(f"set either data.valid_sets or data.{single[0]}, not both")
+            for single in ("valid_src", "valid_tgt", "valid"):
+                require(getattr(self, single) is None, f"set either data.valid_sets or data.{single}, not both")
             for i, valid in enumerate(self.valid_sets):
                 valid.check(f"data.valid_sets[{i}]")
             labels = [v.label(i) for i, v in enumerate(self.valid_sets)]
             for i, label in enumerate(labels):
-                if label in labels[:i]:
-                    first = labels.index(label)
-                    raise ConfigError(f"data.valid_sets[{i}] has the same name as data.valid_sets[{first}] ({label!r}); "
-                                      f"give one a name")
-        if self.language_tag in ("decoder", "both") and not self.multilingual:
-            raise ConfigError(f"data.language_tag: {self.language_tag} is for multilingual models (data.corpora with several "
-                              "target languages); this config has none to tag")
+                require(label not in labels[:i], f"data.valid_sets[{i}] has the same name as "
+                                                 f"data.valid_sets[{labels.index(label)}] ({label!r}); give one a name")
+        require(self.language_tag not in ("decoder", "both") or self.multilingual,
+                f"data.language_tag: {self.language_tag} is for multilingual models (data.corpora with several "
+                "target languages); this config has none to tag")
         if self.multilingual:
             languages = ", ".join(self.target_languages)
-            if self.valid_src is not None or self.valid is not None:
-                what = ("data.corpora have several target languages" if self.corpora
-                        else "data.languages names the target languages")
-                raise ConfigError(f"{what} ({languages}): validate them per "
-                                  f"direction with data.valid_sets instead of data.valid_src/valid_tgt/valid")
+            what = ("data.corpora have several target languages" if self.corpora
+                    else "data.languages names the target languages")
+            require(self.valid_src is None and self.valid is None,
+                    f"{what} ({languages}): validate them per "
+                    f"direction with data.valid_sets instead of data.valid_src/valid_tgt/valid")
             for i, valid in enumerate(self.valid_sets):
-                if valid.tgt_lang not in self.target_languages:
-                    what = "names no tgt_lang" if valid.tgt_lang is None else f"has tgt_lang {valid.tgt_lang!r}"
-                    raise ConfigError(f"data.valid_sets[{i}] {what}; a multilingual model's validation sets need one "
-                                      f"of its target languages ({languages})")
+                what = "names no tgt_lang" if valid.tgt_lang is None else f"has tgt_lang {valid.tgt_lang!r}"
+                require(valid.tgt_lang in self.target_languages,
+                        f"data.valid_sets[{i}] {what}; a multilingual model's validation sets need one "
+                        f"of its target languages ({languages})")
 
     def _check_languages(self) -> None:
         """data.languages: language codes, each once, only in a config without training data."""
         if not self.languages:
             return
-        given = [k for k in ("corpora", "train_src", "train", "hf_dataset") if getattr(self, k) not in (None, [])]
-        if given:
-            raise ConfigError(f"data.languages is for a model without training data (an imported one); a training "
-                              f"config names its target languages in data.corpora (tgt_lang), not with data.{given[0]}")
+        for given in ("corpora", "train_src", "train", "hf_dataset"):
+            require(getattr(self, given) in (None, []),
+                    f"data.languages is for a model without training data (an imported one); a training "
+                    f"config names its target languages in data.corpora (tgt_lang), not with data.{given}")
         for i, lang in enumerate(self.languages):
-            if not LANGUAGE_CODE.fullmatch(lang):
-                raise ConfigError(f"data.languages[{i}] {lang!r} is not a language code (two or three letters, then "
-                                  f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
-            if lang in self.languages[:i]:
-                raise ConfigError(f"data.languages[{i}] {lang!r} is listed twice")
+            require(bool(LANGUAGE_CODE.fullmatch(lang)),
+                    f"data.languages[{i}] {lang!r} is not a language code (two or three letters, then "
+                    f"optional -/_ parts: de, fra, pt_BR, zh-Hans)")
+            require(lang not in self.languages[:i], f"data.languages[{i}] {lang!r} is listed twice")
 
     @property
     def target_languages(self) -> list[str]:
@@ -340,6 +329,6 @@ class DataConfig:
 
     def validate(self) -> None:
         """Raise ConfigError unless some training data is configured."""
-        if self.train_src is None and self.train is None and self.hf_dataset is None and not self.corpora:
-            raise ConfigError("no training data: set data.train_src + data.train_tgt, data.train, data.hf_dataset "
-                              "or data.corpora")
+        require(self.train_src is not None or self.train is not None or self.hf_dataset is not None
+                or bool(self.corpora), "no training data: set data.train_src + data.train_tgt, data.train, "
+                                       "data.hf_dataset or data.corpora")

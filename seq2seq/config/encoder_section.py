@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import require
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,9 @@ def encoder_config_class(kind: object, key: str = "model.encoder.type") -> type[
     """The config dataclass registered for encoder type `kind`; ConfigError naming the choices."""
     if kind not in _ENCODER_CONFIGS:
         load_encoder_plugins()
-    if not isinstance(kind, str) or kind not in _ENCODER_CONFIGS:
-        raise ConfigError(f"config key '{key}': unknown encoder type {kind!r}; choose one of {sorted(_ENCODER_CONFIGS)}")
-    return _ENCODER_CONFIGS[kind]
+    require(isinstance(kind, str) and kind in _ENCODER_CONFIGS,
+            f"config key '{key}': unknown encoder type {kind!r}; choose one of {sorted(_ENCODER_CONFIGS)}")
+    return _ENCODER_CONFIGS[str(kind)]  # (a str: required above)
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,14 +102,13 @@ def encoder_config_class(kind: object, key: str = "model.encoder.type") -> type[
 
 def _check_range(key: str, values: Sequence[float], low: float, high: float) -> None:
     """[a, b] with low <= a <= b <= high, else ConfigError naming model.encoder.augment.<key>."""
-    if len(values) != 2 or not low <= values[0] <= values[1] <= high:
-        raise ConfigError(f"model.encoder.augment.{key} must be [low, high] with {low:g} <= low <= high <= {high:g}, "
-                          f"got {list(values)}")
+    require(len(values) == 2 and low <= values[0] <= values[1] <= high,
+            f"model.encoder.augment.{key} must be [low, high] with {low:g} <= low <= high <= {high:g}, "
+            f"got {list(values)}")
 
 
 def _check_probability(key: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"model.encoder.augment.{key} must be a probability in [0, 1], got {value}")
+    require(0.0 <= value <= 1.0, f"model.encoder.augment.{key} must be a probability in [0, 1], got {value}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,8 +146,8 @@ class AudioAugmentConfig:
     reverb_drr: list[float] = field(default_factory=lambda: [0.0, 10.0])
 
     def __post_init__(self) -> None:
-        if not self.speed or any(not 0.5 <= s <= 2.0 for s in self.speed):
-            raise ConfigError(f"model.encoder.augment.speed must list factors in [0.5, 2], got {self.speed}")
+        require(bool(self.speed) and all(0.5 <= s <= 2.0 for s in self.speed),
+                f"model.encoder.augment.speed must list factors in [0.5, 2], got {self.speed}")
         _check_range("vtlp", self.vtlp, 0.5, 2.0)
         _check_range("noise_snr", self.noise_snr, -30.0, 100.0)
         _check_range("gain_db", self.gain_db, -60.0, 60.0)
@@ -156,8 +155,8 @@ class AudioAugmentConfig:
         _check_range("reverb_drr", self.reverb_drr, -30.0, 60.0)
         for key in ("noise_prob", "gain_prob", "reverb_prob"):
             _check_probability(key, getattr(self, key))
-        if not self.noise_colors:
-            raise ConfigError("model.encoder.augment.noise_colors must name at least one of white, pink, brown")
+        require(bool(self.noise_colors),
+                "model.encoder.augment.noise_colors must name at least one of white, pink, brown")
 
     @property
     def warps(self) -> bool:
@@ -199,11 +198,11 @@ class ImageAugmentConfig:
     def __post_init__(self) -> None:
         _check_range("crop_scale", self.crop_scale, 0.01, 4.0)
         _check_range("crop_ratio", self.crop_ratio, 0.1, 10.0)
-        if not 0.0 <= self.rotate <= 180.0:
-            raise ConfigError(f"model.encoder.augment.rotate must be in [0, 180] degrees, got {self.rotate}")
+        require(0.0 <= self.rotate <= 180.0,
+                f"model.encoder.augment.rotate must be in [0, 180] degrees, got {self.rotate}")
         for key in ("brightness", "contrast"):
-            if not 0.0 <= getattr(self, key) <= 1.0:
-                raise ConfigError(f"model.encoder.augment.{key} must be in [0, 1], got {getattr(self, key)}")
+            require(0.0 <= getattr(self, key) <= 1.0,
+                    f"model.encoder.augment.{key} must be in [0, 1], got {getattr(self, key)}")
 
     @property
     def moves(self) -> bool:
@@ -286,58 +285,49 @@ class ImageEncoderConfig(EncoderConfig):
 
     def __post_init__(self) -> None:
         key = "model.encoder"
-        if self.type != "image":
-            raise ConfigError(f"{key}.type must be 'image' for an ImageEncoderConfig, got {self.type!r}")
-        if (self.height is None) != (self.width is None):
-            raise ConfigError(f"{key}.height and {key}.width must be set together (or neither: {key}.image_size)")
-        if self.channels not in (1, 3):
-            raise ConfigError(f"{key}.channels must be 3 (RGB) or 1 (grey), got {self.channels}")
+        require(self.type == "image", f"{key}.type must be 'image' for an ImageEncoderConfig, got {self.type!r}")
+        require((self.height is None) == (self.width is None),
+                f"{key}.height and {key}.width must be set together (or neither: {key}.image_size)")
+        require(self.channels in (1, 3), f"{key}.channels must be 3 (RGB) or 1 (grey), got {self.channels}")
         patches = {"patch_size": self.patch_size} if self.patch_height is None else \
             {"patch_height": self.patch_height, "patch_size": self.patch_size}
         for name, value in patches.items():
-            if value < 1:
-                raise ConfigError(f"{key}.{name} must be positive, got {value}")
+            require(value >= 1, f"{key}.{name} must be positive, got {value}")
         if self.height is None or self.width is None:  # both None (checked above)
             sizes = {"image_size": self.image_size}
         else:
             sizes = {"height": self.height, "width": self.width}
         for name, value in sizes.items():
-            if value < 1:
-                raise ConfigError(f"{key}.{name} must be positive, got {value}")
+            require(value >= 1, f"{key}.{name} must be positive, got {value}")
         (h, w), (ph, pw) = self.size, self.patch
         for name, value, patch, patch_name in (("height", h, ph, "patch_height" if self.patch_height else "patch_size"),
                                                ("width", w, pw, "patch_size")):
-            if value % patch:
-                name = "image_size" if self.height is None else name
-                raise ConfigError(f"{key}.{name} ({value}) must be divisible by {key}.{patch_name} ({patch})")
-        if self.conv_stem and self.stem_channels < 2:
-            raise ConfigError(f"{key}.stem_channels must be at least 2, got {self.stem_channels}")
+            name = "image_size" if self.height is None else name
+            require(value % patch == 0, f"{key}.{name} ({value}) must be divisible by {key}.{patch_name} ({patch})")
+        require(not self.conv_stem or self.stem_channels >= 2,
+                f"{key}.stem_channels must be at least 2, got {self.stem_channels}")
         for name, value in patches.items():
-            if self.conv_stem and value % 4:
-                raise ConfigError(f"{key}.conv_stem needs {key}.{name} divisible by 4 (the stem downsamples 4x), "
-                                  f"got {value}")
+            require(not self.conv_stem or value % 4 == 0,
+                    f"{key}.conv_stem needs {key}.{name} divisible by 4 (the stem downsamples 4x), got {value}")
         if self.resnet_widths:
-            if self.conv_stem:
-                raise ConfigError(f"{key}.conv_stem and {key}.resnet_widths are two alternative stems: set one")
-            if any(w < 1 for w in self.resnet_widths):
-                raise ConfigError(f"{key}.resnet_widths must be positive channel counts, got {self.resnet_widths}")
-            if self.resnet_blocks < 1:
-                raise ConfigError(f"{key}.resnet_blocks must be at least 1, got {self.resnet_blocks}")
-            if self.resnet_stem_stride not in (1, 2):
-                raise ConfigError(f"{key}.resnet_stem_stride must be 1 or 2, got {self.resnet_stem_stride}")
+            require(not self.conv_stem, f"{key}.conv_stem and {key}.resnet_widths are two alternative stems: set one")
+            require(all(w >= 1 for w in self.resnet_widths),
+                    f"{key}.resnet_widths must be positive channel counts, got {self.resnet_widths}")
+            require(self.resnet_blocks >= 1, f"{key}.resnet_blocks must be at least 1, got {self.resnet_blocks}")
+            require(self.resnet_stem_stride in (1, 2),
+                    f"{key}.resnet_stem_stride must be 1 or 2, got {self.resnet_stem_stride}")
             factor = 2 ** len(self.resnet_widths)
             for name, value in patches.items():
-                if value % factor:
-                    raise ConfigError(f"{key}.{name} ({value}) must be divisible by {factor}: the "
-                                      f"{len(self.resnet_widths)} stages of {key}.resnet_widths downsample {factor}x")
+                require(value % factor == 0,
+                        f"{key}.{name} ({value}) must be divisible by {factor}: the "
+                        f"{len(self.resnet_widths)} stages of {key}.resnet_widths downsample {factor}x")
         for name in ("mean", "std"):
             values = getattr(self, name)
-            if len(values) not in (1, self.channels):
-                raise ConfigError(f"{key}.{name} needs one value, or one per channel ({self.channels}); got {values}")
-        if any(not s > 0 for s in self.std):
-            raise ConfigError(f"{key}.std must be positive, got {self.std}")
-        if self.max_pixels is not None and self.max_pixels < 1:
-            raise ConfigError(f"{key}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
+            require(len(values) in (1, self.channels),
+                    f"{key}.{name} needs one value, or one per channel ({self.channels}); got {values}")
+        require(all(s > 0 for s in self.std), f"{key}.std must be positive, got {self.std}")
+        require(self.max_pixels is None or self.max_pixels >= 1,
+                f"{key}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
 
     @property
     def size(self) -> tuple[int, int]:
@@ -432,32 +422,26 @@ class AudioEncoderConfig(EncoderConfig):
     augment: AudioAugmentConfig = field(default_factory=AudioAugmentConfig)
 
     def __post_init__(self) -> None:
-        def fail(key: str, message: str) -> None:
-            raise ConfigError(f"model.encoder.{key} {message}")
-
         for key in ("sample_rate", "n_fft", "hop_length", "n_mels", "conv_channels", "corpus_utterances"):
-            if getattr(self, key) <= 0:
-                fail(key, f"must be positive, got {getattr(self, key)}")
-        if self.win_length is not None and not 0 < self.win_length <= self.n_fft:
-            fail("win_length", f"must be in [1, n_fft={self.n_fft}], got {self.win_length}")
+            require(not getattr(self, key) <= 0, f"{KEY}.{key} must be positive, got {getattr(self, key)}")
+        require(self.win_length is None or 0 < self.win_length <= self.n_fft,
+                f"{KEY}.win_length must be in [1, n_fft={self.n_fft}], got {self.win_length}")
         nyquist = self.sample_rate / 2
-        if not 0.0 <= self.f_min < nyquist:
-            fail("f_min", f"must be in [0, sample_rate/2={nyquist:g}), got {self.f_min}")
-        if self.f_max is not None and not self.f_min < self.f_max <= nyquist:
-            fail("f_max", f"must be in (f_min={self.f_min:g}, sample_rate/2={nyquist:g}], got {self.f_max}")
+        require(0.0 <= self.f_min < nyquist, f"{KEY}.f_min must be in [0, sample_rate/2={nyquist:g}), got {self.f_min}")
+        require(self.f_max is None or self.f_min < self.f_max <= nyquist,
+                f"{KEY}.f_max must be in (f_min={self.f_min:g}, sample_rate/2={nyquist:g}], got {self.f_max}")
         for key in ("freq_masks", "freq_mask_width", "time_masks", "time_mask_width"):
-            if getattr(self, key) < 0:
-                fail(key, f"must be >= 0, got {getattr(self, key)}")
-        if self.freq_mask_width > self.n_mels:
-            fail("freq_mask_width", f"must be at most n_mels={self.n_mels}, got {self.freq_mask_width}")
-        if not 0.0 <= self.time_mask_max_frac <= 1.0:
-            fail("time_mask_max_frac", f"must be in [0, 1], got {self.time_mask_max_frac}")
-        if self.max_seconds is not None and self.max_seconds <= 0:
-            fail("max_seconds", f"must be positive, got {self.max_seconds}")
+            require(getattr(self, key) >= 0, f"{KEY}.{key} must be >= 0, got {getattr(self, key)}")
+        require(self.freq_mask_width <= self.n_mels,
+                f"{KEY}.freq_mask_width must be at most n_mels={self.n_mels}, got {self.freq_mask_width}")
+        require(0.0 <= self.time_mask_max_frac <= 1.0,
+                f"{KEY}.time_mask_max_frac must be in [0, 1], got {self.time_mask_max_frac}")
+        require(self.max_seconds is None or not self.max_seconds <= 0,
+                f"{KEY}.max_seconds must be positive, got {self.max_seconds}")
         empty = empty_mel_filters(self.sample_rate, self.n_fft, self.n_mels, self.f_min, self.fmax)
-        if empty:
-            fail("n_mels", f"({self.n_mels}) is too large for n_fft={self.n_fft} between f_min={self.f_min:g} and "
-                 f"f_max={self.fmax:g} Hz: mel filters {empty[:5]} contain no FFT bin; lower n_mels or raise n_fft")
+        require(not empty, f"{KEY}.n_mels ({self.n_mels}) is too large for n_fft={self.n_fft} between "
+                           f"f_min={self.f_min:g} and f_max={self.fmax:g} Hz: mel filters {empty[:5]} contain no FFT "
+                           "bin; lower n_mels or raise n_fft")
 
     @property
     def window(self) -> int:
@@ -506,10 +490,10 @@ def image_size(settings: Mapping[str, object]) -> tuple[int, int] | None:
 
 
 def backbone_spec(model_type: object) -> Backbone:
-    if not isinstance(model_type, str) or model_type not in BACKBONES:
-        raise ConfigError(f"{KEY}: backbones of model_type {model_type!r} are not supported; "
-                          f"supported: {', '.join(sorted(BACKBONES))} (and clip, for its vision tower)")
-    return BACKBONES[model_type]
+    require(isinstance(model_type, str) and model_type in BACKBONES,
+            f"{KEY}: backbones of model_type {model_type!r} are not supported; "
+            f"supported: {', '.join(sorted(BACKBONES))} (and clip, for its vision tower)")
+    return BACKBONES[str(model_type)]  # (a str: required above)
 
 
 @register_encoder_config
@@ -540,42 +524,38 @@ class HFEncoderConfig(EncoderConfig):
     preprocessor: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.type != "hf":
-            raise ConfigError(f"{KEY}.type must be 'hf' for an HFEncoderConfig, got {self.type!r}")
-        if self.unfreeze_top_layers < 0:
-            raise ConfigError(f"{KEY}.unfreeze_top_layers must be >= 0, got {self.unfreeze_top_layers}")
-        if self.max_pixels is not None and self.max_pixels < 1:
-            raise ConfigError(f"{KEY}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
-        if self.unfreeze_after_steps is not None and self.unfreeze_after_steps < 1:
-            raise ConfigError(f"{KEY}.unfreeze_after_steps must be >= 1, got {self.unfreeze_after_steps}")
-        if (self.unfreeze_top_layers or self.unfreeze_after_steps is not None) and not self.freeze:
-            raise ConfigError(f"{KEY}.unfreeze_top_layers and {KEY}.unfreeze_after_steps need {KEY}.freeze: true")
+        require(self.type == "hf", f"{KEY}.type must be 'hf' for an HFEncoderConfig, got {self.type!r}")
+        require(self.unfreeze_top_layers >= 0,
+                f"{KEY}.unfreeze_top_layers must be >= 0, got {self.unfreeze_top_layers}")
+        require(self.max_pixels is None or self.max_pixels >= 1,
+                f"{KEY}.max_pixels must be positive (or null: no limit), got {self.max_pixels}")
+        require(self.unfreeze_after_steps is None or self.unfreeze_after_steps >= 1,
+                f"{KEY}.unfreeze_after_steps must be >= 1, got {self.unfreeze_after_steps}")
+        require(self.freeze or not (self.unfreeze_top_layers or self.unfreeze_after_steps is not None),
+                f"{KEY}.unfreeze_top_layers and {KEY}.unfreeze_after_steps need {KEY}.freeze: true")
         if self.backbone:
             check_backbone(self)
 
     @property
     def spec(self) -> Backbone:
-        if not self.backbone:
-            raise ConfigError(f"{KEY}.name_or_path is not set: name the backbone (a hub id or a directory)")
+        require(bool(self.backbone), f"{KEY}.name_or_path is not set: name the backbone (a hub id or a directory)")
         return backbone_spec(self.backbone.get("model_type"))
 
 
 def check_backbone(cfg: HFEncoderConfig) -> None:
     """ConfigError naming the key when `backbone` and `preprocessor` do not fit each other."""
     spec = backbone_spec(cfg.backbone.get("model_type"))
-    if not cfg.preprocessor:
-        raise ConfigError(f"{KEY}.preprocessor is empty: the backbone's image processor / feature "
-                          f"extractor settings are needed")
+    require(bool(cfg.preprocessor), f"{KEY}.preprocessor is empty: the backbone's image processor / feature "
+                                    f"extractor settings are needed")
     if spec.kind == "image":
         size = image_size(cfg.preprocessor)
         expected = cfg.backbone.get("image_size")
-        if size is not None and size != (expected, expected):
-            raise ConfigError(f"{KEY}: the image processor makes {size[0]}x{size[1]} images but the backbone "
-                              f"reads {expected}x{expected}")
+        if size is not None:
+            require(size == (expected, expected), f"{KEY}: the image processor makes {size[0]}x{size[1]} images but "
+                                                  f"the backbone reads {expected}x{expected}")
     if spec.inputs == "log-mel":
         p, b = cfg.preprocessor, cfg.backbone
         frames = p.get("n_samples", 0) // max(p.get("hop_length", 1), 1)
-        if frames != 2 * b.get("max_source_positions", 0) or p.get("feature_size") != b.get("num_mel_bins"):
-            raise ConfigError(
+        require(frames == 2 * b.get("max_source_positions", 0) and p.get("feature_size") == b.get("num_mel_bins"),
                 f"{KEY}: the feature extractor makes {p.get('feature_size')} x {frames} log-mel features but "
                 f"the Whisper encoder reads {b.get('num_mel_bins')} x {2 * b.get('max_source_positions', 0)}")

@@ -11,8 +11,7 @@ import typing
 from dataclasses import dataclass
 
 from seq2seq.config.encoder_section import EncoderConfig
-from seq2seq.config.ranges import check_ranges
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import check_ranges, require
 
 
 @dataclass(frozen=True)
@@ -67,15 +66,14 @@ class ModelConfig:
             "ffn_dim": (1, None), "layers": (1, None), "encoder_layers": (0, None), "decoder_layers": (1, None),
             "max_positions": (2, None), "pad_id": (0, None), "position_offset": (0, None),
         })
-        if self.share_embeddings and not self.encoder.shares_target_embedding:
-            raise ConfigError(f"model.share_embeddings needs a text encoder (model.encoder.type is {self.encoder.type!r})")
-        if self.d_model % self.heads:
-            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ConfigError("model.share_embeddings needs src_vocab_size == tgt_vocab_size (a joint vocabulary)")
+        require(not self.share_embeddings or self.encoder.shares_target_embedding,
+                f"model.share_embeddings needs a text encoder (model.encoder.type is {self.encoder.type!r})")
+        require(self.d_model % self.heads == 0,
+                f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+        require(not self.share_embeddings or self.src_vocab_size == self.tgt_vocab_size,
+                "model.share_embeddings needs src_vocab_size == tgt_vocab_size (a joint vocabulary)")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model.{name} must be in [0, 1)")
+            require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1)")
 
     def approx_parameters(self) -> int:
         """About how many parameters the Transformer has (weight matrices of its layers and embeddings)."""
@@ -99,11 +97,12 @@ def check_fits_in_memory(model: ModelConfig, memory: int | None = None) -> None:
     memory (`memory` bytes; default: what the OS says, None where it does not say). Not a check of the
     config itself: one config.yaml is valid on every machine."""
     memory = physical_memory() if memory is None else memory
-    if memory and 4 * model.approx_parameters() > memory:
-        raise ConfigError(
-            f"model: d_model {model.d_model}, ffn_dim {model.ffn_dim}, {model.n_encoder_layers}+{model.n_decoder_layers} "
-            f"layers and vocabularies of {model.src_vocab_size}/{model.tgt_vocab_size} make ~{model.approx_parameters():.3g} "
-            f"parameters, whose weights alone exceed this machine's {memory / 2**30:.0f} GiB of memory")
+    if memory:  # (unknown: not checked)
+        require(4 * model.approx_parameters() <= memory,
+                f"model: d_model {model.d_model}, ffn_dim {model.ffn_dim}, {model.n_encoder_layers}+"
+                f"{model.n_decoder_layers} layers and vocabularies of {model.src_vocab_size}/{model.tgt_vocab_size} "
+                f"make ~{model.approx_parameters():.3g} parameters, whose weights alone exceed this machine's "
+                f"{memory / 2**30:.0f} GiB of memory")
 
 
 def physical_memory() -> int | None:

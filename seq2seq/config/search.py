@@ -13,8 +13,8 @@ This module holds the data and the rules of a search, each in one place: an opti
 (`check_type`), which values combine (`check_search`, run where a `SearchConfig` is made, for a
 config file and a call's options alike), what a call may ask on top (`resolve_search`: switches,
 sampling options), the rows a source takes (`rows_per_source`), the per-sentence length limit
-(`max_length`), the GNMT length penalty and score (`length_penalty`, `score`) and that CTC rescoring
-needs a CTC head (`check_ctc_head`).
+(`max_length`) and that CTC rescoring needs a CTC head (`check_ctc_head`). How a hypothesis is scored
+(the GNMT length penalty, a control's bonus) is the search's rule, in `seq2seq.inference.search`.
 """
 from __future__ import annotations
 
@@ -27,16 +27,13 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
+from seq2seq.config.checks import require
 from seq2seq.config.diagnostics import Diagnostic
-from seq2seq.config.schema import ConfigError
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
     from seq2seq.config.model_section import ModelConfig
 
 T = TypeVar("T")
-ScoreT = TypeVar("ScoreT", float, "Tensor")  # a score: of one hypothesis (a float), or of many (a tensor)
 
 
 def _option(default: T, help: str, switches: dict[str, str] | None = None) -> T:
@@ -142,9 +139,15 @@ class SearchConfig:
     pad_id: int = 0
     # How messages name a field: "decoding." for a config file, "" for a call's options (named as given).
     where: InitVar[str] = "decoding."
+    # The positions of the model the search runs on (None: not known): max_len is capped at what fits
+    # after BOS, max_positions - 1 (`length_cap`).
+    max_positions: InitVar[int | None] = None
 
-    def __post_init__(self, where: str) -> None:
+    def __post_init__(self, where: str, max_positions: int | None) -> None:
         check_search(vars(self), where)
+        if max_positions is not None:  # after the check: the cap is at most max_len and at least 1 (a model
+            # has max_positions >= 2), so it breaks no rule, and a max_len out of range is refused as given
+            object.__setattr__(self, "max_len", self.length_cap(max_positions))
 
     # ---- the search's rules, each written here only ---------------------------------------
 
@@ -156,17 +159,15 @@ class SearchConfig:
         vocab = model.tgt_vocab_size
         for name in ("bos_id", "eos_id", "pad_id"):
             token = getattr(self, name)
-            if token >= vocab:
-                raise ConfigError(f"{where}{name} ({token}) is not in the target vocabulary of {vocab} pieces "
-                                 f"(ids 0 to {vocab - 1})")
+            require(token < vocab, f"{where}{name} ({token}) is not in the target vocabulary of {vocab} pieces "
+                                   f"(ids 0 to {vocab - 1})")
         layers = model.n_decoder_layers
-        if self.attention_layer is not None and not -layers <= self.attention_layer < layers:
-            raise ConfigError(f"{where}attention_layer {self.attention_layer} does not exist: "
-                             f"the decoder has {layers} layer(s)")
+        require(self.attention_layer is None or -layers <= self.attention_layer < layers,
+                f"{where}attention_layer {self.attention_layer} does not exist: the decoder has {layers} layer(s)")
         cap = model.max_positions - 1  # (what the model can write; an explicit max_len below min_len wins over it)
-        if self.min_len > cap:
-            raise ConfigError(f"{where}min_len ({self.min_len}) is more than the longest output this model can write "
-                             f"({cap} tokens: model.max_positions {model.max_positions} - 1): no output could end")
+        require(self.min_len <= cap, f"{where}min_len ({self.min_len}) is more than the longest output this model "
+                                     f"can write ({cap} tokens: model.max_positions {model.max_positions} - 1): "
+                                     "no output could end")
 
     def length_warnings(self, lengths: Mapping[int, int], max_positions: int, first_line: int = 1) -> list[Diagnostic]:
         """A warning for each source (lengths: {index: its positions}; line first_line + index) whose length
@@ -224,34 +225,17 @@ class SearchConfig:
             return self
         return dataclasses.replace(self, lenpen=self.constraint_lenpen, constraint_lenpen=None)
 
-    def length_penalty(self, length: int) -> float:
-        """GNMT's ((5 + length) / 6) ** lenpen; length counts the EOS (see `score`)."""
-        return length_penalty(length, self.lenpen)
-
-    def score(self, logprob: ScoreT, length: int, bonus: ScoreT | None = None) -> ScoreT:
-        """The search score of a hypothesis of `length` predictions (its tokens and the EOS) and total
-        log-probability `logprob` (a float, or a tensor of them): logprob / length_penalty(length). bonus (the
-        same kind, None: none): what a control added to `logprob` (`decoding.term_bias`), which counts after
-        the length penalty: (logprob - bonus) / length_penalty(length) + bonus."""
-        if bonus is None:
-            return logprob / self.length_penalty(length)
-        return (logprob - bonus) / self.length_penalty(length) + bonus
-
     def check_ctc_head(self, training_ctc_weight: float, model: object = None) -> None:
         """ctc_weight > 0 needs a CTC head, which only a model trained with training.ctc_weight > 0 has.
         ConfigError (a ValueError) when it is missing: for a config file (model None) saying how to
         fix it, for a call's options on the model directory `model` naming it."""
-        if self.ctc_weight > 0 and not training_ctc_weight:
-            if model is None:
-                raise ConfigError(f"decoding.ctc_weight ({self.ctc_weight}) needs a CTC head: set "
-                                  "training.ctc_weight > 0 (or decoding.ctc_weight: 0)")
-            raise ConfigError(f"ctc_weight {self.ctc_weight}: {model} was trained without CTC "
-                              "(training.ctc_weight 0), so it has no CTC head to rescore with")
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT: ((5 + length) / 6) ** alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
+        missing = self.ctc_weight > 0 and not training_ctc_weight
+        if model is None:
+            require(not missing, f"decoding.ctc_weight ({self.ctc_weight}) needs a CTC head: set "
+                                 "training.ctc_weight > 0 (or decoding.ctc_weight: 0)")
+        else:
+            require(not missing, f"ctc_weight {self.ctc_weight}: {model} was trained without CTC "
+                                 "(training.ctc_weight 0), so it has no CTC head to rescore with")
 
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -292,9 +276,8 @@ def check_search(values: Mapping[str, Any], where: str = "") -> None:
     so the two refuse the same values with the same message ("nbest (3) must be <= beam (2); ...").
     """
 
-    def check(ok: bool, message: str) -> None:
-        if not ok:
-            raise ValueError(f"{where}{message}")
+    def check(ok: bool, message: str) -> None:  # (a ValueError: `from_dict` names a config file's section before it)
+        require(ok, f"{where}{message}", ValueError)
 
     v = values
     strategy, beam, nbest = v["strategy"], v["beam"], v["nbest"]
@@ -385,12 +368,10 @@ def check_type(name: str, value: object) -> Any:
         return value
     ok = isinstance(value, bool) if kind is bool else (
         isinstance(value, numbers.Integral if kind is int else numbers.Real) and not isinstance(value, bool))
-    if not ok:
-        raise ValueError(f"{name} must be {TYPE_NAMES[kind]}, got {_show(value)}")
+    require(ok, f"{name} must be {TYPE_NAMES[kind]}, got {_show(value)}", ValueError)
     if kind is float and isinstance(value, numbers.Real):  # (`ok`: it is)
         value = float(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value}")
+        require(math.isfinite(value), f"{name} must be a finite number, got {value}", ValueError)
     elif kind is int and isinstance(value, numbers.Integral):  # (`ok`: it is)
         value = int(value)
     return value
@@ -417,31 +398,32 @@ def resolve_search(defaults: SearchConfig, overrides: Mapping[str, object],
     min_len within max_positions; one source's step logits within `MAX_STEP_LOGITS`).
     """
     unknown = sorted(set(overrides) - set(FIELD_TYPES) - set(SWITCHES))
-    if unknown:
-        raise ValueError(f"unknown search option(s) {unknown}; valid: {sorted(set(FIELD_TYPES) | set(SWITCHES))}")
+    require(not unknown, f"unknown search option(s) {unknown}; valid: {sorted(set(FIELD_TYPES) | set(SWITCHES))}",
+            ValueError)
     options = {k: check_type(k, v) for k, v in overrides.items() if v is not None}
     _choose_strategy(options)
     strategy = options.get("strategy", defaults.strategy)
-    if strategy == "greedy" and options.get("beam", 1) > 1:
-        raise ValueError(f"greedy search conflicts with beam={options['beam']}")
+    require(strategy != "greedy" or options.get("beam", 1) <= 1,
+            f"greedy search conflicts with beam={options.get('beam')}", ValueError)
     given = sorted(k for k in SAMPLING_OPTIONS if k in options)
-    if given and strategy != "sample":
-        raise ValueError(f"{', '.join(given)}: only for sampling; add sample=True (--sample)")
+    require(not given or strategy == "sample", f"{', '.join(given)}: only for sampling; add sample=True (--sample)",
+            ValueError)
 
     nbest = options.get("nbest")
     if strategy == "greedy" and (nbest is None or nbest <= 1):  # (nbest > 1 is refused by check_search)
         options["nbest"] = 1
     elif strategy == "beam" and nbest is None:  # the default, capped at the beam
         options["nbest"] = min(defaults.nbest, options.get("beam", defaults.beam))
-    cfg = SearchConfig(**{**vars(defaults), **options}, where="")  # a config file's rules, the options named as given
+    # a config file's rules, the options named as given; max_len capped at the model's positions
+    cfg = SearchConfig(**{**vars(defaults), **options}, where="",
+                       max_positions=None if model is None else model.max_positions)
     if model is not None:
         cfg.check_model(model, where="")
-        cfg = dataclasses.replace(cfg, max_len=cfg.length_cap(model.max_positions))
     rows, vocab = cfg.rows_per_source, getattr(model, "tgt_vocab_size", 1)
-    if rows * vocab > MAX_STEP_LOGITS:  # one source's search step would not fit in memory
-        name = "beam" if cfg.strategy == "beam" else "nbest"
-        raise ValueError(f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
-                         f"logits per step; at most {MAX_STEP_LOGITS // vocab}")
+    name = "beam" if cfg.strategy == "beam" else "nbest"
+    require(rows * vocab <= MAX_STEP_LOGITS,  # one source's search step must fit in memory
+            f"{name} {rows} is too large for this model: {rows} rows x {vocab} target pieces of "
+            f"logits per step; at most {MAX_STEP_LOGITS // vocab}", ValueError)
     return cfg
 
 
@@ -449,12 +431,11 @@ def _choose_strategy(options: dict[str, object]) -> None:
     """Replace the switches `greedy` and `sample` in `options` by the strategy they choose (in place);
     without them an explicit `strategy` stands, else a given beam decides (1: greedy, > 1: beam)."""
     greedy, sample = (options.pop(name, False) for name in ("greedy", "sample"))
-    if greedy and sample:
-        raise ValueError("choose one of greedy and sample (--greedy, --sample)")
+    require(not (greedy and sample), "choose one of greedy and sample (--greedy, --sample)", ValueError)
     chosen = "greedy" if greedy else "sample" if sample else None
     if chosen is not None:
-        if options.get("strategy", chosen) != chosen:
-            raise ValueError(f"{chosen} conflicts with strategy={options['strategy']!r}")
+        require(options.get("strategy", chosen) == chosen,
+                f"{chosen} conflicts with strategy={options.get('strategy')!r}", ValueError)
         options["strategy"] = chosen
     elif "strategy" not in options and "beam" in options:
         beam = options["beam"]  # an int (`check_type`)

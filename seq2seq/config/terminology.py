@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import require
 
 PICKS = ("random", "rare")  # how a pair's terms are chosen among its candidate words
 SUBSTITUTES = ("words", "compounds")  # what a substituted term is replaced by
@@ -53,21 +53,15 @@ class TerminologyConfig:
     loss_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.pick not in PICKS:
-            raise ConfigError(f"data.terminology.pick must be one of {', '.join(PICKS)}, got {self.pick!r}")
-        if self.substitute_with not in SUBSTITUTES:
-            raise ConfigError(f"data.terminology.substitute_with must be one of {', '.join(SUBSTITUTES)}, "
-                              f"got {self.substitute_with!r}")
-        if not 0.0 <= self.share <= 1.0:
-            raise ConfigError(f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
-        if not 0.0 <= self.substitute <= 1.0:
-            raise ConfigError(f"data.terminology.substitute must be a fraction in [0, 1], got {self.substitute}")
-        if self.loss_weight < 1.0:
-            raise ConfigError(f"data.terminology.loss_weight must be >= 1, got {self.loss_weight}")
-        if self.max_terms < 1:
-            raise ConfigError(f"data.terminology.max_terms must be >= 1, got {self.max_terms}")
-        if self.skip_frequent < 0:
-            raise ConfigError(f"data.terminology.skip_frequent must be >= 0, got {self.skip_frequent}")
+        require(self.pick in PICKS, f"data.terminology.pick must be one of {', '.join(PICKS)}, got {self.pick!r}")
+        require(self.substitute_with in SUBSTITUTES, f"data.terminology.substitute_with must be one of "
+                                                     f"{', '.join(SUBSTITUTES)}, got {self.substitute_with!r}")
+        require(0.0 <= self.share <= 1.0, f"data.terminology.share must be a fraction in [0, 1], got {self.share}")
+        require(0.0 <= self.substitute <= 1.0,
+                f"data.terminology.substitute must be a fraction in [0, 1], got {self.substitute}")
+        require(not self.loss_weight < 1.0, f"data.terminology.loss_weight must be >= 1, got {self.loss_weight}")
+        require(self.max_terms >= 1, f"data.terminology.max_terms must be >= 1, got {self.max_terms}")
+        require(self.skip_frequent >= 0, f"data.terminology.skip_frequent must be >= 0, got {self.skip_frequent}")
 
     @property
     def on(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import require
 
 # The special ids of every tokenizer (pad, unk, bos, eos; `seq2seq.text.tokenizer.SPECIAL_IDS`):
 # a vocabulary must be larger than this.
@@ -44,11 +44,11 @@ class TokenizerConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "src_vocab_size", "tgt_vocab_size"):
             value = getattr(self, name)
-            if value is not None and value <= N_SPECIAL_IDS:
-                raise ConfigError(f"tokenizer.{name} must be larger than {N_SPECIAL_IDS}, got {value}")
-        if not 0.0 < self.character_coverage <= 1.0:
-            raise ConfigError(f"tokenizer.character_coverage must be in (0, 1], got {self.character_coverage}")
-        if self.input_sentence_size <= 0:
-            raise ConfigError(f"tokenizer.input_sentence_size must be positive, got {self.input_sentence_size}")
-        if not self.joint and (self.src_model is None) != (self.tgt_model is None):
-            raise ConfigError("tokenizer.src_model and tokenizer.tgt_model must be set together when joint is false")
+            require(value is None or value > N_SPECIAL_IDS,
+                    f"tokenizer.{name} must be larger than {N_SPECIAL_IDS}, got {value}")
+        require(0.0 < self.character_coverage <= 1.0,
+                f"tokenizer.character_coverage must be in (0, 1], got {self.character_coverage}")
+        require(self.input_sentence_size > 0,
+                f"tokenizer.input_sentence_size must be positive, got {self.input_sentence_size}")
+        require(self.joint or (self.src_model is None) == (self.tgt_model is None),
+                "tokenizer.src_model and tokenizer.tgt_model must be set together when joint is false")

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from seq2seq.config.adapter_section import AdapterConfig
-from seq2seq.config.ranges import check_ranges
-from seq2seq.config.schema import ConfigError
+from seq2seq.config.checks import check_ranges, require
 
 
 @dataclass(frozen=True)
@@ -87,14 +86,11 @@ class TrainingConfig:
         })
         for name in ("lr", "encoder_lr", "adam_eps", "clip_norm", "max_time_minutes", "collective_timeout_s"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"training.{name} must be positive, got {value}")
-        if len(self.betas) != 2:
-            raise ConfigError("training.betas must hold two numbers")
-        if self.precision == "fp16" and self.device == "cpu":
-            raise ConfigError("training.precision fp16 needs CUDA; use bf16 on CPU")
-        if not 0.0 <= self.cooldown <= 1.0:
-            raise ConfigError(f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")
-        if self.cooldown_patience is not None and (self.cooldown_patience < 1 or not 0.0 < self.cooldown < 1.0):
-            raise ConfigError("training.cooldown_patience needs a value >= 1 and a training.cooldown in (0, 1), "
-                              f"got cooldown_patience {self.cooldown_patience} with cooldown {self.cooldown}")
+            require(value is None or value > 0, f"training.{name} must be positive, got {value}")
+        require(len(self.betas) == 2, "training.betas must hold two numbers")
+        require(not (self.precision == "fp16" and self.device == "cpu"),
+                "training.precision fp16 needs CUDA; use bf16 on CPU")
+        require(0.0 <= self.cooldown <= 1.0, f"training.cooldown must be a fraction in [0, 1], got {self.cooldown}")
+        require(self.cooldown_patience is None or (self.cooldown_patience >= 1 and 0.0 < self.cooldown < 1.0),
+                "training.cooldown_patience needs a value >= 1 and a training.cooldown in (0, 1), "
+                f"got cooldown_patience {self.cooldown_patience} with cooldown {self.cooldown}")

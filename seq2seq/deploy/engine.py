@@ -70,6 +70,7 @@ from seq2seq.deploy.staging import read_export_info, require
 from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import SourceControls, prefix_too_long
 from seq2seq.inference.engine import Call, Capabilities, Engine, PreparedCall
+from seq2seq.inference.search import hypothesis_score
 from seq2seq.inference.steering import SteeringError
 from seq2seq.model.encoders.base import SourceProcessor, source_processor
 from seq2seq.text.languages import LanguageError
@@ -393,7 +394,8 @@ class CTranslate2Translator(Engine):
     def _nbest(self, pairs: list[tuple[list[str], float]], cfg: SearchConfig, src_pieces: list[str]
                ) -> list[Translation]:
         """The best `nbest` (tokens, log-probability) pairs by our GNMT score, best first (stable): `distinct_nbest`."""
-        ranked = sorted(((cfg.score(lp, len(tokens) + 1), tokens, lp) for tokens, lp in pairs), key=lambda x: -x[0])
+        ranked = sorted(((hypothesis_score(lp, len(tokens) + 1, cfg.lenpen), tokens, lp) for tokens, lp in pairs),
+                        key=lambda x: -x[0])
         out, seen = [], set()
         for _, tokens, lp in ranked:
             key = tuple(tokens)
@@ -410,7 +412,7 @@ class CTranslate2Translator(Engine):
         token_ids = [self._tgt_ids.get(t, unk) for t in tokens]
         return Translation(
             text="",  # decoded by translate_nbest, all at once
-            score=cfg.score(logprob, len(token_ids) + 1),  # the EOS counts
+            score=hypothesis_score(logprob, len(token_ids) + 1, cfg.lenpen),  # the EOS counts
             logprob=logprob,
             token_ids=token_ids,
             pieces=list(tokens),

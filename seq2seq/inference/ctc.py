@@ -37,7 +37,7 @@ C = TypeVar("C", bound=DecodingCache)  # the decoder's cache (`SearchableModel`)
 
 def joint_logprob(attention_logprob: float, ctc_logprob: float, w: float) -> float:
     """A hypothesis's log-probability for its search score with decoding.ctc_weight w (the score is
-    `SearchConfig.score` of it): (1 - w) * attention + w * CTC."""
+    `seq2seq.inference.search.hypothesis_score` of it): (1 - w) * attention + w * CTC."""
     return (1 - w) * attention_logprob + w * ctc_logprob
 
 

@@ -23,7 +23,7 @@ reports the same quantities:
 
 * `logprob`: the model's total log-probability (fp32 log-softmax at temperature 1, whatever the
   sampling filters were), the sum of `token_logprobs`;
-* `score = logprob / ((5 + L) / 6) ** lenpen` (GNMT length penalty, `SearchConfig.score`); beam
+* `score = logprob / ((5 + L) / 6) ** lenpen` (GNMT length penalty, `hypothesis_score`); beam
   search ranks finished hypotheses by it, and the n-best lists of every strategy are sorted by it.
   A control that adds a bonus to log-probabilities (`decoding.term_bias`) has it in `logprob`, and
   the score takes it out before the length penalty and adds it after (`Control.bonus`).
@@ -80,11 +80,33 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config.diagnostics import Seq2SeqError
-from seq2seq.config.search import SearchConfig, length_penalty  # noqa: F401 (length_penalty: re-exported)
+from seq2seq.config.search import SearchConfig
 from seq2seq.inference.controls import ConstrainedBeam, Control, SourceControls, build_controls
 from seq2seq.inference.ctc import best_paths, ctc_scorer, joint_logprob
 from seq2seq.inference.protocol import DecodingCache, SearchableModel, reorder_memory
 from seq2seq.inference.strategies import NEG_INF, Candidates, make_strategy, top_p_filter  # noqa: F401 (re-exported)
+
+
+# --------------------------------------------------------------------------------------------
+# The score of a hypothesis
+# --------------------------------------------------------------------------------------------
+
+ScoreT = TypeVar("ScoreT", float, Tensor)  # a score: of one hypothesis (a float), or of many (a tensor)
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's ((5 + length) / 6) ** alpha (alpha: `SearchConfig.lenpen`); length counts the EOS."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def hypothesis_score(logprob: ScoreT, length: int, lenpen: float, bonus: ScoreT | None = None) -> ScoreT:
+    """The search score of a hypothesis of `length` predictions (its tokens and the EOS) and total
+    log-probability `logprob` (a float, or a tensor of them): logprob / length_penalty(length, lenpen).
+    bonus (the same kind, None: none): what a control added to `logprob` (`decoding.term_bias`), which
+    counts after the length penalty: (logprob - bonus) / length_penalty(length, lenpen) + bonus."""
+    if bonus is None:
+        return logprob / length_penalty(length, lenpen)
+    return (logprob - bonus) / length_penalty(length, lenpen) + bonus
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,7 +157,7 @@ class EndedHypotheses:
             total, met, taken = row[2 * t + 1: 2 * t + 4]
             finished[source].append(Hypothesis(
                 tokens=[int(x) for x in row[:t]],
-                score=cfg.score(total, t + 1, taken or None),
+                score=hypothesis_score(total, t + 1, cfg.lenpen, taken or None),
                 logprob=total,
                 token_logprobs=row[t: 2 * t + 1],
                 attention=None if self.attention is None else self.attention[i][:, real_positions(source)],
@@ -458,7 +480,8 @@ class _Search(Generic[S, M, C]):
                 h.ctc_logprob = value
             if any(value > NEG_INF for value in values):  # else CTC can align none: attention stands
                 for h, value in zip(hyps, values):
-                    h.score = cfg.score(joint_logprob(h.logprob, value, cfg.ctc_weight), len(h.tokens) + 1)
+                    h.score = hypothesis_score(joint_logprob(h.logprob, value, cfg.ctc_weight), len(h.tokens) + 1,
+                                               cfg.lenpen)
 
     def real_positions(self, source: int) -> Tensor:
         """The real (unpadded) source positions of `source`, on the host (for its attention)."""
@@ -481,7 +504,8 @@ class _Search(Generic[S, M, C]):
         )
         if self.exact:
             units.best_finished = torch.full((n, self.group), NEG_INF, device=device)  # top-g finished scores
-            units.max_penalty = torch.tensor([self.cfg.length_penalty(m + 1) for m in max_lens], device=device)
+            units.max_penalty = torch.tensor([length_penalty(m + 1, self.cfg.lenpen) for m in max_lens],
+                                             device=device)
         return units
 
     def _constrain(self, lprobs: Tensor, tokens: Tensor, step: int) -> None:
@@ -520,13 +544,13 @@ class _Search(Generic[S, M, C]):
         cfg, g = self.cfg, self.group
         assert units.best_finished is not None and units.max_penalty is not None  # exact beam search has them
         bonus = self._bonus(self._global_rows(cand.rows[:, :g]))
-        ended = torch.where(final, cfg.score(cand.scores[:, :g], step + 1,
-                                             None if bonus is None else bonus[0].view(final.shape)), NEG_INF)
+        ended = torch.where(final, hypothesis_score(cand.scores[:, :g], step + 1, cfg.lenpen,
+                                                    None if bonus is None else bonus[0].view(final.shape)), NEG_INF)
         units.best_finished = torch.cat([units.best_finished, ended], dim=1).topk(g, dim=1).values
         # The best score a live hypothesis could still reach: its log-probability only falls, so
         # only the length penalty can help, most at max_len when lenpen > 0, else at the next step;
         # and a bonus can still grow, at most by its most a step until max_len.
-        penalty = units.max_penalty if cfg.lenpen > 0 else cfg.length_penalty(step + 2)
+        penalty = units.max_penalty if cfg.lenpen > 0 else length_penalty(step + 2, cfg.lenpen)
         bonus = self._bonus(self._global_rows(cont.rows))
         if bonus is None:
             bound = cont.scores.amax(dim=1) / penalty  # (constrained beam: candidates are not in score order)
