@@ -10,8 +10,15 @@ Rows:
   nt rest BLEU    BLEU of those outputs with the span removed, as a % of the plain sentences' BLEU
   tags nested     <b>/<i>/<em>/<a href>/**/_ around 1-3 words (and <br/>): outputs with the same tags, well nested
   tags BLEU       BLEU with the tags stripped, as a % of the plain sentences' BLEU
-  tags on words   tags around a reference word: the tagged source is one word whose output word (unmasked)
-                  is found in the reference, and the tag wraps a word of the reference
+  tags on words   a one-word tag wraps some word of the reference (lenient: a tag one word off often
+                  still wraps a word the reference holds)
+  tags on its word  a one-word tag wraps the reference's translation of its word: the reference words that
+                  eflomal aligns to the tagged source word (source and references aligned with the training
+                  pairs, grow-diag-final-and), judged where the output holds one of them (`pip install
+                  eflomal`; "n/a" without it)
+Layers: "-1" the attention of the step that predicts each piece, "-1s" of the step that reads it
+(shift-att), "-1L" the attention with the model directory's word lexicon (what `translate_lines` does;
+built from --data-dir's train split where the model has none).
 Never the test set. The machine is shared: compare the columns of one run.
 """
 
@@ -22,6 +29,7 @@ import gzip
 import random
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +40,8 @@ import sacrebleu  # noqa: E402
 from seq2seq.documents.alignment import word_alignment  # noqa: E402
 from seq2seq.documents.spans import mask, unmask  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.storage.model_dir import ModelDir  # noqa: E402
+from seq2seq.text.lexicon import Lexicon  # noqa: E402
 
 NON_TRANSLATABLES = ["https://example.org/info", "anna.berg@example.com", "@anna_b", "{name}", "%s", "`make all`",
                      "42", "%(count)d", "www.example.de"]
@@ -51,11 +61,52 @@ def translate(t: Translator, texts: list[str], layer: int | None, beam: int) -> 
 
 
 def through_spans(t: Translator, sources: list[str], layer: int, beam: int, markup: bool,
-                  shift: bool = False) -> list[str]:
+                  shift: bool | None = False, lexicon: Lexicon | None = None) -> list[str]:
     masked = [mask(s, markup=markup) for s in sources]
     hyps = translate(t, [m.text for m in masked], layer, beam)
-    return [unmask(m, h.text if h else "", word_alignment(h, m.text, shift) if h else [])[0]
+    return [unmask(m, h.text if h else "", word_alignment(h, m.text, lexicon, shift) if h else [])[0]
             for m, h in zip(masked, hyps)]
+
+
+def reference_alignment(data_dir: Path, src: str, tgt: str, sources: list[str],
+                        refs: list[str]) -> list[set[tuple[int, int]]] | None:
+    """Each (source, reference) pair's word alignment by eflomal, trained together with the training pairs
+    (grow-diag-final-and of both directions); None without eflomal."""
+    try:
+        import eflomal
+    except ImportError:
+        return None
+    train_src, train_tgt = read(data_dir, "train", src, 10**9), read(data_dir, "train", tgt, 10**9)
+    with tempfile.TemporaryDirectory() as tmp:
+        eflomal.Aligner().align([x.lower() for x in train_src + sources], [x.lower() for x in train_tgt + refs],
+                                links_filename_fwd=f"{tmp}/fwd", links_filename_rev=f"{tmp}/rev", quiet=True)
+        links = [[{tuple(map(int, x.split("-"))) for x in line.split()} for line in open(f"{tmp}/{d}")][len(train_src):]
+                 for d in ("fwd", "rev")]
+    return [grow_diag_final_and(f, r) for f, r in zip(*links)]
+
+
+def grow_diag_final_and(fwd: set[tuple[int, int]], rev: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The symmetrised alignment of two directions (Koehn et al. 2003)."""
+    union, links = fwd | rev, fwd & rev
+    def unaligned(p: tuple[int, int]) -> bool:
+        return all(i != p[0] for i, _ in links) or all(j != p[1] for _, j in links)
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(links):
+            for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)):
+                p = (i + di, j + dj)
+                if p in union and p not in links and unaligned(p):
+                    links.add(p)
+                    grown = True
+    for p in sorted(fwd | rev):
+        if p not in links and unaligned(p):
+            links.add(p)
+    return links
+
+
+def bare(word: str) -> str:
+    return word.lower().strip(".,;:!?\"'()")
 
 
 def well_nested(text: str, tags: list[str]) -> bool:
@@ -72,13 +123,20 @@ def main() -> None:
     ap.add_argument("--tgt", default="de")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--layers", default="-1", help="decoder layers to align with, comma-separated; a layer written "
-                                                   "with 's' (-1s) aligns each piece by the step that reads it (shift-att)")
+    ap.add_argument("--layers", default="-1,-1L", help="decoder layers to align with, comma-separated; a layer written "
+                                                   "with 's' (-1s) aligns each piece by the step that reads it (shift-att), "
+                                                   "with 'L' (-1L) adds the word lexicon (the pipeline's way)")
     args = ap.parse_args()
     rng = random.Random(71)
     sources = read(Path(args.data_dir), args.split, args.src, args.limit)
     refs = read(Path(args.data_dir), args.split, args.tgt, args.limit)
     t = Translator.load(args.model_dir)
+    lexicon = ModelDir(args.model_dir).lexicon()
+    if lexicon is None and "L" in args.layers:
+        print(f"{args.model_dir} has no word lexicon: built from {args.data_dir}'s train split")
+        lexicon = Lexicon.build(zip(read(Path(args.data_dir), "train", args.src, 10**9),
+                                    read(Path(args.data_dir), "train", args.tgt, 10**9)))
+    ref_links = reference_alignment(Path(args.data_dir), args.src, args.tgt, sources, refs)
     plain = [h.text if h else "" for h in translate(t, sources, None, args.beam)]
     base = sacrebleu.corpus_bleu(plain, [refs]).score
     print(f"plain BLEU {base:.2f} ({len(sources)} sentences of {args.split})")
@@ -105,7 +163,7 @@ def main() -> None:
             tagged.insert(rng.randrange(1, len(tagged) + 1), "<br/>")
         tag_sources.append(" ".join(tagged))
         tag_lists.append(TAG_RE.findall(" ".join(tagged)))
-        tag_words.append((opened, closed, " ".join(inner)) if b == a + 1 else None)
+        tag_words.append((opened, closed, " ".join(inner), a) if b == a + 1 else None)
 
     def strip_span(out: str, span: str) -> str:
         return re.sub(r"\s+", " ", out.replace(span, " ")).strip()
@@ -114,10 +172,12 @@ def main() -> None:
     raw_tags = [h.text if h else "" for h in translate(t, tag_sources, None, args.beam)]
     rows = {"engine alone": (raw_nt, raw_tags)}
     for given in args.layers.split(","):
-        layer, shift = int(given.rstrip("s")), given.endswith("s")
-        rows[f"spans, layer {given}"] = (through_spans(t, nt_sources, layer, args.beam, False, shift),
-                                         through_spans(t, tag_sources, layer, args.beam, True, shift))
-    print(f"{'':18} {'nt verbatim':>12} {'nt rest %':>10} {'tags nested':>12} {'tags BLEU %':>12} {'tags on word':>13}")
+        layer, shift, lex = int(given.rstrip("sL")), given.endswith("s"), lexicon if given.endswith("L") else None
+        shift_arg = None if lex is not None else shift
+        rows[f"spans, layer {given}"] = (through_spans(t, nt_sources, layer, args.beam, False, shift_arg, lex),
+                                         through_spans(t, tag_sources, layer, args.beam, True, shift_arg, lex))
+    print(f"{'':18} {'nt verbatim':>12} {'nt rest %':>10} {'tags nested':>12} {'tags BLEU %':>12} {'tags on word':>13} "
+          f"{'tags on its word':>17}")
     def share(bleu: float) -> float:  # a % of the plain BLEU (nan where the plain BLEU is 0: a tiny model)
         return bleu / base if base else float("nan")
 
@@ -138,8 +198,20 @@ def main() -> None:
             inside = re.findall(r"\w+", m.group(1).lower())
             judged += 1
             on_word += bool(inside) and any(w in plain_words for w in inside)
+        on_its, its_judged = 0, 0
+        for k, (o, tw) in enumerate(zip(tag_out, tag_words)):
+            m = re.search(re.escape(tw[0]) + r"(.*?)" + re.escape(tw[1]), o) if tw and ref_links else None
+            if tw is None or ref_links is None:
+                continue
+            ref_words = refs[k].split()
+            wanted = {bare(ref_words[j]) for i, j in ref_links[k] if i == tw[3]} - {""}
+            if not wanted or not wanted & {bare(w) for w in TAG_RE.sub(" ", o).split()}:
+                continue  # the output does not hold the reference's translation of the word: not judged
+            its_judged += 1
+            on_its += m is not None and bool(wanted & {bare(w) for w in m.group(1).split()})
+        its = f"{on_its / its_judged:.1%} of {its_judged}" if ref_links is not None and its_judged else "n/a"
         print(f"{name:18} {kept:12.1%} {share(rest):10.1%} {nested:12.1%} {share(stripped):12.1%} "
-              f"{on_word / max(judged, 1):13.1%}")
+              f"{on_word / max(judged, 1):13.1%} {its:>17}")
 
 
 if __name__ == "__main__":

@@ -161,7 +161,10 @@ def translated(engine, texts, **options) -> list[str]:
 class FakeEngine:
     """A test engine written as `translate_nbest(texts, batch_tokens, first_line, warn, **kw)` (kw: the
     per-input steering lists some input gives, the search options and the `Call` fields set), reached
-    through `Engine.run(inputs, call)`, as the documents layer calls an engine."""
+    through `Engine.run(inputs, call)`, as the documents layer calls an engine. `path`: its model
+    directory (none by default: no word lexicon)."""
+
+    path = Path("no-model-directory")
 
     def run(self, inputs, call, first_line=1, warn=None, skipped=None):
         import dataclasses

@@ -55,6 +55,26 @@ def test_abbreviations_numbers_and_quotes_do_not_end_a_sentence(line, lang, want
     assert [s.text for s in split(line, lang)] == want
 
 
+@pytest.mark.parametrize("line, lang, want", [
+    ("A man rides a horse A dog runs.", "en", ["A man rides a horse", "A dog runs."]),
+    ("Two men talk  The dog sleeps! A cat sits", "en", ["Two men talk", "The dog sleeps!", "A cat sits"]),
+    ("Ein Mann fährt Ein Hund rennt.", "de", ["Ein Mann fährt", "Ein Hund rennt."]),
+    ("Un homme court Un chien dort.", "fr", ["Un homme court", "Un chien dort."]),
+    # no run-on: a capitalised word inside a sentence, a title, the German formal "Sie", an acronym
+    ("A man reads The Da Vinci Code.", "en", ["A man reads The Da Vinci Code."]),  # mostly capitalised: a title
+    ("A man has fallen asleep while reading The Da Vinci Code.", "en",  # the kind of line it splits wrongly
+     ["A man has fallen asleep while reading", "The Da Vinci Code."]),
+    ("Reading The Da Vinci Code Is Fun", "en", ["Reading The Da Vinci Code Is Fun"]),
+    ("Ich weiß, dass Sie kommen.", "de", ["Ich weiß, dass Sie kommen."]),
+    ("A man rides to New York with A.J. and I", "en", ["A man rides to New York with A.J. and I"]),
+    ("a man rides a horse a dog runs", "en", ["a man rides a horse a dog runs"]),  # nothing marks the start
+    ("A man rides a horse A dog runs.", "xx", ["A man rides a horse", "A dog runs."]),  # English's rules
+])
+def test_a_sentence_run_on_without_its_stop_is_split_before_a_word_that_starts_one(line, lang, want):
+    assert [s.text for s in split(line, lang)] == want
+    assert join(split(line, lang)) == line
+
+
 def test_the_spacing_between_sentences_is_kept():
     assert split("  A man rides.  A dog runs!\tIs it raining? ", "en") == [
         Sentence("", "  "), Sentence("A man rides.", "  "), Sentence("A dog runs!", "\t"),

@@ -157,8 +157,8 @@ class CopyEngine(FakeEngine):
         for text in texts:
             words = text.split()
             n = len(words)
-            # the step that reads word i (row i + 1) attends to source word i (what shift-att aligns by)
-            attention = [[1.0 if j == max(i - 1, 0) else 0.0 for j in range(n + 1)] for i in range(n + 1)]
+            # the step that predicts word i attends to source word i (what the alignment reads without a lexicon)
+            attention = [[1.0 if j == i else 0.0 for j in range(n + 1)] for i in range(n + 1)]
             out.append([Translation(text=text, score=-1.0, logprob=-1.0, token_ids=list(range(n)),
                                     pieces=["▁" + w for w in words], token_logprobs=[0.0] * (n + 1),
                                     src_pieces=["▁" + w for w in words] + ["</s>"],

@@ -37,6 +37,9 @@ from typing import Iterator
 import datasets
 
 from seq2seq.config import ConfigError, DataConfig, to_dict
+from seq2seq.storage.atomic import write_text_atomic
+from seq2seq.storage.model_dir import ModelDir
+from seq2seq.text.lexicon import Lexicon
 from seq2seq.text.languages import reserved_pieces, target_reserved_pieces
 from seq2seq.text.tokenizer import Tokenizer, TokenizerPair
 from seq2seq.config import TokenizerConfig
@@ -45,12 +48,14 @@ from seq2seq.data.cleaning import CleaningReport, nothing_kept
 from seq2seq.data.terminology import TermSampler
 from seq2seq.text.terminology import word_counts
 from seq2seq.data.readers import _hash
-from seq2seq.data.shards import PARALLEL_BYTES, ShardJob, available_cores, load_shards, write_shards
+from seq2seq.data.shards import PARALLEL_BYTES, ShardJob, available_cores, load_shards, sample_sentences, write_shards
 from seq2seq.data.shared_cache import CACHE_VERSION, default_cache_root, publish, temporary_dir
 from seq2seq.data.splits import Source, corpora_and_valid_sets
 from seq2seq.data.tokenizer_cache import train_or_reuse_tokenizers
 
 logger = logging.getLogger("seq2seq.data")
+
+LEXICON_PAIRS = 200_000  # training pairs the word lexicon counts (drawn uniformly from a larger corpus)
 
 
 @dataclass
@@ -185,8 +190,22 @@ def prepare(
         logger.info("valid (%s): %s", valid_sources[0].split.describe(), valid_report.summary())
     else:
         logger.warning("no validation data configured")
+    _write_lexicon(entry, train_sources, out_dir)
     logger.info("data ready in %.1fs (%s %s)", time.perf_counter() - t0, "cached" if from_cache else "built", entry)
     return PreparedData(tokenizers, train, valid, report, valid_report, key, from_cache, entry, corpora, valid_sets)
+
+
+def _write_lexicon(entry: Path, train_sources: list[Source], out_dir: Path) -> None:
+    """The word lexicon of the training pairs (`seq2seq.text.lexicon`) into the model directory: built
+    once per cache entry from at most LEXICON_PAIRS pairs drawn uniformly, then copied."""
+    cached = entry / ModelDir.LEXICON
+    if not cached.is_file():
+        t0 = time.perf_counter()
+        chunks = (list(zip(*chunk)) for source in train_sources for chunk in source.split.chunks())
+        lexicon = Lexicon.build(sample_sentences(chunks, LEXICON_PAIRS))
+        write_text_atomic(cached, lexicon.tsv())
+        logger.info("word lexicon: %s pairs of words in %.1fs", f"{len(lexicon.scores):,}", time.perf_counter() - t0)
+    ModelDir(out_dir).write_lexicon_file(cached)
 
 
 def _prefix_ids(tokenizer: Tokenizer, pieces: list[str], tok_cfg: TokenizerConfig, side: str = "source") -> list[int]:

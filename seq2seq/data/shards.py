@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import datasets
 import numpy as np
@@ -39,6 +40,8 @@ import sentencepiece as spm
 from seq2seq.data.cleaning import FEATURES, CleaningReport, keep_mask, truncate_ids
 from seq2seq.data.readers import Chunk
 from seq2seq.text.tokenizer import EOS_ID
+
+T = TypeVar("T")
 
 PARALLEL_BYTES = 32 << 20  # corpora at least this large are tokenized in worker processes
 
@@ -303,12 +306,12 @@ def pair_lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
         reader.close()
 
 
-def sample_sentences(blocks: Iterable[list[str]], k: int, seed: int = 0) -> list[str]:
+def sample_sentences(blocks: Iterable[list[T]], k: int, seed: int = 0) -> list[T]:
     """At most `k` sentences of a stream of lists of sentences, drawn uniformly without replacement
     (reservoir sampling, Li's algorithm L: it jumps from one replacement to the next, so beyond reading
     the stream it costs O(k log(N / k))); every sentence, in order, when there are at most `k`."""
     rng = random.Random(seed)
-    sample: list[str] = []
+    sample: list[T] = []
     w = next_at = 0.0
     seen = 0  # sentences before the current block
     for block in blocks:

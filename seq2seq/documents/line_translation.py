@@ -21,8 +21,8 @@ them (its leading and trailing whitespace dropped, as a one-sentence line's alwa
 With `spans` (on by default), each sentence's non-translatables (and, with `markup`, its inline tags)
 are taken out before casing (`seq2seq.documents.spans.mask`); the sentences that had some are
 translated with the last decoder layer's attention (in a second engine call) and get their spans back
-after re-casing, through `seq2seq.documents.alignment.word_alignment` (shift-att: each target piece by
-the attention of the step that reads it, measured best in docs/documents.md; `unmask`; a span it cannot
+after re-casing, through `seq2seq.documents.alignment.word_alignment` (the attention with the word
+lexicon of the engine's model directory, where it has one: `engine_lexicon`; `unmask`; a span it cannot
 place is warned about, naming the line). Their attention is dropped again unless the call asked for it.
 
 A line's `Translation` of rank r joins rank r of each of its sentences (a sentence with fewer
@@ -48,6 +48,7 @@ output is empty draws a warning naming its line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,8 @@ from seq2seq.documents.sentences import Sentence, split
 from seq2seq.inference.engine import Engine
 from seq2seq.inference.inputs import FIELD_RULES, Call, CallOptions, SourceInput, SteeringLists, inputs_and_call
 from seq2seq.inference.results import Translation
+from seq2seq.storage.model_dir import ModelDir
+from seq2seq.text.lexicon import Lexicon
 from seq2seq.text.languages import source_language
 
 log = logging.getLogger(__name__)
@@ -189,7 +192,8 @@ def translate_line_inputs(engine: Engine, given: Sequence[SourceInput], call: Ca
         hyps = [h if unit.cased.case is casing_rules.Case.AS_WRITTEN else
                 dataclasses.replace(h, text=casing_rules.recase(unit.cased, h.text)) for h in hyps]
         if masks is not None and masks[k].spans:
-            hyps = _unmasked(masks[k], unit, hyps, first_line + unit.line, warn, not attention_asked)
+            hyps = _unmasked(masks[k], unit, hyps, first_line + unit.line, warn, not attention_asked,
+                             engine_lexicon(engine))
         if unit.sentence.text and (not hyps or not hyps[0].text.strip()):
             warn(Diagnostic(f"the sentence {unit.sentence.text[:60]!r} got an empty translation",
                             first_line + unit.line, "text", "empty_sentence"))
@@ -217,15 +221,32 @@ def _spans_call(engine: Engine, inputs: list[SourceInput], units: list[Unit], ma
 
 
 def _unmasked(masked: span_rules.Masked, unit: Unit, hyps: list[Translation], line: int, warn: Warn,
-              drop_attention: bool) -> list[Translation]:
-    """Each hypothesis with the sentence's spans put back through its word alignment."""
+              drop_attention: bool, lexicon: Lexicon | None) -> list[Translation]:
+    """Each hypothesis with the sentence's spans put back through its word alignment (with the engine's
+    word lexicon, where its model directory has one)."""
     out = []
     for h in hyps:
-        text, notes = span_rules.unmask(masked, h.text, word_alignment(h, unit.cased.text, shift=True), line)
+        text, notes = span_rules.unmask(masked, h.text, word_alignment(h, unit.cased.text, lexicon), line)
         for d in notes[:1] if h is hyps[0] else []:
             warn(d)
         out.append(dataclasses.replace(h, text=text, attention=None if drop_attention else h.attention))
     return out
+
+
+def engine_lexicon(engine: Engine) -> Lexicon | None:
+    """The word lexicon of the engine's (first) model directory, None where it has none; read once per
+    version of the file."""
+    path = Path(engine.path) / ModelDir.LEXICON
+    try:
+        return _read_lexicon(str(path), path.stat().st_mtime_ns)
+    except FileNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _read_lexicon(path: str, mtime_ns: int) -> Lexicon:
+    """`Lexicon.load`, cached by the file's path and modification time."""
+    return Lexicon.load(path)
 
 
 def _units(lines: Sequence[str], split_sentences: bool, casing: bool, lang: str | None,

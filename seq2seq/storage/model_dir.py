@@ -9,6 +9,8 @@ A model directory holds everything needed to translate, and nothing else needs t
     config.yaml         the full experiment config (model, tokenizer, data, training, decoding); its
                         `decoding` section is the default of every decoding command and class
     spm.model           the SentencePiece model (or spm.src.model + spm.tgt.model)
+    lexicon.tsv         the word lexicon of the training pairs (`seq2seq.text.lexicon`; text models): what
+                        places inline tags and non-translatables beside the cross-attention
     metadata.json       versions, data fingerprint, best scores, training time; `decoding_chosen_on`
                         when a recipe set the decoding defaults (`set_decoding`)
     checkpoints/        the last K checkpoints, step_<N>.safetensors (for averaging)
@@ -49,6 +51,7 @@ from seq2seq.model.transformer import Seq2SeqTransformer
 from seq2seq.storage import CheckpointError
 from seq2seq.storage.atomic import atomic_path, read_json, write_json_atomic, write_text_atomic
 from seq2seq.storage.weights import average_checkpoints, load_into, load_weights, save_weights
+from seq2seq.text.lexicon import Lexicon
 from seq2seq.text.tokenizer import JOINT_MODEL, SRC_MODEL, TGT_MODEL, TokenizerPair
 
 
@@ -85,6 +88,7 @@ class ModelDir:
     CHECKPOINT_PREFIX = "step_"
     CHECKPOINT_SUFFIX = ".safetensors"
     TOKENIZER_META = "tokenizer.meta.json"  # what the tokenizers were trained on (seq2seq.data.tokenizer_cache)
+    LEXICON = "lexicon.tsv"  # the word lexicon of the training pairs (seq2seq.text.lexicon)
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -181,15 +185,21 @@ class ModelDir:
 
     def own_files(self) -> list[Path]:
         """The files of this directory's layout that are there: config.yaml, the weights, the
-        tokenizers, metadata.json, the log and its plot, checkpoints/ and train_state/ (what no
+        tokenizers, the lexicon, metadata.json, the log and its plot, checkpoints/ and train_state/ (what no
         command's output may replace: `seq2seq.storage.outputs.check_output_path`)."""
         names = [self.CONFIG, self.WEIGHTS, self.BEST_WEIGHTS, self.METADATA, self.LOG, self.CURVES,
-                 self.TOKENIZER_META, JOINT_MODEL, SRC_MODEL, TGT_MODEL]
+                 self.TOKENIZER_META, self.LEXICON, JOINT_MODEL, SRC_MODEL, TGT_MODEL]
         files = [self.path / name for name in names]
         for folder in (self.checkpoint_dir, self.path / self.TRAIN_STATE, self.path / f"{self.TRAIN_STATE}.old"):
             if folder.is_dir():
                 files += sorted(folder.iterdir())
         return [p for p in files if p.is_file()]
+
+    def lexicon(self) -> Lexicon | None:
+        """The word lexicon of the training pairs (None: a model trained before it was written, or not on
+        text pairs)."""
+        path = self.path / self.LEXICON
+        return Lexicon.load(path) if path.is_file() else None
 
     def metadata(self) -> dict[str, Any]:
         """metadata.json ({} when there is none yet)."""
@@ -265,6 +275,10 @@ class ModelDir:
 
     def write_config(self, cfg: Config) -> None:
         write_text_atomic(self.config_path, config_yaml(cfg))
+
+    def write_lexicon_file(self, path: str | Path) -> None:
+        """lexicon.tsv: a copy of the lexicon file at `path`."""
+        write_text_atomic(self.path / self.LEXICON, Path(path).read_text(encoding="utf-8"))
 
     def write_metadata(self, meta: Mapping[str, object]) -> None:
         write_json_atomic(self.metadata_path, meta)
