@@ -5,4 +5,5 @@
     metrics      sacreBLEU BLEU, chrF, TER (with signatures); WER and CER
     languages    language and corpus tags: the reserved source pieces of multilingual models
     terminology  target terms appended to a source after the reserved piece <term> (`annotate`)
+    lexicon      the Dice score of each (source word, target word) of the training pairs: what places tags
 """
