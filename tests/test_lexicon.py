@@ -116,3 +116,27 @@ def test_training_writes_the_lexicon_of_its_pairs(tiny_model_dir, multi30k_small
     tgt = multi30k_small["train.de"].read_text(encoding="utf-8").splitlines()
     assert lex == Lexicon.build(zip(src, tgt))  # every training pair counted (fewer than LEXICON_PAIRS)
     assert max(lex.scores.get(("dog", t), 0.0) for t in ("hund", "hunde")) > 0.5
+
+
+def test_lexicon_command_writes_one_for_a_model_directory_and_refuses_unequal_files(tiny_model_dir, tmp_path) -> None:
+    import shutil
+
+    from click.testing import CliRunner
+
+    from seq2seq.cli import cli
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / ModelDir.LEXICON).unlink()
+    src, tgt = tmp_path / "a.en", tmp_path / "a.de"
+    src.write_text("\n".join(s for s, _ in PAIRS) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(t for _, t in PAIRS) + "\n", encoding="utf-8")
+    ok = CliRunner().invoke(cli, ["lexicon", str(model), str(src), str(tgt)])
+    assert ok.exit_code == 0, ok.output
+    assert ModelDir(model).lexicon() == Lexicon.build(PAIRS)
+    tgt.write_text("Ein Hund.\n", encoding="utf-8")
+    bad = CliRunner().invoke(cli, ["lexicon", str(model), str(src), str(tgt)])
+    assert bad.exit_code == 1
+    assert bad.output.strip() == f"Error: {src} has 4 lines and {tgt} 1; parallel files have one sentence a line, " \
+                                 "the same number of lines"
+    assert ModelDir(model).lexicon() == Lexicon.build(PAIRS)  # the lexicon written before is kept

@@ -15,6 +15,7 @@ from seq2seq.cli.clean import clean
 from seq2seq.cli.common import setup_logging
 from seq2seq.cli.deploy import export_command, import_hf_command
 from seq2seq.cli.evaluate import evaluate, test_command
+from seq2seq.cli.lexicon import lexicon_command
 from seq2seq.cli.media import caption, transcribe
 from seq2seq.cli.score import score
 from seq2seq.cli.serve import serve
@@ -35,7 +36,7 @@ def cli(verbose: bool) -> None:
 
 for command in (train, config_command, quickstart, translate, evaluate, test_command, average, caption, transcribe,
                 serve, export_command, import_hf_command, back_translate, distill, score, clean, merge_adapter,
-                add_vocab):
+                add_vocab, lexicon_command):
     cli.add_command(command)
 
 

@@ -276,6 +276,9 @@ class ModelDir:
     def write_config(self, cfg: Config) -> None:
         write_text_atomic(self.config_path, config_yaml(cfg))
 
+    def write_lexicon(self, lexicon: Lexicon) -> None:
+        write_text_atomic(self.path / self.LEXICON, lexicon.tsv())
+
     def write_lexicon_file(self, path: str | Path) -> None:
         """lexicon.tsv: a copy of the lexicon file at `path`."""
         write_text_atomic(self.path / self.LEXICON, Path(path).read_text(encoding="utf-8"))
