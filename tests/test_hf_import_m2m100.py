@@ -34,7 +34,7 @@ from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.data.batching import pad_sequences  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 from seq2seq.model.layers import Embedding, fairseq_sinusoidal_table, sinusoidal_table  # noqa: E402
-from seq2seq.storage.model_dir import load_model_dir  # noqa: E402
+from seq2seq.storage.model_dir import ModelDir, load_model_dir  # noqa: E402
 from seq2seq.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -294,6 +294,18 @@ def test_translate_cli_with_the_language_codes(fam):
                            input="red cat\n")
     assert result.exit_code == 1 and "give the source language (--src-lang)" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_kept_family_files_are_the_model_directory_s_own(fam, tmp_path):
+    kept = sorted(p.relative_to(fam.out).as_posix() for p in ModelDir(fam.out).own_files() if p.parent.name == "hf_family")
+    assert "hf_family/seq2seq_ids.json" in kept and "hf_family/config.json" in kept, kept
+    target = fam.out / "hf_family" / "config.json"
+    before = target.read_bytes()
+    (tmp_path / "in.txt").write_text("red cat\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["translate", str(fam.out), "--greedy", "--src-lang", fam.src, "--tgt-lang",
+                                      fam.targets[1], "-i", str(tmp_path / "in.txt"), "-o", str(target)])
+    assert result.exit_code != 0 and "destroy the input" in result.output, result.output
+    assert target.read_bytes() == before
 
 
 # ---- what is refused --------------------------------------------------------------------------------

@@ -43,14 +43,14 @@ from seq2seq.deploy.hf import _get, tensor_map
 from seq2seq.deploy.staging import ExportError, Staging, prepare_output, require, weights_digest
 from seq2seq.deploy.tensors import fairseq_options, model_tensors
 from seq2seq.storage.atomic import read_json, write_json_atomic
-from seq2seq.storage.model_dir import LoadedModel, load_model_dir
+from seq2seq.storage.model_dir import LoadedModel, ModelDir, load_model_dir
 from seq2seq.text.tokenizer import JOINT_MODEL, TokenizerPair
 
 if TYPE_CHECKING:  # an optional dependency (the export extra)
     from ctranslate2.specs import TransformerSpec
     from transformers import M2M100Config, MBartConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-FAMILY_DIR = "hf_family"  # in a model directory: what import-hf kept of the original
+FAMILY_DIR = ModelDir.HF_FAMILY  # in a model directory: what import-hf kept of the original
 IDS_FILE = "seq2seq_ids.json"
 TOKENIZER_FILES = ("sentencepiece.bpe.model", "vocab.json", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "added_tokens.json")

@@ -89,6 +89,7 @@ class ModelDir:
     CHECKPOINT_SUFFIX = ".safetensors"
     TOKENIZER_META = "tokenizer.meta.json"  # what the tokenizers were trained on (seq2seq.data.tokenizer_cache)
     LEXICON = "lexicon.tsv"  # the word lexicon of the training pairs (seq2seq.text.lexicon)
+    HF_FAMILY = "hf_family"  # what import-hf kept of an M2M100/NLLB/mBART original (seq2seq.deploy.fairseq_export)
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -185,12 +186,13 @@ class ModelDir:
 
     def own_files(self) -> list[Path]:
         """The files of this directory's layout that are there: config.yaml, the weights, the
-        tokenizers, the lexicon, metadata.json, the log and its plot, checkpoints/ and train_state/ (what no
-        command's output may replace: `seq2seq.storage.outputs.check_output_path`)."""
+        tokenizers, the lexicon, metadata.json, the log and its plot, checkpoints/, train_state/ and
+        hf_family/ (what no command's output may replace: `seq2seq.storage.outputs.check_output_path`)."""
         names = [self.CONFIG, self.WEIGHTS, self.BEST_WEIGHTS, self.METADATA, self.LOG, self.CURVES,
                  self.TOKENIZER_META, self.LEXICON, JOINT_MODEL, SRC_MODEL, TGT_MODEL]
         files = [self.path / name for name in names]
-        for folder in (self.checkpoint_dir, self.path / self.TRAIN_STATE, self.path / f"{self.TRAIN_STATE}.old"):
+        for folder in (self.checkpoint_dir, self.path / self.TRAIN_STATE, self.path / f"{self.TRAIN_STATE}.old",
+                       self.path / self.HF_FAMILY):
             if folder.is_dir():
                 files += sorted(folder.iterdir())
         return [p for p in files if p.is_file()]
