@@ -68,15 +68,15 @@ def through_spans(t: Translator, sources: list[str], layer: int, beam: int, mark
             for m, h in zip(masked, hyps)]
 
 
-def reference_alignment(data_dir: Path, src: str, tgt: str, sources: list[str],
-                        refs: list[str]) -> list[set[tuple[int, int]]] | None:
-    """Each (source, reference) pair's word alignment by eflomal, trained together with the training pairs
-    (grow-diag-final-and of both directions); None without eflomal."""
+def reference_alignment(data_dir: Path, src: str, tgt: str, sources: list[str], refs: list[str],
+                        train_pairs: int) -> list[set[tuple[int, int]]] | None:
+    """Each (source, reference) pair's word alignment by eflomal, trained together with the first
+    `train_pairs` training pairs (grow-diag-final-and of both directions); None without eflomal."""
     try:
         import eflomal
     except ImportError:
         return None
-    train_src, train_tgt = read(data_dir, "train", src, 10**9), read(data_dir, "train", tgt, 10**9)
+    train_src, train_tgt = read(data_dir, "train", src, train_pairs), read(data_dir, "train", tgt, train_pairs)
     with tempfile.TemporaryDirectory() as tmp:
         eflomal.Aligner().align([x.lower() for x in train_src + sources], [x.lower() for x in train_tgt + refs],
                                 links_filename_fwd=f"{tmp}/fwd", links_filename_rev=f"{tmp}/rev", quiet=True)
@@ -126,6 +126,8 @@ def main() -> None:
     ap.add_argument("--layers", default="-1,-1L", help="decoder layers to align with, comma-separated; a layer written "
                                                    "with 's' (-1s) aligns each piece by the step that reads it (shift-att), "
                                                    "with 'L' (-1L) adds the word lexicon (the pipeline's way)")
+    ap.add_argument("--align-pairs", type=int, default=10**9,
+                    help="training pairs eflomal aligns the references with (default: all)")
     args = ap.parse_args()
     rng = random.Random(71)
     sources = read(Path(args.data_dir), args.split, args.src, args.limit)
@@ -136,7 +138,7 @@ def main() -> None:
         print(f"{args.model_dir} has no word lexicon: built from {args.data_dir}'s train split")
         lexicon = Lexicon.build(zip(read(Path(args.data_dir), "train", args.src, 10**9),
                                     read(Path(args.data_dir), "train", args.tgt, 10**9)))
-    ref_links = reference_alignment(Path(args.data_dir), args.src, args.tgt, sources, refs)
+    ref_links = reference_alignment(Path(args.data_dir), args.src, args.tgt, sources, refs, args.align_pairs)
     plain = [h.text if h else "" for h in translate(t, sources, None, args.beam)]
     base = sacrebleu.corpus_bleu(plain, [refs]).score
     print(f"plain BLEU {base:.2f} ({len(sources)} sentences of {args.split})")
