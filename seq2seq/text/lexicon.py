@@ -13,6 +13,9 @@ translate each other (docs/documents.md, "Where a tag goes", measures both).
     lexicon.tsv(); Lexicon.load(path)       # a TSV file: source word, target word, dice
     lexicon.matrix(src_words, tgt_words)    # [target words][source words] dice
 
+The counts behind it (`Cooccurrence`: pairs holding each word, and each pair of words) are also what
+the cleaning filter's lexicon is learnt from (`seq2seq.data.filters.lexicon`).
+
 Only pairs seen at least `MIN_PAIRS` times, and a source word's `TOP` best targets, are kept: the file
 stays small (2 MB, 101,000 word pairs, for Multi30K's 29,000 pairs) and a rare pair's Dice is noise.
 """
