@@ -13,6 +13,9 @@ translate each other (docs/documents.md, "Where a tag goes", measures both).
     lexicon.tsv(); Lexicon.load(path)       # a TSV file: source word, target word, dice
     lexicon.matrix(src_words, tgt_words)    # [target words][source words] dice
 
+The counts behind it (`Cooccurrence`: pairs holding each word, and each pair of words) are also what
+the cleaning filter's lexicon is learnt from (`seq2seq.data.filters.lexicon`).
+
 Only pairs seen at least `MIN_PAIRS` times, and a source word's `TOP` best targets, are kept: the file
 stays small (2 MB, 101,000 word pairs, for Multi30K's 29,000 pairs) and a rare pair's Dice is noise.
 """
@@ -38,6 +41,47 @@ def lexicon_word(word: str) -> str:
 
 
 @dataclass(frozen=True)
+class Cooccurrence:
+    """How many pairs of a corpus hold each source word, each target word, and each (source, target) pair
+    of words: what a Dice coefficient of word translation is computed from (this lexicon, and the
+    cleaning filter's in `seq2seq.data.filters.lexicon`)."""
+
+    src: Counter[str]
+    tgt: Counter[str]
+    both: dict[tuple[str, str], int]  # only the word pairs held by at least `min_pairs` pairs
+
+    @classmethod
+    def count(cls, sides: Iterable[tuple[set[str], set[str]]], min_pairs: int = 1) -> Cooccurrence:
+        """The counts of the pairs `sides` (each pair's source words and target words, as sets); word pairs
+        that fewer than `min_pairs` of them hold are left out of `both` (most word pairs meet once: their
+        Python objects would cost gigabytes for a large corpus)."""
+        src_ids: dict[str, int] = {}
+        tgt_ids: dict[str, int] = {}
+        src_count: Counter[str] = Counter()
+        tgt_count: Counter[str] = Counter()
+        keys = []
+        for src_words, tgt_words in sides:
+            src_count.update(src_words)
+            tgt_count.update(tgt_words)
+            if src_words and tgt_words:  # every (source, target) word pair as one int64: the source in the high 32 bits
+                s = np.fromiter((src_ids.setdefault(w, len(src_ids)) for w in src_words), np.int64, len(src_words))
+                t = np.fromiter((tgt_ids.setdefault(w, len(tgt_ids)) for w in tgt_words), np.int64, len(tgt_words))
+                keys.append((s[:, None] << 32 | t[None, :]).ravel())
+        if not keys:
+            return cls(src_count, tgt_count, {})
+        pair_keys, both = np.unique(np.concatenate(keys), return_counts=True)
+        kept = both >= min_pairs
+        pair_keys, both = pair_keys[kept], both[kept]
+        src_words_of, tgt_words_of = list(src_ids), list(tgt_ids)
+        return cls(src_count, tgt_count, {(src_words_of[s], tgt_words_of[t]): n for s, t, n in
+                                          zip((pair_keys >> 32).tolist(), (pair_keys & 0xFFFFFFFF).tolist(), both.tolist())})
+
+    def dice(self, s: str, t: str, both: int) -> float:
+        """2 * both / (pairs holding s + pairs holding t)."""
+        return 2 * both / (self.src[s] + self.tgt[t])
+
+
+@dataclass(frozen=True)
 class Lexicon:
     """Dice scores of (source word, target word) pairs (see the module docstring)."""
 
@@ -46,35 +90,14 @@ class Lexicon:
     @classmethod
     def build(cls, pairs: Iterable[tuple[str, str]], top: int = TOP, min_pairs: int = MIN_PAIRS) -> Lexicon:
         """The lexicon of (source text, target text) pairs, each side split at whitespace."""
-        src_ids: dict[str, int] = {}
-        tgt_ids: dict[str, int] = {}
-        src_count: Counter[int] = Counter()
-        tgt_count: Counter[int] = Counter()
-        keys = []
-        for src, tgt in pairs:
-            src_seen = {src_ids.setdefault(w, len(src_ids)) for w in map(lexicon_word, src.split()) if w}
-            tgt_seen = {tgt_ids.setdefault(w, len(tgt_ids)) for w in map(lexicon_word, tgt.split()) if w}
-            src_count.update(src_seen)
-            tgt_count.update(tgt_seen)
-            if src_seen and tgt_seen:  # every (source, target) word pair as one int64: the source in the high 32 bits
-                keys.append((np.fromiter(src_seen, np.int64, len(src_seen))[:, None] << 32
-                             | np.fromiter(tgt_seen, np.int64, len(tgt_seen))[None, :]).ravel())
-        if not keys:
-            return cls({})
-        pair_keys, both = np.unique(np.concatenate(keys), return_counts=True)
-        kept = both >= min_pairs
-        pair_keys, both = pair_keys[kept], both[kept]
-        s, t = pair_keys >> 32, pair_keys & 0xFFFFFFFF
-        n_src = np.array([src_count[i] for i in range(len(src_ids))], dtype=np.float64)
-        n_tgt = np.array([tgt_count[i] for i in range(len(tgt_ids))], dtype=np.float64)
-        dice = 2.0 * both / (n_src[s] + n_tgt[t])
-        order = np.lexsort((-dice, s))  # by source word, best target first
-        s, t, dice = s[order], t[order], dice[order]
-        starts = np.searchsorted(s, s, side="left")
-        best = np.arange(len(s)) - starts < top
-        src_words, tgt_words = list(src_ids), list(tgt_ids)
-        return cls({(src_words[i], tgt_words[j]): round(float(d), 4)
-                    for i, j, d in zip(s[best].tolist(), t[best].tolist(), dice[best].tolist())})
+        counts = Cooccurrence.count(
+            (({w for w in map(lexicon_word, src.split()) if w}, {w for w in map(lexicon_word, tgt.split()) if w})
+             for src, tgt in pairs), min_pairs)
+        best: dict[str, list[tuple[float, str]]] = {}
+        for (s, t), both in counts.both.items():
+            best.setdefault(s, []).append((counts.dice(s, t, both), t))
+        return cls({(s, t): round(d, 4) for s, found in best.items()
+                    for d, t in sorted(found, key=lambda x: -x[0])[:top]})
 
     def matrix(self, src_words: Sequence[str], tgt_words: Sequence[str]) -> list[list[float]]:
         """[len(tgt_words)][len(src_words)]: the Dice score of each (source word, target word) pair."""

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from seq2seq.config.clean_section import CleanConfig
 from seq2seq.data.filters.base import Pair, PairFilter
 from seq2seq.data.filters.normalise import fold
+from seq2seq.text.lexicon import Cooccurrence
 
 Lexicon = dict[str, frozenset[str]]
 IDENTICAL_CHARS = 4  # a word this long on both sides as it is: a name or a cognate, translated
@@ -30,20 +31,15 @@ def learn_lexicon(sample: Sequence[Pair], min_dice: float, min_count: int, max_d
     """(source word -> its translations, target word -> its translations) from the pairs `sample`: each
     word's `max_translations` best by Dice."""
     sides = [(set(fold(s).split()), set(fold(t).split())) for s, t in sample]
-    src_df: Counter[str] = Counter(w for a, _ in sides for w in a)
-    tgt_df: Counter[str] = Counter(w for _, b in sides for w in b)
     most = max_df * len(sides)
-    src_ok = {w for w, c in src_df.items() if min_count <= c <= most}
-    tgt_ok = {w for w, c in tgt_df.items() if min_count <= c <= most}
-    both: Counter[tuple[str, str]] = Counter()
-    for a, b in sides:
-        b_ok = [w for w in b if w in tgt_ok]
-        both.update((s, t) for s in a if s in src_ok for t in b_ok)
+    src_ok = {w for w, c in Counter(w for a, _ in sides for w in a).items() if min_count <= c <= most}
+    tgt_ok = {w for w, c in Counter(w for _, b in sides for w in b).items() if min_count <= c <= most}
+    # only the words that can be known are counted (a frequent word co-occurs with everything)
+    counts = Cooccurrence.count(((a & src_ok, b & tgt_ok) for a, b in sides), min_count)
     forward: dict[str, list[tuple[float, str]]] = {}
     backward: dict[str, list[tuple[float, str]]] = {}
-    for (s, t), c in both.items():
-        dice = 2 * c / (src_df[s] + tgt_df[t])
-        if c >= min_count and dice >= min_dice:
+    for (s, t), c in counts.both.items():
+        if (dice := counts.dice(s, t, c)) >= min_dice:
             forward.setdefault(s, []).append((dice, t))
             backward.setdefault(t, []).append((dice, s))
 
