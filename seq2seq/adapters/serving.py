@@ -5,10 +5,20 @@ and wraps the layers any of them adapts in `SharedLoRA` (`seq2seq.adapters.lora`
 model as it decodes (packed, bf16 or int8): each holds its base layer once and every adapter's A and B,
 so the memory is the base's plus the adapters' tensors. The engine's `adapters` then names them.
 
+An adapter trained with `training.adapter.train_embeddings` also holds its own embedding tables
+(`embedding_keys`: the token tables, a shared source/target table once, learned position tables). Each
+becomes a `TableSwap`: the served model's nn.Embedding reads the active adapter's table (its weight
+Parameter set to it, in the model's dtype and device) and the base's again after. A tied output
+projection that the engine's precision made its own copy of (packed at fp32 on CPU, bf16 or int8 at int8)
+gets, per adapter, the same kind of copy of the adapter's table, swapped in with it (`tied_output`). The
+memory is then the base's plus the adapters' tensors, plus that copy of each adapter's target table where
+the base has one of its own.
+
 A model call runs with one adapter (`using(engine, name)`, None: the base alone): the server's batching
 worker, the only thread that touches the model, groups requests by their options, the `adapter`
 field among them, so a batch never mixes adapters. Each output is the merged model's
-(`merge-adapter`), to float rounding: the update is added unmerged, x W^T + s (x A^T) B^T.
+(`merge-adapter`), to float rounding: the update is added unmerged, x W^T + s (x A^T) B^T, and the
+adapter's tables are read as the merged model's.
 """
 
 from __future__ import annotations
@@ -20,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from seq2seq.adapters.files import AdapterError, read_adapter
-from seq2seq.adapters.lora import LORA_A, LORA_B, SharedLoRA, add_shared
+from seq2seq.accel.packed import PackedLinear
+from seq2seq.adapters.files import Adapter, AdapterError, read_adapter
+from seq2seq.adapters.lora import LORA_A, LORA_B, SharedLoRA, add_shared, is_lora_key
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +42,28 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass
+class TableSwap:
+    """One attribute of the served model that adapters replace while active: an embedding table's
+    `weight`, or a tied output projection's own copy (`decoder.output`); `base` is the served base's."""
+
+    owner: nn.Module
+    attr: str
+    base: nn.Module | nn.Parameter
+    adapters: dict[str, nn.Module | nn.Parameter] = field(default_factory=dict)
+
+    def activate(self, name: str | None) -> None:
+        value = self.adapters.get(name, self.base) if name is not None else self.base
+        setattr(self.owner, self.attr, value)
+
+
+@dataclass
 class AdapterSet:
-    """The adapters an engine serves: their directories by name, and the shared layers they update."""
+    """The adapters an engine serves: their directories by name, the shared layers they update and the
+    tables they replace (train_embeddings)."""
 
     paths: dict[str, Path] = field(default_factory=dict)
     layers: dict[str, SharedLoRA] = field(default_factory=dict)
+    tables: dict[tuple[int, str], TableSwap] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return list(self.paths)
@@ -43,6 +71,53 @@ class AdapterSet:
     def activate(self, name: str | None) -> None:
         for layer in self.layers.values():
             layer.active = name if name in layer.adapters else None
+        for swap in self.tables.values():
+            swap.activate(name)
+
+    def swap(self, owner: nn.Module, attr: str, name: str, value: nn.Module | nn.Parameter) -> None:
+        """Make `value` what `owner.attr` is while adapter `name` is active."""
+        key = (id(owner), attr)
+        if key not in self.tables:
+            self.tables[key] = TableSwap(owner, attr, getattr(owner, attr))
+        self.tables[key].adapters[name] = value
+
+
+def tied_output(copy: nn.Module, table: nn.Parameter, path: Path) -> nn.Module:
+    """The engine's own copy of a tied output projection (`copy`, made from the base's table), made
+    again from an adapter's `table`: the same kind, so the adapter's logits are the merged model's."""
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    from seq2seq.inference.translator import Bf16Linear, int8_output
+
+    if isinstance(copy, PackedLinear):
+        return PackedLinear(table)
+    if isinstance(copy, (Bf16Linear, Int8Linear)):
+        return int8_output(table)
+    raise AdapterError(f"{path}: the served model projects to the vocabulary through a {type(copy).__name__}, "
+                       f"which cannot read the adapter's own embedding table; serve its merged model "
+                       f"(seq2seq merge-adapter) instead")
+
+
+def add_tables(served: AdapterSet, model: nn.Module, name: str, adapter: Adapter) -> None:
+    """Adapter `name`'s embedding tables (train_embeddings) as `TableSwap`s of `model` (see the module docstring)."""
+    decoder = getattr(model, "decoder", None)
+    tied = decoder is not None and decoder.output is not None and bool(getattr(model.cfg, "tie_output", False))
+    for key in sorted(k for k in adapter.tensors if not is_lora_key(k)):
+        path, _, leaf = key.rpartition(".")
+        try:
+            owner = model.get_submodule(path)
+        except AttributeError:
+            owner = None
+        if not isinstance(owner, nn.Embedding) or leaf != "weight":
+            raise AdapterError(f"{adapter.path}: the base model has no embedding table {key}")
+        base, table = owner.weight, adapter.tensors[key]
+        if base.shape != table.shape:
+            raise AdapterError(f"{adapter.path}: embedding table {key} has shape {tuple(base.shape)} in the base, "
+                               f"{tuple(table.shape)} in the adapter")
+        value = nn.Parameter(table.to(device=base.device, dtype=base.dtype), requires_grad=False)
+        served.swap(owner, leaf, name, value)
+        if tied and decoder is not None and owner is decoder.embed.tokens:
+            served.swap(decoder, "output", name, tied_output(decoder.output, value, adapter.path))
 
 
 def parse_adapter_option(value: str) -> tuple[str, str]:
@@ -66,11 +141,9 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
         if name in served.paths:
             raise AdapterError(f"--adapter {name}: given twice")
         adapter = read_adapter(path)
-        if adapter.config.train_embeddings:  # (one embedding table serves every request of a batch)
-            raise AdapterError(f"--adapter {name}: {adapter.path} trains its own embedding tables "
-                               f"(train_embeddings), which per-request serving does not support; serve its merged "
-                               f"model (seq2seq merge-adapter) instead")
         adapter.check_base(engine.path, weights)
+        if adapter.config.train_embeddings:
+            add_tables(served, model, name, adapter)
         for layer_name in adapter.modules:
             try:
                 model.get_submodule(layer_name)
@@ -119,4 +192,5 @@ def using(engine: object, name: str | None) -> Iterator[None]:
         served.activate(None)
 
 
-__all__ = ["AdapterSet", "attach_adapters", "check_adapter", "parse_adapter_option", "using"]
+__all__ = ["AdapterSet", "TableSwap", "add_tables", "attach_adapters", "check_adapter", "parse_adapter_option",
+           "tied_output", "using"]

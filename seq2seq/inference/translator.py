@@ -55,7 +55,7 @@ from seq2seq.text.languages import LanguageError, decoder_prefix, model_language
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Translation", "Translator", "quantize_int8"]
+__all__ = ["Translation", "Translator", "int8_output", "quantize_int8"]
 
 
 def checkpoint_members(model_dir: str | Path, last: int) -> list[Path]:
@@ -381,6 +381,22 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x.to(torch.bfloat16), self.weight).float()
+
+
+def int8_output(weight: torch.Tensor) -> nn.Module:
+    """The output projection x W^T that `quantize_int8` gives a tied model whose table is `weight`: a
+    `Bf16Linear` where the CPU has native bf16, else an int8 dynamically quantized Linear over a copy
+    (what a served adapter's own table projects through; `seq2seq.adapters.serving`)."""
+    if native_bf16(torch.device("cpu")):
+        return Bf16Linear(weight)
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    linear = nn.Linear(weight.size(1), weight.size(0), bias=False)
+    linear.weight = nn.Parameter(weight.detach().float().cpu().clone(), requires_grad=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+        return quantize_dynamic(nn.Sequential(linear), {"0": default_dynamic_qconfig}, dtype=torch.qint8,
+                                inplace=True)[0]
 
 
 def quantize_int8(model: ModuleT, inplace: bool = False) -> ModuleT:
