@@ -9,10 +9,11 @@ An adapter trained with `training.adapter.train_embeddings` also holds its own e
 (`embedding_keys`: the token tables, a shared source/target table once, learned position tables). Each
 becomes a `TableSwap`: the served model's nn.Embedding reads the active adapter's table (its weight
 Parameter set to it, in the model's dtype and device) and the base's again after. A tied output
-projection that the engine's precision made its own copy of (packed at fp32 on CPU, bf16 or int8 at int8)
-gets, per adapter, the same kind of copy of the adapter's table, swapped in with it (`tied_output`). The
-memory is then the base's plus the adapters' tensors, plus that copy of each adapter's target table where
-the base has one of its own.
+projection that the engine's precision made a copy of (`decoder.output`: packed at fp32 on CPU, bf16
+or int8 at int8) is swapped with it, for what the engine's `tied_output` makes of the adapter's table:
+at int8 the same kind of copy (the merged model's logits exactly), else none, the decoder reading the
+adapter's table itself. The memory is the base's plus the adapters' tensors (plus, at int8 only, that
+copy of each adapter's target table, as the base has one).
 
 A model call runs with one adapter (`using(engine, name)`, None: the base alone): the server's batching
 worker, the only thread that touches the model, groups requests by their options, the `adapter`
@@ -32,7 +33,6 @@ from typing import Any, Callable, Iterator, Mapping
 
 from torch import Tensor, nn
 
-from seq2seq.accel.packed import PackedLinear
 from seq2seq.adapters.files import Adapter, AdapterError, read_adapter
 from seq2seq.adapters.lora import LORA_A, LORA_B, SharedLoRA, add_shared, is_lora_key
 
@@ -48,8 +48,8 @@ class TableSwap:
 
     owner: nn.Module
     attr: str
-    base: nn.Module | nn.Parameter
-    adapters: dict[str, nn.Module | nn.Parameter] = field(default_factory=dict)
+    base: nn.Module | nn.Parameter | None
+    adapters: dict[str, nn.Module | nn.Parameter | None] = field(default_factory=dict)
 
     def activate(self, name: str | None) -> None:
         value = self.adapters.get(name, self.base) if name is not None else self.base
@@ -74,7 +74,7 @@ class AdapterSet:
         for swap in self.tables.values():
             swap.activate(name)
 
-    def swap(self, owner: nn.Module, attr: str, name: str, value: nn.Module | nn.Parameter) -> None:
+    def swap(self, owner: nn.Module, attr: str, name: str, value: nn.Module | nn.Parameter | None) -> None:
         """Make `value` what `owner.attr` is while adapter `name` is active."""
         key = (id(owner), attr)
         if key not in self.tables:
@@ -82,24 +82,11 @@ class AdapterSet:
         self.tables[key].adapters[name] = value
 
 
-def tied_output(copy: nn.Module, table: nn.Parameter, path: Path) -> nn.Module:
-    """The engine's own copy of a tied output projection (`copy`, made from the base's table), made
-    again from an adapter's `table`: the same kind, so the adapter's logits are the merged model's."""
-    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-
-    from seq2seq.inference.translator import Bf16Linear, int8_output
-
-    if isinstance(copy, PackedLinear):
-        return PackedLinear(table)
-    if isinstance(copy, (Bf16Linear, Int8Linear)):
-        return int8_output(table)
-    raise AdapterError(f"{path}: the served model projects to the vocabulary through a {type(copy).__name__}, "
-                       f"which cannot read the adapter's own embedding table; serve its merged model "
-                       f"(seq2seq merge-adapter) instead")
-
-
-def add_tables(served: AdapterSet, model: nn.Module, name: str, adapter: Adapter) -> None:
-    """Adapter `name`'s embedding tables (train_embeddings) as `TableSwap`s of `model` (see the module docstring)."""
+def add_tables(served: AdapterSet, engine: Any, name: str, adapter: Adapter) -> None:
+    """Adapter `name`'s embedding tables (train_embeddings) as `TableSwap`s of the engine's model (see the
+    module docstring); a tied output projection's copy is made by the engine (`tied_output`), which
+    knows how its precision made the base's."""
+    model = engine.model
     decoder = getattr(model, "decoder", None)
     tied = decoder is not None and decoder.output is not None and bool(getattr(model.cfg, "tie_output", False))
     for key in sorted(k for k in adapter.tensors if not is_lora_key(k)):
@@ -117,7 +104,11 @@ def add_tables(served: AdapterSet, model: nn.Module, name: str, adapter: Adapter
         value = nn.Parameter(table.to(device=base.device, dtype=base.dtype), requires_grad=False)
         served.swap(owner, leaf, name, value)
         if tied and decoder is not None and owner is decoder.embed.tokens:
-            served.swap(decoder, "output", name, tied_output(decoder.output, value, adapter.path))
+            if not hasattr(engine, "tied_output"):
+                raise AdapterError(f"{adapter.path}: the served model projects to the vocabulary through its own "
+                                   f"{type(decoder.output).__name__}, which cannot read the adapter's embedding "
+                                   f"table; serve its merged model (seq2seq merge-adapter) instead")
+            served.swap(decoder, "output", name, engine.tied_output(value))
 
 
 def parse_adapter_option(value: str) -> tuple[str, str]:
@@ -143,7 +134,7 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
         adapter = read_adapter(path)
         adapter.check_base(engine.path, weights)
         if adapter.config.train_embeddings:
-            add_tables(served, model, name, adapter)
+            add_tables(served, engine, name, adapter)
         for layer_name in adapter.modules:
             try:
                 model.get_submodule(layer_name)
@@ -193,4 +184,4 @@ def using(engine: object, name: str | None) -> Iterator[None]:
 
 
 __all__ = ["AdapterSet", "TableSwap", "add_tables", "attach_adapters", "check_adapter", "parse_adapter_option",
-           "tied_output", "using"]
+           "using"]

@@ -192,6 +192,14 @@ class Translator(Engine):
         return cls(members if len(members) > 1 else members[0], precision, _owns_model=True,
                    ensemble_weights=ensemble_weights, ensemble_combine=ensemble_combine)
 
+    def tied_output(self, table: torch.Tensor) -> nn.Module | None:
+        """The output projection of a served adapter's own target `table` (`seq2seq.adapters.serving`) where the
+        model is tied: at int8 the copy the int8 model makes of its table (`int8_output`), so that the logits
+        are the merged model's exactly; else None, the decoder reading the table itself (at fp32 on CPU the
+        base's packed copy is not made again: the plain product, the same to float rounding, and no memory
+        beyond the adapter's table)."""
+        return int8_output(table) if self.precision == "int8" else None
+
     @property
     def search_model(self) -> ModelConfig:
         """The decoded model's config (an ensemble's: the members' shortest positions)."""
