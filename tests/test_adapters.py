@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from conftest import run_benchmark, translated
 from seq2seq.adapters.files import ADAPTER_JSON, ADAPTER_WEIGHTS, AdapterError, read_adapter, write_adapter
-from seq2seq.adapters.lora import (LoRAAttention, LoRALinear, add_lora, embedding_keys, is_lora_key, lora_tensors,
+from seq2seq.adapters.lora import (LORA_B, LoRAAttention, LoRALinear, add_lora, embedding_keys, is_lora_key, lora_tensors,
                                    merge_lora)
 from seq2seq.adapters.serving import attach_adapters, parse_adapter_option, using
 from seq2seq.cli import cli
@@ -386,8 +386,7 @@ def test_train_embeddings_trains_the_tables_and_the_updates_only():
     assert changed == tied and set(tables) <= tied  # the tables (and a tied output) moved; all else bit-identical
 
 
-def test_a_train_embeddings_run_saves_loads_merges_and_is_refused_by_serve(tiny_model_dir, multi30k_small, tmp_path,
-                                                                          monkeypatch):
+def test_a_train_embeddings_run_saves_loads_merges_and_is_served(tiny_model_dir, multi30k_small, tmp_path):
     run = tmp_path / "run"
     result = train(lora_config(multi30k_small, run, train_embeddings=True), tmp_path, "--init-from",
                    str(tiny_model_dir))
@@ -414,17 +413,49 @@ def test_a_train_embeddings_run_saves_loads_merges_and_is_refused_by_serve(tiny_
     src, tgt = torch.randint(4, 300, (2, 9)), torch.randint(4, 300, (2, 6))
     with torch.no_grad():
         assert (unmerged.eval()(src, tgt) - ModelDir(out).load("cpu").model(src, tgt)).abs().max() < 1e-5
-    engine = Translator.load(tiny_model_dir, device="cpu")
-    with pytest.raises(AdapterError, match="trains its own embedding tables") as e:
-        attach_adapters(engine, {"emb": str(run)})
-    assert "\n" not in str(e.value)
+    # served over the base beside a plain adapter (fp32, packed on CPU): each request gets the merged model's output
     pytest.importorskip("fastapi")
-    import seq2seq.serve.app as app_module
+    from seq2seq.serve.app import create_app
 
-    monkeypatch.setattr(app_module, "run_server", lambda *args, **kwargs: None)
-    result = CliRunner().invoke(cli, ["serve", str(tiny_model_dir), "--adapter", f"emb={run}"])
-    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
-    assert result.exit_code == 1 and len(errors) == 1 and "merge-adapter" in errors[0], result.output
+    plain = random_adapter(tiny_model_dir, tmp_path / "plain", seed=3)
+    dirs = {"emb": run, "plain": plain}
+    engine = Translator.load(tiny_model_dir, device="cpu")
+    before = translated(engine, SENTENCES, beam=2)
+    attach_adapters(engine, {name: str(d) for name, d in dirs.items()})
+    assert engine.model.decoder.output is not None  # (the tied output projection's packed copy: set aside for emb)
+    want = {"emb": translated(Translator.load(out, device="cpu"), SENTENCES, beam=2),
+            "plain": translated(Translator.load(tiny_model_dir, device="cpu", adapter=plain), SENTENCES, beam=2)}
+    assert want["emb"] != before and want["plain"] != before
+    with serving(create_app(engine)) as port:
+        for name in ("emb", None, "plain", "emb", None):
+            status, answer = post(port, {"texts": SENTENCES, "beam": 2, **({"adapter": name} if name else {})})
+            assert status == 200, answer
+            assert [t["text"] for t in answer["translations"]] == (want[name] if name else before), name
+    base_weights = {p.data_ptr() for p in Translator.load(tiny_model_dir, device="cpu").model.parameters()}
+    assert len({p.data_ptr() for p in engine.model.parameters()}) == len(base_weights)  # the base's tables are back
+    # every precision's tied output projection switches with the tables: with the updates zero (the tables
+    # alone), the served model computes the merged model's numbers (exactly where it makes the same copy of
+    # the tied projection: bf16, int8; to float rounding at fp32, where the packed copy is not made again)
+    tables = tmp_path / "tables"
+    write_adapter(tables, adapter.config, {k: torch.zeros_like(v) if k.endswith(LORA_B) else v
+                                           for k, v in adapter.tensors.items()}, tiny_model_dir)
+    for precision in ("fp32", "bf16", "int8"):
+        engine = Translator.load(tiny_model_dir, device="cpu", precision=precision)
+        base = engine.translate_nbest(SENTENCES, beam=2)
+        attach_adapters(engine, {"tables": str(tables), "plain": str(plain)})
+        merged = Translator.load(tiny_model_dir, device="cpu", precision=precision, adapter=tables)
+        want_tables = merged.translate_nbest(SENTENCES, beam=2)
+        assert want_tables != base, precision
+        for name in ("tables", None, "plain", "tables"):
+            with using(engine, name):
+                got = engine.translate_nbest(SENTENCES, beam=2)
+            if name == "tables" and precision == "fp32":
+                assert [[t.text for t in n] for n in got] == [[t.text for t in n] for n in want_tables]
+                assert [t.score for n in got for t in n] == pytest.approx([t.score for n in want_tables for t in n],
+                                                                          abs=1e-4)
+            elif name != "plain":
+                assert got == (want_tables if name else base), (precision, name)
+        assert engine.translate_nbest(SENTENCES, beam=2) == base, precision
 
 
 def test_a_bad_train_embeddings_value_is_refused_in_one_line(tiny_model_dir, multi30k_small, tmp_path):

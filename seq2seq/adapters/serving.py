@@ -5,10 +5,21 @@ and wraps the layers any of them adapts in `SharedLoRA` (`seq2seq.adapters.lora`
 model as it decodes (packed, bf16 or int8): each holds its base layer once and every adapter's A and B,
 so the memory is the base's plus the adapters' tensors. The engine's `adapters` then names them.
 
+An adapter trained with `training.adapter.train_embeddings` also holds its own embedding tables
+(`embedding_keys`: the token tables, a shared source/target table once, learned position tables). Each
+becomes a `TableSwap`: the served model's nn.Embedding reads the active adapter's table (its weight
+Parameter set to it, in the model's dtype and device) and the base's again after. A tied output
+projection that the engine's precision made a copy of (`decoder.output`: packed at fp32 on CPU, bf16
+or int8 at int8) is swapped with it, for what the engine's `tied_output` makes of the adapter's table:
+at int8 the same kind of copy (the merged model's logits exactly), else none, the decoder reading the
+adapter's table itself. The memory is the base's plus the adapters' tensors (plus, at int8 only, that
+copy of each adapter's target table, as the base has one).
+
 A model call runs with one adapter (`using(engine, name)`, None: the base alone): the server's batching
 worker, the only thread that touches the model, groups requests by their options, the `adapter`
 field among them, so a batch never mixes adapters. Each output is the merged model's
-(`merge-adapter`), to float rounding: the update is added unmerged, x W^T + s (x A^T) B^T.
+(`merge-adapter`), to float rounding: the update is added unmerged, x W^T + s (x A^T) B^T, and the
+adapter's tables are read as the merged model's.
 """
 
 from __future__ import annotations
@@ -20,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from seq2seq.adapters.files import AdapterError, read_adapter
-from seq2seq.adapters.lora import LORA_A, LORA_B, SharedLoRA, add_shared
+from seq2seq.adapters.files import Adapter, AdapterError, read_adapter
+from seq2seq.adapters.lora import LORA_A, LORA_B, SharedLoRA, add_shared, is_lora_key
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +42,28 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass
+class TableSwap:
+    """One attribute of the served model that adapters replace while active: an embedding table's
+    `weight`, or a tied output projection's own copy (`decoder.output`); `base` is the served base's."""
+
+    owner: nn.Module
+    attr: str
+    base: nn.Module | nn.Parameter | None
+    adapters: dict[str, nn.Module | nn.Parameter | None] = field(default_factory=dict)
+
+    def activate(self, name: str | None) -> None:
+        value = self.adapters.get(name, self.base) if name is not None else self.base
+        setattr(self.owner, self.attr, value)
+
+
+@dataclass
 class AdapterSet:
-    """The adapters an engine serves: their directories by name, and the shared layers they update."""
+    """The adapters an engine serves: their directories by name, the shared layers they update and the
+    tables they replace (train_embeddings)."""
 
     paths: dict[str, Path] = field(default_factory=dict)
     layers: dict[str, SharedLoRA] = field(default_factory=dict)
+    tables: dict[tuple[int, str], TableSwap] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return list(self.paths)
@@ -43,6 +71,44 @@ class AdapterSet:
     def activate(self, name: str | None) -> None:
         for layer in self.layers.values():
             layer.active = name if name in layer.adapters else None
+        for swap in self.tables.values():
+            swap.activate(name)
+
+    def swap(self, owner: nn.Module, attr: str, name: str, value: nn.Module | nn.Parameter | None) -> None:
+        """Make `value` what `owner.attr` is while adapter `name` is active."""
+        key = (id(owner), attr)
+        if key not in self.tables:
+            self.tables[key] = TableSwap(owner, attr, getattr(owner, attr))
+        self.tables[key].adapters[name] = value
+
+
+def add_tables(served: AdapterSet, engine: Any, name: str, adapter: Adapter) -> None:
+    """Adapter `name`'s embedding tables (train_embeddings) as `TableSwap`s of the engine's model (see the
+    module docstring); a tied output projection's copy is made by the engine (`tied_output`), which
+    knows how its precision made the base's."""
+    model = engine.model
+    decoder = getattr(model, "decoder", None)
+    tied = decoder is not None and decoder.output is not None and bool(getattr(model.cfg, "tie_output", False))
+    for key in sorted(k for k in adapter.tensors if not is_lora_key(k)):
+        path, _, leaf = key.rpartition(".")
+        try:
+            owner = model.get_submodule(path)
+        except AttributeError:
+            owner = None
+        if not isinstance(owner, nn.Embedding) or leaf != "weight":
+            raise AdapterError(f"{adapter.path}: the base model has no embedding table {key}")
+        base, table = owner.weight, adapter.tensors[key]
+        if base.shape != table.shape:
+            raise AdapterError(f"{adapter.path}: embedding table {key} has shape {tuple(base.shape)} in the base, "
+                               f"{tuple(table.shape)} in the adapter")
+        value = nn.Parameter(table.to(device=base.device, dtype=base.dtype), requires_grad=False)
+        served.swap(owner, leaf, name, value)
+        if tied and decoder is not None and owner is decoder.embed.tokens:
+            if not hasattr(engine, "tied_output"):
+                raise AdapterError(f"{adapter.path}: the served model projects to the vocabulary through its own "
+                                   f"{type(decoder.output).__name__}, which cannot read the adapter's embedding "
+                                   f"table; serve its merged model (seq2seq merge-adapter) instead")
+            served.swap(decoder, "output", name, engine.tied_output(value))
 
 
 def parse_adapter_option(value: str) -> tuple[str, str]:
@@ -66,11 +132,9 @@ def attach_adapters(engine: Any, adapters: Mapping[str, str | Path], weights: st
         if name in served.paths:
             raise AdapterError(f"--adapter {name}: given twice")
         adapter = read_adapter(path)
-        if adapter.config.train_embeddings:  # (one embedding table serves every request of a batch)
-            raise AdapterError(f"--adapter {name}: {adapter.path} trains its own embedding tables "
-                               f"(train_embeddings), which per-request serving does not support; serve its merged "
-                               f"model (seq2seq merge-adapter) instead")
         adapter.check_base(engine.path, weights)
+        if adapter.config.train_embeddings:
+            add_tables(served, engine, name, adapter)
         for layer_name in adapter.modules:
             try:
                 model.get_submodule(layer_name)
@@ -119,4 +183,5 @@ def using(engine: object, name: str | None) -> Iterator[None]:
         served.activate(None)
 
 
-__all__ = ["AdapterSet", "attach_adapters", "check_adapter", "parse_adapter_option", "using"]
+__all__ = ["AdapterSet", "TableSwap", "add_tables", "attach_adapters", "check_adapter", "parse_adapter_option",
+           "using"]

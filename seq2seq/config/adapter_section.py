@@ -10,7 +10,7 @@ learns a low-rank update: y = x W^T + b + (alpha / rank) * x A^T B^T, A [rank, i
 `train_embeddings: true` also trains the model's embedding tables (every nn.Embedding's weight, and with
 it a tied output projection), as peft's modules_to_save does for the embeddings: the way to adapt to a
 domain whose pieces the base never trained. Those tables are saved in the adapter too (the adapter then
-holds vocab x d_model values per table) and merged by copying; `serve --adapter` refuses such adapters.
+holds vocab x d_model values per table) and merged by copying; `serve --adapter` switches to them per call.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from seq2seq.text.languages import LanguageError, decoder_prefix, model_language
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Translation", "Translator", "quantize_int8"]
+__all__ = ["Translation", "Translator", "int8_output", "quantize_int8"]
 
 
 def checkpoint_members(model_dir: str | Path, last: int) -> list[Path]:
@@ -191,6 +191,14 @@ class Translator(Engine):
             merge_into(members[0], adapter, weights)
         return cls(members if len(members) > 1 else members[0], precision, _owns_model=True,
                    ensemble_weights=ensemble_weights, ensemble_combine=ensemble_combine)
+
+    def tied_output(self, table: torch.Tensor) -> nn.Module | None:
+        """The output projection of a served adapter's own target `table` (`seq2seq.adapters.serving`) where the
+        model is tied: at int8 the copy the int8 model makes of its table (`int8_output`), so that the logits
+        are the merged model's exactly; else None, the decoder reading the table itself (at fp32 on CPU the
+        base's packed copy is not made again: the plain product, the same to float rounding, and no memory
+        beyond the adapter's table)."""
+        return int8_output(table) if self.precision == "int8" else None
 
     @property
     def search_model(self) -> ModelConfig:
@@ -381,6 +389,22 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x.to(torch.bfloat16), self.weight).float()
+
+
+def int8_output(weight: torch.Tensor) -> nn.Module:
+    """The output projection x W^T that `quantize_int8` gives a tied model whose table is `weight`: a
+    `Bf16Linear` where the CPU has native bf16, else an int8 dynamically quantized Linear over a copy
+    (what a served adapter's own table projects through; `seq2seq.adapters.serving`)."""
+    if native_bf16(torch.device("cpu")):
+        return Bf16Linear(weight)
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    linear = nn.Linear(weight.size(1), weight.size(0), bias=False)
+    linear.weight = nn.Parameter(weight.detach().float().cpu().clone(), requires_grad=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+        return quantize_dynamic(nn.Sequential(linear), {"0": default_dynamic_qconfig}, dtype=torch.qint8,
+                                inplace=True)[0]
 
 
 def quantize_int8(model: ModuleT, inplace: bool = False) -> ModuleT:
