@@ -421,13 +421,8 @@ def quantize_int8(model: ModuleT, inplace: bool = False) -> ModuleT:
 
     model = (model if inplace else copy.deepcopy(model)).cpu().eval()
     decoder = getattr(model, "decoder", None)
-    if decoder is not None:
-        if native_bf16(torch.device("cpu")):
-            decoder.output = Bf16Linear(decoder.output_weight)
-        elif decoder.output is None:  # tied: an own Linear, quantized below with the rest
-            weight = decoder.output_weight.detach()
-            decoder.output = nn.Linear(weight.size(1), weight.size(0), bias=False)
-            decoder.output.weight = nn.Parameter(weight.clone(), requires_grad=False)
+    if decoder is not None and (native_bf16(torch.device("cpu")) or decoder.output is None):
+        decoder.output = int8_output(decoder.output_weight)  # (an untied one without bf16: quantized below)
     names = {
         name: default_dynamic_qconfig
         for name, module in model.named_modules()
