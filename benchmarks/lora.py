@@ -4,6 +4,7 @@
     python benchmarks/lora.py --preset nllb600m --device cuda --steps 10   # NLLB-200-600M's sizes, random weights
     python benchmarks/lora.py --steps 3 --batch 4 --length 8 --preset tiny   # the smoke test
     python benchmarks/lora.py --modes full,full+ckpt,ours,ours+ckpt          # with gradient checkpointing
+    python benchmarks/lora.py --modes serve --serve-tables                  # adapters with their own embedding tables
 
 Each of full fine-tuning, our LoRA and peft's LoRA (a mode with "+ckpt": with gradient checkpointing,
 `training.gradient_checkpointing`) (`pip install peft`; skipped without it) trains in a
@@ -187,11 +188,12 @@ def serve_memory(args: argparse.Namespace) -> dict:
 
 def _serve_memory(args: argparse.Namespace, root) -> dict:
     """One engine serving 3 adapters over its base (`seq2seq.adapters.serving`): the resident memory the
-    adapters add, against their tensors' size, and each adapter's outputs against its merged model's."""
+    adapters add, against their tensors' size, and each adapter's outputs against its merged model's. With
+    --serve-tables each adapter also holds its own embedding tables (`train_embeddings`), perturbed."""
 
     from common import DATA, read_gz
     from seq2seq.adapters.files import write_adapter
-    from seq2seq.adapters.lora import lora_tensors
+    from seq2seq.adapters.lora import embedding_keys, lora_tensors
     from seq2seq.adapters.serving import attach_adapters, using
     from seq2seq.config import Config, TokenizerConfig
     from seq2seq.inference.translator import Translator
@@ -216,15 +218,21 @@ def _serve_memory(args: argparse.Namespace, root) -> dict:
     for i in range(3):
         adapted = Seq2SeqTransformer(cfg.model)
         adapted.load_state_dict(model.state_dict())
-        lora = AdapterConfig(type="lora", rank=args.rank, alpha=2.0 * args.rank, target_modules=TARGETS)
+        lora = AdapterConfig(type="lora", rank=args.rank, alpha=2.0 * args.rank, target_modules=TARGETS,
+                             train_embeddings=args.serve_tables)
         add_lora(adapted, lora)
         g = torch.Generator().manual_seed(i)
+        tensors = dict(lora_tensors(adapted))
         with torch.no_grad():
-            for name, t in lora_tensors(adapted).items():
+            for name, t in tensors.items():
                 if name.endswith("lora_B"):
                     t.copy_(torch.randn(t.shape, generator=g) * 0.05)
-        write_adapter(root / f"a{i}", lora, lora_tensors(adapted), base.path)
-        adapter_bytes += sum(t.numel() * t.element_size() for t in lora_tensors(adapted).values())
+            for key in embedding_keys(adapted) if args.serve_tables else []:
+                table = adapted.get_parameter(key)
+                table.add_(torch.randn(table.shape, generator=g) * 0.02)
+                tensors[key] = table
+        write_adapter(root / f"a{i}", lora, tensors, base.path)
+        adapter_bytes += sum(t.numel() * t.element_size() for t in tensors.values())
     del model, adapted
     sentences = read_gz(DATA / "val.en.gz", 16)
     before = rss_mb()
@@ -264,6 +272,8 @@ def main() -> None:
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--modes", default="full,ours,peft,serve")
+    p.add_argument("--serve-tables", action="store_true",
+                   help="serve: adapters with their own embedding tables (training.adapter.train_embeddings)")
     p.add_argument("--mode", help=argparse.SUPPRESS)  # a child process: one mode, a JSON line out
     args = p.parse_args()
     if args.mode:
@@ -284,7 +294,7 @@ def main() -> None:
                 continue
         argv = [sys.executable, __file__, "--mode", mode] + [f"--{k}={getattr(args, k)}" for k in
                                                             ("preset", "device", "steps", "batch", "length", "rank",
-                                                             "threads")]
+                                                             "threads")] + ["--serve-tables"] * args.serve_tables
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         rows.append(json.loads(out))
     served = next((r for r in rows if r["mode"] == "serve"), None)
@@ -305,7 +315,8 @@ def main() -> None:
               f"{layers:>15} {diff:>16}")
     if served:
         r = served
-        print(f"\nserving 3 rank-{args.rank} adapters on one base (CPU, fp32, the decoder packed): base weights "
+        tables = " with their own embedding tables" if args.serve_tables else ""
+        print(f"\nserving 3 rank-{args.rank} adapters{tables} on one base (CPU, fp32, the decoder packed): base weights "
               f"{r['base_weights_mb']:.1f} MB, the engine {r['engine_mb']:.1f} MB resident; the adapters' tensors "
               f"{r['adapters_mb']:.1f} MB, resident memory added by attaching and using them {r['added_mb']:.1f} MB"
               f"; served {r['engine_mb'] + r['added_mb']:.1f} MB against base + 3 adapters "

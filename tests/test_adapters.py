@@ -352,6 +352,12 @@ def test_the_lora_benchmark_runs_at_its_smallest():
     assert "ours" in out and "10/10" in out and "NLLB-200-600M-sized model: 615,073,792 parameters" in out
 
 
+def test_the_lora_benchmark_serves_adapters_with_their_own_tables_at_its_smallest():
+    out = run_benchmark("lora.py", "--preset", "tiny", "--modes", "serve", "--serve-tables", "--threads", 1).stdout
+    assert "serving 3 rank-16 adapters with their own embedding tables" in out, out
+    assert "outputs equal to the merged models': yes" in out, out
+
+
 def test_the_lora_domain_benchmark_runs_at_its_smallest(tmp_path):
     argv = ["--work", tmp_path, "--base-steps", 2, "--steps", 2, "--limit", 8, "--tokens", 300, "--vocab", 200]
     out = run_benchmark("lora_domain.py", *argv, "--lora", "4:1e-3", "2:1e-3:w1+w2", "--test").stdout
