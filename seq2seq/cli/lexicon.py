@@ -33,4 +33,4 @@ def lexicon_command(model_dir: str, src_file: str, tgt_file: str) -> None:
     lexicon = Lexicon.build(sample_sentences([list(zip(src, tgt))], LEXICON_PAIRS))
     directory.write_lexicon(lexicon)
     click.echo(f"{len(lexicon.scores):,} word pairs from {min(len(src), LEXICON_PAIRS):,} sentence pairs -> "
-               f"{directory.path / directory.LEXICON}")
+               f"{directory.lexicon_path}")

@@ -188,12 +188,12 @@ def translate_line_inputs(engine: Engine, given: Sequence[SourceInput], call: Ca
         attended = {k for k, m in enumerate(masks) if m.spans} if masks is not None and not attention_asked else set()
         _guard_loops(engine, inputs, units, results, call, attended)
     per_line: list[list[tuple[Unit, list[Translation]]]] = [[] for _ in lines]
+    lexicon = engine_lexicon(engine) if masks is not None and any(m.spans for m in masks) else None
     for k, (unit, hyps) in enumerate(zip(units, results)):
         hyps = [h if unit.cased.case is casing_rules.Case.AS_WRITTEN else
                 dataclasses.replace(h, text=casing_rules.recase(unit.cased, h.text)) for h in hyps]
         if masks is not None and masks[k].spans:
-            hyps = _unmasked(masks[k], unit, hyps, first_line + unit.line, warn, not attention_asked,
-                             engine_lexicon(engine))
+            hyps = _unmasked(masks[k], unit, hyps, first_line + unit.line, warn, not attention_asked, lexicon)
         if unit.sentence.text and (not hyps or not hyps[0].text.strip()):
             warn(Diagnostic(f"the sentence {unit.sentence.text[:60]!r} got an empty translation",
                             first_line + unit.line, "text", "empty_sentence"))
@@ -236,7 +236,7 @@ def _unmasked(masked: span_rules.Masked, unit: Unit, hyps: list[Translation], li
 def engine_lexicon(engine: Engine) -> Lexicon | None:
     """The word lexicon of the engine's (first) model directory, None where it has none; read once per
     version of the file."""
-    path = Path(engine.path) / ModelDir.LEXICON
+    path = ModelDir(engine.path).lexicon_path
     try:
         return _read_lexicon(str(path), path.stat().st_mtime_ns)
     except FileNotFoundError:

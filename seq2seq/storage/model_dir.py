@@ -100,6 +100,10 @@ class ModelDir:
     # ---- the layout ------------------------------------------------------------------------------
 
     @property
+    def lexicon_path(self) -> Path:
+        return self.path / self.LEXICON
+
+    @property
     def config_path(self) -> Path:
         return self.path / self.CONFIG
 
@@ -200,8 +204,7 @@ class ModelDir:
     def lexicon(self) -> Lexicon | None:
         """The word lexicon of the training pairs (None: a model trained before it was written, or not on
         text pairs)."""
-        path = self.path / self.LEXICON
-        return Lexicon.load(path) if path.is_file() else None
+        return Lexicon.load(self.lexicon_path) if self.lexicon_path.is_file() else None
 
     def metadata(self) -> dict[str, Any]:
         """metadata.json ({} when there is none yet)."""
@@ -279,11 +282,11 @@ class ModelDir:
         write_text_atomic(self.config_path, config_yaml(cfg))
 
     def write_lexicon(self, lexicon: Lexicon) -> None:
-        write_text_atomic(self.path / self.LEXICON, lexicon.tsv())
+        write_text_atomic(self.lexicon_path, lexicon.tsv())
 
     def write_lexicon_file(self, path: str | Path) -> None:
         """lexicon.tsv: a copy of the lexicon file at `path`."""
-        write_text_atomic(self.path / self.LEXICON, Path(path).read_text(encoding="utf-8"))
+        write_text_atomic(self.lexicon_path, Path(path).read_text(encoding="utf-8"))
 
     def write_metadata(self, meta: Mapping[str, object]) -> None:
         write_json_atomic(self.metadata_path, meta)
