@@ -140,3 +140,8 @@ def test_lexicon_command_writes_one_for_a_model_directory_and_refuses_unequal_fi
     assert bad.output.strip() == f"Error: {src} has 4 lines and {tgt} 1; parallel files have one sentence a line, " \
                                  "the same number of lines"
     assert ModelDir(model).lexicon() == Lexicon.build(PAIRS)  # the lexicon written before is kept
+    src.write_text("\n", encoding="utf-8")
+    tgt.write_text("\n", encoding="utf-8")
+    empty = CliRunner().invoke(cli, ["lexicon", str(model), str(src), str(tgt)])
+    assert empty.exit_code == 1 and "hold no sentence pair" in empty.output, empty.output
+    assert ModelDir(model).lexicon() == Lexicon.build(PAIRS)

@@ -30,6 +30,8 @@ def lexicon_command(model_dir: str, src_file: str, tgt_file: str) -> None:
     if len(src) != len(tgt):
         raise InputError(f"{src_file} has {len(src):,} lines and {tgt_file} {len(tgt):,}; parallel files "
                          "have one sentence a line, the same number of lines")
+    if not any(a.strip() and b.strip() for a, b in zip(src, tgt)):
+        raise InputError(f"{src_file} and {tgt_file} hold no sentence pair; {directory.lexicon_path} left as it is")
     lexicon = Lexicon.build(sample_sentences([list(zip(src, tgt))], LEXICON_PAIRS))
     directory.write_lexicon(lexicon)
     click.echo(f"{len(lexicon.scores):,} word pairs from {min(len(src), LEXICON_PAIRS):,} sentence pairs -> "
